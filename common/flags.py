@@ -1,0 +1,114 @@
+"""Command-line flags shared by every model, named as in NVIDIA's scripts.
+
+Each parse builds a fresh ``absl.flags.FlagValues`` (common flags, then the model's own), so
+three models can be configured side by side in one process. Errors are one line.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable, Mapping, Optional, Sequence
+
+from absl import flags
+
+from common.errors import DataError, UsageError
+
+# NVIDIA's older flag names keep working.
+ALIASES = {"use_tf_amp": "amp", "use_xla": "xla", "use_dali": "dali"}
+MODES = ("train", "train_and_evaluate", "evaluate", "predict", "training_benchmark",
+         "inference_benchmark")
+
+
+def _define_common(fv: flags.FlagValues) -> None:
+    d = dict(flag_values=fv)
+    flags.DEFINE_enum("mode", "train_and_evaluate", MODES, "What to run.", **d)
+    flags.DEFINE_integer("batch_size", 32, "Batch size per GPU (per process); the global batch "
+                         "is this times the number of processes.", lower_bound=1, **d)
+    flags.DEFINE_integer("num_iter", 1, "How long to train or benchmark, in --iter_unit.",
+                         lower_bound=1, **d)
+    flags.DEFINE_enum("iter_unit", "epoch", ("epoch", "batch"), "Unit of --num_iter.", **d)
+    flags.DEFINE_integer("warmup_steps", 20, "Benchmark steps run before timing starts.",
+                         lower_bound=0, **d)
+    flags.DEFINE_string("data_dir", None, "Dataset directory; absent: synthetic data.", **d)
+    flags.DEFINE_string("data_idx_dir", None, "DALI index files (default: <data_dir>/idx).", **d)
+    flags.DEFINE_string("results_dir", "./results", "Logs, summaries and exports go here.", **d)
+    flags.DEFINE_string("model_dir", None, "Checkpoints (default: <results_dir>/checkpoints).", **d)
+    flags.DEFINE_string("log_filename", "log.json", "DLLogger JSON file inside --results_dir.", **d)
+    flags.DEFINE_integer("seed", None, "Random seed (model initialisation, data order).", **d)
+    flags.DEFINE_boolean("dali", False, "Read data with a DALI pipeline instead of tf.data.", **d)
+    flags.DEFINE_string("export_dir", None, "Export a SavedModel here after the run.", **d)
+    flags.DEFINE_string("to_predict", None, "predict mode: a file, a directory or a glob.", **d)
+    flags.DEFINE_integer("display_every", 10, "Log every N steps.", lower_bound=1, **d)
+    flags.DEFINE_integer("save_checkpoint_steps", 0, "Also checkpoint every N steps "
+                         "(always at epoch ends, at the end and on a graceful stop).",
+                         lower_bound=0, **d)
+    flags.DEFINE_integer("keep_checkpoints", 5, "Keep the last N checkpoints.", lower_bound=1, **d)
+    # Precision (common/precision.py decides; None means "not given on the command line").
+    flags.DEFINE_boolean("amp", None, "Automatic mixed precision (also "
+                         "TF_ENABLE_AUTO_MIXED_PRECISION=1).", **d)
+    flags.DEFINE_enum("amp_dtype", "auto", ("auto", "float16", "bfloat16"), "AMP compute type; "
+                      "auto: float16 on a GPU, bfloat16 on a CPU.", **d)
+    flags.DEFINE_float("static_loss_scale", None, "Fixed loss scale for float16 "
+                       "(default: dynamic loss scaling).", **d)
+    flags.DEFINE_boolean("tf32", None, "Allow TF32 on Ampere and later GPUs (default on; "
+                         "NVIDIA_TF32_OVERRIDE=0 turns it off).", **d)
+    flags.DEFINE_boolean("no_tf32", False, "Same as --notf32.", **d)
+    flags.DEFINE_boolean("xla", False, "Compile the train and eval steps with XLA.", **d)
+    flags.DEFINE_boolean("fp16_allreduce", False, "Compress gradients to float16 for the "
+                         "Horovod allreduce.", **d)
+    for alias, name in ALIASES.items():
+        flags.DEFINE_alias(alias, name, flag_values=fv)
+
+
+def build(define_model_flags: Optional[Callable[[flags.FlagValues], None]] = None,
+          defaults: Optional[Mapping] = None) -> flags.FlagValues:
+    fv = flags.FlagValues()
+    _define_common(fv)
+    if define_model_flags:
+        define_model_flags(fv)
+    for name, value in (defaults or {}).items():
+        fv.set_default(name, value)
+    return fv
+
+
+def parse(fv: flags.FlagValues, argv: Sequence[str]) -> flags.FlagValues:
+    """Parses ``argv`` (program name first); raises ``UsageError`` with one line on any problem."""
+    try:
+        rest = fv(list(argv))
+    except flags.Error as e:
+        raise UsageError(str(e).splitlines()[0]) from None
+    if len(rest) > 1:
+        raise UsageError(f"unexpected positional arguments: {' '.join(rest[1:])}")
+    validate(fv)
+    return fv
+
+
+def validate(f: flags.FlagValues) -> None:
+    if f.no_tf32:
+        if f.tf32:
+            raise UsageError("--tf32 and --no_tf32 contradict each other")
+        f.tf32 = False
+    if f.data_dir is not None and not os.path.isdir(f.data_dir):
+        raise DataError(f"--data_dir {f.data_dir} does not exist or is not a directory")
+    if f.dali and f.data_dir is None:
+        raise UsageError("--dali needs --data_dir: synthetic data does not go through DALI")
+    if f.mode == "evaluate" and f.data_dir is None:
+        raise UsageError("--mode evaluate needs --data_dir (accuracy on synthetic data means "
+                         "nothing; use --mode inference_benchmark for speed)")
+    if f.mode == "predict" and not f.to_predict:
+        raise UsageError("--mode predict needs --to_predict (a file, a directory or a glob)")
+    if f.mode in ("training_benchmark", "inference_benchmark"):
+        if f.iter_unit != "batch":
+            raise UsageError(f"--mode {f.mode} counts steps: use --iter_unit batch")
+        if f.num_iter <= f.warmup_steps:
+            raise UsageError(f"--num_iter ({f.num_iter}) must exceed --warmup_steps "
+                             f"({f.warmup_steps}) so that some steps are timed")
+    if f.model_dir is None:
+        f.model_dir = os.path.join(f.results_dir, "checkpoints")
+    if f.data_idx_dir is None and f.data_dir is not None:
+        f.data_idx_dir = os.path.join(f.data_dir, "idx")
+
+
+def as_dict(f: flags.FlagValues) -> dict:
+    """Every flag and its value (for the PARAMETER record); aliases are left out."""
+    skip = set(ALIASES) | {"help", "helpfull", "helpshort", "helpxml"}
+    return {k: v for k, v in sorted(f.flag_values_dict().items()) if k not in skip}

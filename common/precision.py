@@ -1,0 +1,168 @@
+"""Numerical precision: the one place that decides AMP, loss scaling, TF32 and XLA.
+
+Flags win over the environment; the environment variables that NGC users already set are
+honoured here and nowhere else:
+
+* ``TF_ENABLE_AUTO_MIXED_PRECISION=1`` turns AMP on exactly as ``--amp`` does (Keras mixed
+  precision policy, plus loss scaling for float16). Grappler's own AMP graph rewrite is switched
+  off so the graph is never converted twice.
+* ``NVIDIA_TF32_OVERRIDE=0`` disables TF32 in the CUDA libraries themselves, so ``--tf32`` cannot
+  override it and is refused.
+* ``TF_XLA_FLAGS`` is left to TensorFlow (auto-clustering, dumps); ``--xla`` additionally compiles
+  the train and eval steps with ``jit_compile=True``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Mapping, Optional
+
+import keras
+import tensorflow as tf
+
+from common.errors import UsageError
+
+AMP_ENV = "TF_ENABLE_AUTO_MIXED_PRECISION"
+TF32_ENV = "NVIDIA_TF32_OVERRIDE"
+XLA_ENV = "TF_XLA_FLAGS"
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+@dataclasses.dataclass(frozen=True)
+class Precision:
+    amp: bool
+    compute_dtype: str  # float32 | float16 | bfloat16
+    loss_scale: Optional[float | str]  # "dynamic", a fixed number, or None (no loss scaling)
+    tf32: bool
+    xla: bool
+    xla_env_flags: str
+    sources: Mapping[str, str]  # setting -> where its value came from
+
+    @property
+    def policy(self) -> str:
+        return f"mixed_{self.compute_dtype}" if self.amp else "float32"
+
+    def describe(self) -> dict:
+        return {
+            "amp": self.amp,
+            "dtype_policy": self.policy,
+            "loss_scale": self.loss_scale if self.loss_scale is not None else "none",
+            "tf32": self.tf32,
+            "xla": self.xla,
+            XLA_ENV: self.xla_env_flags or "<unset>",
+            **{f"{k}_source": v for k, v in self.sources.items()},
+        }
+
+
+def _env_bool(environ: Mapping[str, str], name: str) -> Optional[bool]:
+    if name not in environ:
+        return None
+    value = environ[name].strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise UsageError(f"{name}={environ[name]!r} is not understood: use 1 or 0")
+
+
+def resolve(
+    *,
+    amp: Optional[bool],
+    amp_dtype: str,
+    static_loss_scale: Optional[float],
+    tf32: Optional[bool],
+    xla: bool,
+    has_gpu: bool,
+    environ: Mapping[str, str] = os.environ,
+) -> Precision:
+    """Combines flags (``None`` = not given) and environment into one ``Precision``."""
+    sources = {}
+    env_amp = _env_bool(environ, AMP_ENV)
+    if amp is not None:
+        sources["amp"] = "flag --amp" if amp else "flag --noamp"
+    elif env_amp is not None:
+        amp = env_amp
+        sources["amp"] = f"env {AMP_ENV}={environ[AMP_ENV]}"
+    else:
+        amp = False
+        sources["amp"] = "default"
+
+    if amp_dtype not in ("auto", "float16", "bfloat16"):
+        raise UsageError(f"--amp_dtype must be auto, float16 or bfloat16, not {amp_dtype!r}")
+    if not amp:
+        if amp_dtype != "auto":
+            raise UsageError("--amp_dtype needs --amp (or TF_ENABLE_AUTO_MIXED_PRECISION=1)")
+        if static_loss_scale is not None:
+            raise UsageError("--static_loss_scale needs --amp with float16")
+        compute_dtype, loss_scale = "float32", None
+    else:
+        if amp_dtype == "auto":
+            # Tensor cores want float16; a CPU has no float16 units, and bfloat16 needs no loss scale.
+            compute_dtype = "float16" if has_gpu else "bfloat16"
+            sources["amp_dtype"] = f"auto ({'GPU' if has_gpu else 'no GPU'})"
+        else:
+            compute_dtype = amp_dtype
+            sources["amp_dtype"] = "flag --amp_dtype"
+        if compute_dtype == "bfloat16":
+            if static_loss_scale is not None:
+                raise UsageError("--static_loss_scale applies to float16 only; bfloat16 needs none")
+            loss_scale = None
+        elif static_loss_scale is not None:
+            if not static_loss_scale > 0:
+                raise UsageError(f"--static_loss_scale must be positive, not {static_loss_scale}")
+            loss_scale = float(static_loss_scale)
+        else:
+            loss_scale = "dynamic"
+
+    env_tf32 = _env_bool(environ, TF32_ENV)
+    if tf32 is not None:
+        if tf32 and env_tf32 is False:
+            raise UsageError(f"--tf32 conflicts with {TF32_ENV}=0, which the CUDA libraries obey")
+        sources["tf32"] = "flag --tf32" if tf32 else "flag --no_tf32"
+    elif env_tf32 is False:
+        tf32 = False
+        sources["tf32"] = f"env {TF32_ENV}=0"
+    else:
+        tf32 = True
+        sources["tf32"] = "default"
+
+    sources["xla"] = "flag --xla" if xla else "default"
+    return Precision(amp, compute_dtype, loss_scale, tf32, xla, environ.get(XLA_ENV, ""), sources)
+
+
+def apply(precision: Precision) -> None:
+    """Sets the process-wide state. Call once, before any model is built."""
+    keras.mixed_precision.set_dtype_policy(precision.policy)
+    tf.config.experimental.enable_tensor_float_32_execution(precision.tf32)
+    # AMP is done by the Keras policy; Grappler's rewrite would convert the graph a second time.
+    tf.config.optimizer.set_experimental_options({"auto_mixed_precision": False})
+
+
+class FixedLossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
+    """Loss scaling with a scale that never changes (``--static_loss_scale``).
+
+    A step whose gradients are not finite is skipped, as with dynamic scaling, but the scale is
+    not halved; a finite step never grows it.
+    """
+
+    def _stateful_handle_finite_grads(self, grads, trainable_variables):
+        tvs = trainable_variables or self._trainable_variables
+        unscaled = [
+            g if g is None or self._overwrite_variable_with_gradient(v) else g / self.dynamic_scale
+            for g, v in zip(grads, tvs)
+        ]
+        self.inner_optimizer.apply(unscaled, trainable_variables=trainable_variables)
+
+    def _stateful_handle_non_finite_grads(self):
+        pass
+
+
+def wrap_optimizer(optimizer: keras.optimizers.Optimizer, precision: Precision):
+    """Adds loss scaling for float16; bfloat16 and float32 keep the optimizer as is."""
+    if precision.loss_scale is None:
+        return optimizer
+    if precision.loss_scale == "dynamic":
+        return keras.optimizers.LossScaleOptimizer(optimizer)
+    return FixedLossScaleOptimizer(optimizer, initial_scale=precision.loss_scale)

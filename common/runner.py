@@ -1,0 +1,97 @@
+"""Entry point shared by every ``main.py``: flags -> Horovod -> precision -> logs -> mode."""
+from __future__ import annotations
+
+import glob
+import os
+import sys
+from typing import Optional, Sequence, Type
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # keep TensorFlow's C++ INFO lines out of the log
+
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from common import distributed, flags, precision  # noqa: E402
+from common.dllogger import Logger  # noqa: E402
+from common.errors import DataError, TrainingError, UsageError  # noqa: E402
+from common.task import RunContext, Task  # noqa: E402
+from common.trainer import Trainer  # noqa: E402
+
+
+def _predict_paths(pattern: str) -> list[str]:
+    if os.path.isdir(pattern):
+        paths = sorted(os.path.join(pattern, p) for p in os.listdir(pattern))
+    else:
+        paths = sorted(glob.glob(pattern))
+    paths = [p for p in paths if os.path.isfile(p)]
+    if not paths:
+        raise DataError(f"--to_predict {pattern} matches no file")
+    return paths
+
+
+def run(task_cls: Type[Task], argv: Sequence[str]) -> dict:
+    """Runs one job and returns its summary (also logged). Raises the errors of common.errors."""
+    fv = flags.parse(flags.build(task_cls.define_flags, task_cls.flag_defaults), argv)
+    dist = distributed.init()
+    prec = precision.resolve(
+        amp=fv.amp, amp_dtype=fv.amp_dtype, static_loss_scale=fv.static_loss_scale, tf32=fv.tf32,
+        xla=fv.xla, has_gpu=bool(tf.config.list_physical_devices("GPU")))
+    precision.apply(prec)
+    if fv.seed is not None:
+        keras.utils.set_random_seed(fv.seed)  # same on every rank: rank 0's weights win anyway
+
+    logger = Logger(
+        enabled=dist.is_chief,
+        json_path=os.path.join(fv.results_dir, fv.log_filename) if fv.log_filename else None,
+        tensorboard_dir=os.path.join(fv.results_dir, "tensorboard", fv.mode))
+    try:
+        logger.metadata("loss", unit=None)
+        logger.metadata(f"{task_cls.item_unit}_per_s", unit=f"{task_cls.item_unit}/s", fmt=":.1f")
+        logger.metadata("lr", unit=None, fmt=":.6f")
+        logger.parameters({**flags.as_dict(fv), "world_size": dist.size,
+                           "global_batch_size": fv.batch_size * dist.size, **prec.describe()})
+        logger.print(
+            f"precision: policy {prec.policy} (amp: {prec.sources['amp']}), loss scale "
+            f"{prec.loss_scale or 'none'}, tf32 {'on' if prec.tf32 else 'off'} "
+            f"({prec.sources['tf32']}), xla {'on' if prec.xla else 'off'}"
+            + (f", {precision.XLA_ENV}={prec.xla_env_flags}" if prec.xla_env_flags else ""))
+        logger.print(f"processes: {dist.size}, batch {fv.batch_size} per process, "
+                     f"global batch {fv.batch_size * dist.size}")
+        ctx = RunContext(flags=fv, dist=dist, precision=prec, logger=logger)
+        trainer = Trainer(task_cls(ctx), ctx)
+        summary = {"mode": fv.mode}
+        if fv.mode in ("train", "train_and_evaluate"):
+            summary.update(trainer.train(trainer.total_steps(),
+                                         evaluate=fv.mode == "train_and_evaluate"))
+        elif fv.mode == "evaluate":
+            trainer.restore(required=True)
+            summary.update(trainer.evaluate())
+        elif fv.mode == "predict":
+            summary.update(trainer.predict(_predict_paths(fv.to_predict)))
+        elif fv.mode == "training_benchmark":
+            summary.update(trainer.benchmark_training())
+        elif fv.mode == "inference_benchmark":
+            summary.update(trainer.benchmark_inference())
+        if fv.export_dir:
+            trainer.export(fv.export_dir)
+        summary.update(precision=prec.policy, world_size=dist.size)
+        logger.summary(summary)
+        return summary
+    finally:
+        logger.close()
+
+
+def main(task_cls: Type[Task], argv: Optional[Sequence[str]] = None) -> int:
+    """``sys.exit(main(MyTask))``: one line on stderr for the errors a user can fix."""
+    argv = list(sys.argv if argv is None else argv)
+    prog = os.path.basename(argv[0]) if argv else "main.py"
+    try:
+        run(task_cls, argv)
+        return 0
+    except UsageError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    except (DataError, TrainingError) as e:
+        rank = os.environ.get("HOROVOD_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK")
+        print(f"{prog}: error{f' (rank {rank})' if rank else ''}: {e}", file=sys.stderr)
+        return 1

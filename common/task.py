@@ -1,0 +1,93 @@
+"""What a model supplies to the shared loops (``common/trainer.py``).
+
+A task owns its model, input pipelines, loss and metrics; the trainer owns everything else:
+precision, distribution, the loops, logging, checkpoints and benchmarks.
+"""
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any, Mapping, Sequence
+
+import keras
+import tensorflow as tf
+from absl import flags
+
+from common.distributed import Distributed
+from common.dllogger import Logger
+from common.precision import Precision
+
+
+@dataclasses.dataclass
+class RunContext:
+    flags: flags.FlagValues
+    dist: Distributed
+    precision: Precision
+    logger: Logger
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.flags.batch_size * self.dist.size
+
+
+class Task(abc.ABC):
+    name = "task"
+    item_unit = "items"  # what throughput counts: images, tokens, ...
+    flag_defaults: Mapping[str, Any] = {}  # model-specific defaults for common flags
+
+    @staticmethod
+    def define_flags(fv: flags.FlagValues) -> None:
+        """Adds the model's own flags to ``fv``."""
+
+    def __init__(self, ctx: RunContext):
+        self.ctx = ctx
+        self.flags = ctx.flags
+
+    # --- model and optimisation ---------------------------------------------------------
+    @abc.abstractmethod
+    def build_model(self) -> keras.Model:
+        """A built model (variables created), under the precision policy already set."""
+
+    @abc.abstractmethod
+    def build_optimizer(self, steps_per_epoch: int) -> keras.optimizers.Optimizer:
+        """The optimizer with its schedule; loss scaling is added by the trainer."""
+
+    @abc.abstractmethod
+    def train_loss(self, model: keras.Model, batch) -> tf.Tensor:
+        """The float32 scalar to minimise for one batch (regularisation included)."""
+
+    def eval_metrics(self) -> Sequence[keras.metrics.Metric]:
+        """Metrics whose variables are sums (totals and counts), so ranks can add them up."""
+        return []
+
+    def eval_update(self, model: keras.Model, batch, metrics: Sequence[keras.metrics.Metric]):
+        """Updates ``metrics`` with one evaluation batch (runs inside a ``tf.function``)."""
+        raise NotImplementedError(f"{self.name} has no evaluation")
+
+    # --- data ---------------------------------------------------------------------------
+    @abc.abstractmethod
+    def num_train_examples(self) -> int:
+        """Examples in one training epoch (the nominal dataset size for synthetic data)."""
+
+    @abc.abstractmethod
+    def train_dataset(self) -> tf.data.Dataset:
+        """This rank's shard of the training data: batches of ``--batch_size``, repeating."""
+
+    def eval_dataset(self) -> tf.data.Dataset:
+        """This rank's shard of the evaluation data, one pass."""
+        raise NotImplementedError(f"{self.name} has no evaluation data")
+
+    def items_in(self, batch) -> int:
+        """How many ``item_unit`` one batch holds (for throughput)."""
+        return int(tf.nest.flatten(batch)[0].shape[0])
+
+    def inference_inputs(self, batch):
+        """The model inputs of a batch, for the inference benchmark."""
+        return batch[0]
+
+    # --- inference ----------------------------------------------------------------------
+    def predict(self, model: keras.Model, paths: Sequence[str]) -> list[dict]:
+        raise NotImplementedError(f"{self.name} has no predict mode")
+
+    def export(self, model: keras.Model, export_dir: str) -> None:
+        model.export(export_dir, format="tf_saved_model", verbose=False)

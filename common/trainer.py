@@ -1,0 +1,266 @@
+"""The train / evaluate / predict / benchmark loops, written once for every model.
+
+One step does, in this order: forward -> loss (float32) -> loss scale (float16 only) ->
+gradients -> allreduce across ranks -> unscale, skip if not finite, clip, apply (the Keras
+``LossScaleOptimizer`` and the optimizer's own clipping) -> step += 1. With ``--xla`` the
+computation is compiled with ``jit_compile``; Horovod's allreduce stays outside the compiled
+parts because its ops have no XLA kernels on a CPU build.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from typing import Optional
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from common import benchmark
+from common.errors import DataError, TrainingError
+from common.graceful_stop import GracefulStop
+from common.task import RunContext, Task
+
+
+def count_params(variables) -> int:
+    return int(sum(np.prod(v.shape) for v in variables))
+
+
+class Trainer:
+    def __init__(self, task: Task, ctx: RunContext):
+        from common import precision  # the one place that knows about loss scaling
+
+        self.task, self.ctx = task, ctx
+        self.flags, self.dist, self.log = ctx.flags, ctx.dist, ctx.logger
+        self.model = task.build_model()
+        self.steps_per_epoch = max(1, task.num_train_examples() // ctx.global_batch_size)
+        self.optimizer = precision.wrap_optimizer(
+            task.build_optimizer(self.steps_per_epoch), ctx.precision)
+        self.optimizer.build(self.model.trainable_variables)
+        self.loss_scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
+        self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        self.metrics = list(task.eval_metrics())
+        self._checkpoint = tf.train.Checkpoint(
+            model=self.model, optimizer=self.optimizer, global_step=self.global_step)
+        self._manager = None
+        if self.dist.is_chief:
+            self._manager = tf.train.CheckpointManager(
+                self._checkpoint, self.flags.model_dir, max_to_keep=self.flags.keep_checkpoints)
+        self._train_step = None
+        self._eval_step = None
+        self.log.print(f"{task.name}: {count_params(self.model.trainable_variables):,} trainable "
+                       f"parameters, {count_params(self.model.variables):,} in all")
+
+    # --- state ----------------------------------------------------------------------------
+    @property
+    def step(self) -> int:
+        return int(self.global_step.numpy())
+
+    def _state(self):
+        return list(self.model.variables) + list(self.optimizer.variables) + [self.global_step]
+
+    def restore(self, required: bool = False) -> Optional[str]:
+        """Rank 0 restores the latest checkpoint; then every rank takes rank 0's state."""
+        path = tf.train.latest_checkpoint(self.flags.model_dir) if self.dist.is_chief else None
+        if self.dist.is_chief and required and path is None:
+            raise DataError(f"no checkpoint in --model_dir {self.flags.model_dir}: train first or "
+                            "point --model_dir at a training run")
+        if path:
+            try:
+                self._checkpoint.restore(path).assert_existing_objects_matched()
+            except (tf.errors.OpError, AssertionError, ValueError) as e:
+                raise DataError(f"checkpoint {path} cannot be restored ({type(e).__name__}): it is "
+                                "corrupt or from another model or configuration") from None
+            self.log.print(f"restored {path} at step {self.step}")
+        self.dist.broadcast(self._state())
+        return path
+
+    def save(self) -> Optional[str]:
+        if self._manager is None:
+            return None
+        return self._manager.save(checkpoint_number=self.step)
+
+    # --- compiled steps -------------------------------------------------------------------
+    def _build_train_step(self):
+        model, opt, task, xla = self.model, self.optimizer, self.task, self.ctx.precision.xla
+        fp16_allreduce = self.flags.fp16_allreduce
+
+        def gradients(batch):
+            with tf.GradientTape() as tape:
+                loss = task.train_loss(model, batch)
+                scaled = opt.scale_loss(loss) if self.loss_scaled else loss
+            return loss, tape.gradient(scaled, model.trainable_variables)
+
+        def apply(grads):
+            opt.apply(grads, model.trainable_variables)
+            self.global_step.assign_add(1)
+
+        if not self.dist.enabled:
+            @tf.function(jit_compile=xla)
+            def step(batch):
+                loss, grads = gradients(batch)
+                apply(grads)
+                return loss
+            return step
+
+        gradients_c = tf.function(gradients, jit_compile=xla)
+        apply_c = tf.function(apply, jit_compile=xla)
+
+        @tf.function
+        def step(batch):
+            loss, grads = gradients_c(batch)
+            apply_c(self.dist.allreduce_gradients(grads, fp16_compression=fp16_allreduce))
+            return loss
+        return step
+
+    def _step_logs(self) -> dict:
+        out = {"lr": float(keras.ops.convert_to_numpy(self.optimizer.learning_rate))}
+        if self.loss_scaled:
+            out["loss_scale"] = float(self.optimizer.dynamic_scale.numpy())
+        return out
+
+    # --- training -------------------------------------------------------------------------
+    def total_steps(self) -> int:
+        f = self.flags
+        return f.num_iter * self.steps_per_epoch if f.iter_unit == "epoch" else f.num_iter
+
+    def train(self, total_steps: int, evaluate: bool = False) -> dict:
+        """Trains until ``global_step == total_steps``, resuming from the latest checkpoint."""
+        f, unit = self.flags, self.task.item_unit
+        self.restore()
+        start = self.step
+        summary = {"start_step": start}
+        if start >= total_steps:
+            self.log.print(f"already trained to step {start} (target {total_steps}): nothing to do")
+            return {**summary, "final_step": start}
+        if self._train_step is None:
+            self._train_step = self._build_train_step()
+        data = iter(self.task.train_dataset())
+        spe = self.steps_per_epoch
+        timed_items, timed_seconds, eval_results = 0, 0.0, {}
+        window_items, window_start = 0, time.perf_counter()
+        with GracefulStop() as stop:
+            for step in range(start + 1, total_steps + 1):
+                t0 = time.perf_counter()
+                batch = next(data)
+                loss = float(self._train_step(batch))  # waits for the step: per-step NaN check
+                t1 = time.perf_counter()
+                items = self.task.items_in(batch) * self.dist.size
+                if step - start > f.warmup_steps or total_steps - start <= f.warmup_steps:
+                    timed_items, timed_seconds = timed_items + items, timed_seconds + (t1 - t0)
+                window_items += items
+                epoch = (step - 1) // spe + 1
+                if not math.isfinite(loss):
+                    last = self._manager.latest_checkpoint if self._manager else None
+                    raise TrainingError(f"loss is {loss} at step {step}; stopped without saving "
+                                        f"(last checkpoint: {last})")
+                if step % f.display_every == 0 or step == total_steps:
+                    rate = window_items / (time.perf_counter() - window_start)
+                    self.log.log((epoch, step), {"loss": loss, **self._step_logs(),
+                                                 f"{unit}_per_s": rate},
+                                 progress=(step, total_steps), tb_step=step)
+                    window_items, window_start = 0, time.perf_counter()
+                end_of_epoch = step % spe == 0
+                if evaluate and (end_of_epoch or step == total_steps):
+                    eval_results = self.evaluate(epoch=epoch)
+                    window_start = time.perf_counter()
+                if (end_of_epoch or step == total_steps
+                        or (f.save_checkpoint_steps and step % f.save_checkpoint_steps == 0)):
+                    self.save()
+                if stop.should_stop(self.dist):
+                    path = self.save()
+                    self.log.print(f"{stop.requested_by or 'a signal on another rank'}: stopped at "
+                                   f"step {step}, checkpoint {path}; run again to resume")
+                    summary["stopped_by_signal"] = True
+                    break
+        summary.update(final_step=self.step, final_loss=loss, epochs=self.step / spe)
+        if timed_seconds:
+            summary[f"train_{unit}_per_s"] = timed_items / timed_seconds
+        summary.update(eval_results)
+        return summary
+
+    # --- evaluation -----------------------------------------------------------------------
+    def evaluate(self, epoch: Optional[int] = None) -> dict:
+        if self._eval_step is None:
+            task, model, metrics = self.task, self.model, self.metrics
+            self._eval_step = tf.function(lambda batch: task.eval_update(model, batch, metrics),
+                                          jit_compile=self.ctx.precision.xla)
+        for m in self.metrics:
+            m.reset_state()
+        start, items = time.perf_counter(), 0
+        for batch in self.task.eval_dataset():
+            self._eval_step(batch)
+            items += self.task.items_in(batch)
+        seconds = time.perf_counter() - start
+        # Metric variables are totals and counts: adding them up gives the global metric.
+        for m in self.metrics:
+            for var, total in zip(m.variables, self.dist.sum([v.value for v in m.variables])):
+                var.assign(total)
+        total_items = int(self.dist.sum([tf.constant(items, tf.int64)])[0])
+        if total_items == 0:
+            raise DataError("the evaluation data is empty")
+        results = {f"eval_{m.name}": float(m.result()) for m in self.metrics}
+        results[f"eval_{self.task.item_unit}"] = total_items
+        results[f"eval_{self.task.item_unit}_per_s"] = items / seconds
+        self.log.log((epoch or 0, self.step), results, tb_step=self.step, tb_prefix="eval")
+        return results
+
+    # --- benchmarks -----------------------------------------------------------------------
+    def benchmark_training(self) -> dict:
+        f, unit = self.flags, self.task.item_unit
+        self._train_step = self._train_step or self._build_train_step()
+        self.dist.broadcast(self._state())
+        data = iter(self.task.train_dataset())
+        times = []
+        last = time.perf_counter()
+        for i in range(1, f.num_iter + 1):
+            batch = next(data)
+            loss = float(self._train_step(batch))
+            now = time.perf_counter()
+            if i > f.warmup_steps:
+                times.append(now - last)
+            last = now
+            if i % f.display_every == 0 or i == f.num_iter:
+                rate = self.task.items_in(batch) * self.dist.size / times[-1] if times else 0.0
+                self.log.log((0, i), {"loss": loss, f"{unit}_per_s": rate,
+                                      "warmup": i <= f.warmup_steps},
+                             progress=(i, f.num_iter), tb_step=i)
+        items_per_step = self.task.items_in(batch) * self.dist.size
+        return {**benchmark.throughput(times, items_per_step, unit),
+                **benchmark.latency(times), "global_batch_size": items_per_step}
+
+    def benchmark_inference(self) -> dict:
+        f, unit = self.flags, self.task.item_unit
+        model = self.model
+        infer = tf.function(lambda x: model(x, training=False), jit_compile=self.ctx.precision.xla)
+        data = iter(self.task.eval_dataset().repeat() if f.data_dir else self.task.train_dataset())
+        times = []
+        for i in range(1, f.num_iter + 1):
+            inputs = self.task.inference_inputs(next(data))
+            t0 = time.perf_counter()
+            tf.nest.map_structure(lambda t: t.numpy(), infer(inputs))
+            if i > f.warmup_steps:
+                times.append(time.perf_counter() - t0)
+        items = int(tf.nest.flatten(inputs)[0].shape[0])
+        return {**benchmark.throughput(times, items, unit), **benchmark.latency(times),
+                "batch_size": items}
+
+    # --- inference ------------------------------------------------------------------------
+    def predict(self, paths) -> dict:
+        self.restore(required=True)
+        records = self.task.predict(self.model, paths)
+        for i, r in enumerate(records):
+            self.log.log((0, i), r)
+        if self.dist.is_chief:
+            out = os.path.join(self.flags.results_dir, "predictions.json")
+            with open(out, "w") as fh:
+                json.dump(records, fh, indent=1)
+            self.log.print(f"wrote {len(records)} predictions to {out}")
+        return {"predictions": len(records)}
+
+    def export(self, export_dir: str) -> None:
+        if self.dist.is_chief:
+            self.task.export(self.model, export_dir)
+            self.log.print(f"exported a SavedModel to {export_dir}")
