@@ -49,7 +49,7 @@ class Task(abc.ABC):
         """A built model (variables created), under the precision policy already set."""
 
     @abc.abstractmethod
-    def build_optimizer(self, steps_per_epoch: int) -> keras.optimizers.Optimizer:
+    def build_optimizer(self, steps_per_epoch: int, total_steps: int) -> keras.optimizers.Optimizer:
         """The optimizer with its schedule; loss scaling is added by the trainer."""
 
     @abc.abstractmethod

@@ -37,7 +37,7 @@ class Trainer:
         self.model = task.build_model()
         self.steps_per_epoch = max(1, task.num_train_examples() // ctx.global_batch_size)
         self.optimizer = precision.wrap_optimizer(
-            task.build_optimizer(self.steps_per_epoch), ctx.precision)
+            task.build_optimizer(self.steps_per_epoch, self.total_steps()), ctx.precision)
         self.optimizer.build(self.model.trainable_variables)
         self.loss_scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
         self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")

@@ -1,0 +1,16 @@
+#!/usr/bin/env python
+"""Turns an ImageNet-style folder into sharded TFRecords and DALI index files.
+
+    python prepare_dataset.py /data/imagenet /data/imagenet-tfrecords
+    python prepare_dataset.py /data/small /data/small-tfrecords --train_shards 8 --val_shards 2
+"""
+import os
+import sys
+
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [_here, os.path.dirname(_here)]
+
+from rn50.prepare import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main())

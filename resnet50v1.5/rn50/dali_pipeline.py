@@ -1,0 +1,94 @@
+"""The ImageNet pipeline in DALI: the same preprocessing as ``tfdata_pipeline``.
+
+On a GPU the JPEGs are decoded by nvJPEG (``mixed``) and everything after runs on the GPU; with
+no GPU the whole pipeline runs on the CPU (``device_id=None``), which is how it is tested here.
+Served to TensorFlow through ``nvidia.dali.plugin.tf.DALIDataset``.
+"""
+from __future__ import annotations
+
+import os
+
+import tensorflow as tf
+
+from common import tfrecord_index
+from common.errors import DataError
+from rn50.tfdata_pipeline import MEAN, STD, eval_resize
+
+
+def ensure_indexes(files, idx_dir: str, is_chief: bool, sync) -> None:
+    """Builds missing DALI index files (rank 0; the others wait), or stops with one line."""
+    missing = tfrecord_index.missing_indexes(files, idx_dir)
+    if missing and is_chief:
+        try:
+            os.makedirs(idx_dir, exist_ok=True)
+            for path in missing:
+                tfrecord_index.write_index(path, tfrecord_index.index_path(idx_dir, path))
+        except OSError as e:
+            raise DataError(f"--dali needs index files in {idx_dir} and they cannot be written "
+                            f"({e.strerror}); make them with prepare_dataset.py or set "
+                            "--data_idx_dir") from None
+        print(f"dali: built {len(missing)} index file(s) in {idx_dir}", flush=True)
+    sync()
+    still = tfrecord_index.missing_indexes(files, idx_dir)
+    if still:
+        raise DataError(f"DALI index file {tfrecord_index.index_path(idx_dir, still[0])} is "
+                        "missing (is --data_idx_dir on a shared file system?)")
+
+
+def _build_pipeline(files, idx_files, training, image_size, shard_id, num_shards, gpu):
+    from nvidia.dali import fn, pipeline_def, types
+    import nvidia.dali.tfrecord as tfrec
+
+    @pipeline_def
+    def pipeline():
+        records = fn.readers.tfrecord(
+            path=files, index_path=idx_files, name="Reader",
+            features={"image/encoded": tfrec.FixedLenFeature((), tfrec.string, ""),
+                      "image/class/label": tfrec.FixedLenFeature([1], tfrec.int64, -1)},
+            shard_id=shard_id, num_shards=num_shards, random_shuffle=training,
+            initial_fill=10_000 if training else 100, pad_last_batch=not training,
+            stick_to_shard=not training)
+        decode_device = "mixed" if gpu else "cpu"
+        if training:
+            images = fn.decoders.image_random_crop(
+                records["image/encoded"], device=decode_device, output_type=types.RGB,
+                random_aspect_ratio=[3 / 4, 4 / 3], random_area=[0.08, 1.0], num_attempts=100)
+            images = fn.resize(images, resize_x=image_size, resize_y=image_size)
+            mirror = fn.random.coin_flip(probability=0.5)
+        else:
+            images = fn.decoders.image(records["image/encoded"], device=decode_device,
+                                       output_type=types.RGB)
+            images = fn.resize(images, resize_shorter=eval_resize(image_size))
+            mirror = 0
+        images = fn.crop_mirror_normalize(
+            images, dtype=types.FLOAT, output_layout="HWC", crop=(image_size, image_size),
+            mean=list(MEAN), std=list(STD), mirror=mirror)
+        labels = fn.reshape(records["image/class/label"], shape=[]) - 1
+        return images, fn.cast(labels, dtype=types.INT32)
+
+    return pipeline
+
+
+def dataset(files, idx_dir: str, batch_size: int, image_size: int, training: bool, rank: int = 0,
+            world: int = 1, local_rank: int = 0, seed: int | None = None,
+            num_threads: int = 4) -> tf.data.Dataset:
+    """Batches of (images (N, size, size, 3) float32, labels (N,) int32) for this rank."""
+    import nvidia.dali.plugin.tf as dali_tf
+
+    gpu = bool(tf.config.list_physical_devices("GPU"))
+    idx_files = [tfrecord_index.index_path(idx_dir, f) for f in files]
+    device_id = local_rank if gpu else None  # DALI counts physical GPUs, one per local rank
+    pipe = _build_pipeline(files, idx_files, training, image_size, rank, world, gpu)(
+        batch_size=batch_size, num_threads=num_threads, device_id=device_id,
+        seed=-1 if seed is None else seed + rank, prefetch_queue_depth=2)
+    with tf.device("/gpu:0" if gpu else "/cpu:0"):
+        ds = dali_tf.DALIDataset(
+            pipeline=pipe, batch_size=batch_size, device_id=device_id,
+            output_shapes=((batch_size, image_size, image_size, 3), (batch_size,)),
+            output_dtypes=(tf.float32, tf.int32))
+    if training:
+        return ds
+    # One pass over this rank's shard: DALI pads the last batch, so cut the padding off.
+    n = tfrecord_index.count_records(files, idx_dir)
+    shard = (rank + 1) * n // world - rank * n // world  # DALI's contiguous shard split
+    return ds.unbatch().take(shard).batch(batch_size)

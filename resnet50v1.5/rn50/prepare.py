@@ -1,0 +1,148 @@
+"""ImageNet-style folder -> sharded TFRecords (+ DALI index files and labels.txt).
+
+Input layout (that of ImageNet after the usual extraction)::
+
+    <src>/train/<class>/*.JPEG
+    <src>/val/<class>/*.JPEG              (either this ...)
+    <src>/val/*.JPEG + <src>/val_labels.txt   (... or flat images and "<file> <class>" lines)
+
+Output: ``train-XXXXX-of-YYYYY`` and ``validation-XXXXX-of-YYYYY`` with ``image/encoded`` (JPEG
+bytes; other formats are re-encoded as JPEG) and ``image/class/label`` (1..N in the sorted order
+of the class folder names), ``labels.txt`` (the class names, one a line) and ``idx/*.idx``.
+"""
+from __future__ import annotations
+
+import io
+import os
+import random
+import sys
+import time
+from typing import Iterable, Sequence
+
+from common import tfrecord_index
+from common.errors import DataError
+
+IMAGE_EXTENSIONS = (".jpeg", ".jpg", ".png", ".bmp")
+
+
+def _is_image(name: str) -> bool:
+    return name.lower().endswith(IMAGE_EXTENSIONS)
+
+
+def list_split(src: str, split: str, classes: Sequence[str] | None = None):
+    """[(path, class name)] for ``split`` ("train" or "val") and the sorted class names."""
+    root = os.path.join(src, split)
+    if not os.path.isdir(root):
+        raise DataError(f"{root} does not exist")
+    labels_file = os.path.join(src, f"{split}_labels.txt")
+    if os.path.exists(labels_file):
+        items = []
+        with open(labels_file) as f:
+            for n, line in enumerate(f, 1):
+                parts = line.split()
+                if not parts:
+                    continue
+                if len(parts) != 2:
+                    raise DataError(f"{labels_file}:{n}: expected '<file> <class>'")
+                items.append((os.path.join(root, parts[0]), parts[1]))
+    else:
+        items = [(os.path.join(root, c, f), c)
+                 for c in sorted(os.listdir(root)) if os.path.isdir(os.path.join(root, c))
+                 for f in sorted(os.listdir(os.path.join(root, c))) if _is_image(f)]
+    if not items:
+        raise DataError(f"no images found under {root}")
+    found = sorted({c for _, c in items})
+    if classes is not None:
+        unknown = set(found) - set(classes)
+        if unknown:
+            raise DataError(f"{split} has classes that train lacks: {sorted(unknown)[:5]}")
+        found = list(classes)
+    return items, found
+
+
+def _jpeg_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:3] == b"\xff\xd8\xff":
+        return data
+    from PIL import Image  # PNG, BMP, CMYK JPEGs ...: re-encode as RGB JPEG
+    try:
+        image = Image.open(io.BytesIO(data)).convert("RGB")
+    except Exception as e:  # PIL raises many types for bad files
+        raise DataError(f"{path} is not a readable image ({e})") from None
+    out = io.BytesIO()
+    image.save(out, format="JPEG", quality=95)
+    return out.getvalue()
+
+
+def _example(jpeg: bytes, label: int, name: str):
+    import tensorflow as tf
+
+    def feature(value):
+        if isinstance(value, int):
+            return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+    return tf.train.Example(features=tf.train.Features(feature={
+        "image/encoded": feature(jpeg), "image/class/label": feature(label),
+        "image/class/synset": feature(name.encode()), "image/format": feature(b"JPEG"),
+    })).SerializeToString()
+
+
+def write_split(items, classes, out_dir: str, prefix: str, shards: int, seed: int,
+                log=print) -> list[str]:
+    import tensorflow as tf
+
+    index = {c: i + 1 for i, c in enumerate(classes)}  # labels 1..N, as in ImageNet TFRecords
+    items = list(items)
+    random.Random(seed).shuffle(items)  # mix classes across shards
+    shards = max(1, min(shards, len(items)))
+    paths, start, done = [], time.time(), 0
+    for s in range(shards):
+        path = os.path.join(out_dir, f"{prefix}-{s:05d}-of-{shards:05d}")
+        tmp = path + ".tmp"
+        with tf.io.TFRecordWriter(tmp) as writer:
+            for image_path, cls in items[s::shards]:
+                writer.write(_example(_jpeg_bytes(image_path), index[cls], cls))
+                done += 1
+                if done % 500 == 0 or done == len(items):
+                    rate = done / (time.time() - start)
+                    log(f"{prefix}: {done}/{len(items)} images ({rate:.0f}/s, "
+                        f"eta {(len(items) - done) / rate:.0f} s)")
+        os.replace(tmp, path)  # an interrupted run leaves no half-written shard behind
+        paths.append(path)
+    return paths
+
+
+def prepare(src: str, out_dir: str, train_shards: int, val_shards: int, seed: int = 0,
+            log=print) -> dict:
+    train, classes = list_split(src, "train")
+    val, _ = list_split(src, "val", classes)
+    os.makedirs(os.path.join(out_dir, "idx"), exist_ok=True)
+    with open(os.path.join(out_dir, "labels.txt"), "w") as f:
+        f.write("".join(c + "\n" for c in classes))
+    files = (write_split(train, classes, out_dir, "train", train_shards, seed, log)
+             + write_split(val, classes, out_dir, "validation", val_shards, seed, log))
+    for path in files:
+        tfrecord_index.write_index(path, tfrecord_index.index_path(os.path.join(out_dir, "idx"),
+                                                                   path))
+    log(f"wrote {len(train)} train and {len(val)} validation images of {len(classes)} classes "
+        f"to {out_dir} (index files in {out_dir}/idx)")
+    return {"classes": len(classes), "train": len(train), "validation": len(val)}
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("src", help="folder with train/ and val/")
+    p.add_argument("out_dir", help="where the TFRecords go")
+    p.add_argument("--train_shards", type=int, default=1024)
+    p.add_argument("--val_shards", type=int, default=128)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    try:
+        prepare(args.src, args.out_dir, args.train_shards, args.val_shards, args.seed)
+    except DataError as e:
+        print(f"prepare_dataset.py: error: {e}", file=sys.stderr)
+        return 1
+    return 0

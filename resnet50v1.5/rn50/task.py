@@ -1,0 +1,176 @@
+"""ResNet-50 v1.5 on ImageNet: the model, data, loss and metrics that the shared loops run.
+
+Recipe defaults are NVIDIA's published ones: SGD with momentum 0.875, learning rate 0.256 per
+256 images scaled linearly with the global batch, linear warm-up then cosine decay, label
+smoothing 0.1, weight decay 1/32768 on convolution and dense kernels only (not on batch-norm
+parameters or biases), 90 epochs.
+"""
+from __future__ import annotations
+
+import os
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import flags
+
+from common import tfrecord_index
+from common.errors import DataError, UsageError
+from common.task import Task
+from rn50 import tfdata_pipeline
+from rn50.model import ARCHS, build_resnet
+from rn50.schedules import build_schedule
+
+IMAGENET_TRAIN_IMAGES = 1_281_167  # the nominal epoch of synthetic data
+
+
+def define_flags(fv: flags.FlagValues) -> None:
+    d = dict(flag_values=fv)
+    flags.DEFINE_enum("arch", "resnet50", list(ARCHS), "Network; resnet_tiny is for tests.", **d)
+    flags.DEFINE_integer("num_classes", 1000, "Classes.", lower_bound=2, **d)
+    flags.DEFINE_integer("image_size", 224, "Input resolution (square).", lower_bound=32, **d)
+    flags.DEFINE_enum("data_format", "NHWC", ("NHWC", "NCHW"), "Layout inside the model; NCHW "
+                      "needs a GPU.", **d)
+    flags.DEFINE_float("lr_init", 0.256, "Peak learning rate per 256 images of global batch.", **d)
+    flags.DEFINE_float("lr_warmup_epochs", 8, "Linear learning-rate warm-up.", lower_bound=0, **d)
+    flags.DEFINE_enum("lr_schedule", "cosine", ("cosine", "step"), "After warm-up: cosine to 0, "
+                      "or x0.1 at 1/3, 2/3 and 8/9 of training.", **d)
+    flags.DEFINE_float("momentum", 0.875, "SGD momentum.", **d)
+    flags.DEFINE_float("weight_decay", 3.0517578125e-05, "L2 on convolution and dense kernels.",
+                       lower_bound=0, **d)
+    flags.DEFINE_float("label_smoothing", 0.1, "Label smoothing.", lower_bound=0, upper_bound=1,
+                       **d)
+    flags.DEFINE_float("mixup", 0.0, "Mixup alpha (0: off; NVIDIA's 250-epoch recipe: 0.2).",
+                       lower_bound=0, **d)
+    flags.DEFINE_boolean("zero_init_residual", False, "Zero-initialise the last batch-norm gamma "
+                         "of each bottleneck.", **d)
+    flags.DEFINE_integer("dali_threads", 4, "DALI CPU worker threads per process.", lower_bound=1,
+                         **d)
+
+
+class ResNetTask(Task):
+    name = "resnet50v1.5"
+    item_unit = "images"
+    flag_defaults = {"batch_size": 256, "num_iter": 90, "iter_unit": "epoch"}
+    define_flags = staticmethod(define_flags)
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        f = self.flags
+        if f.data_format == "NCHW" and not tf.config.list_physical_devices("GPU"):
+            raise UsageError("--data_format NCHW needs a GPU (TensorFlow's CPU kernels are NHWC)")
+        self.class_names = self._read_class_names()
+        self._decayed = []
+
+    def _read_class_names(self):
+        path = os.path.join(self.flags.data_dir or "", "labels.txt")
+        if not self.flags.data_dir or not os.path.exists(path):
+            return None
+        with open(path) as fh:
+            names = [line.strip() for line in fh if line.strip()]
+        if len(names) != self.flags.num_classes:
+            raise UsageError(f"{path} lists {len(names)} classes but --num_classes is "
+                             f"{self.flags.num_classes}")
+        return names
+
+    # --- model and optimisation ---------------------------------------------------------
+    def build_model(self):
+        f = self.flags
+        model = build_resnet(f.arch, f.num_classes, f.image_size, f.data_format,
+                             f.zero_init_residual)
+        self._decayed = [layer.kernel for layer in model.layers
+                         if isinstance(layer, (keras.layers.Conv2D, keras.layers.Dense))]
+        return model
+
+    def build_optimizer(self, steps_per_epoch, total_steps):
+        f = self.flags
+        peak = f.lr_init * self.ctx.global_batch_size / 256  # the linear scaling rule
+        schedule = build_schedule(f.lr_schedule, peak, total_steps,
+                                  warmup_steps=int(f.lr_warmup_epochs * steps_per_epoch))
+        return keras.optimizers.SGD(learning_rate=schedule, momentum=f.momentum)
+
+    def train_loss(self, model, batch):
+        images, targets = batch  # targets: (N, classes) float32, smoothed by the loss below
+        logits = model(images, training=True)  # (N, classes) float32 under any policy
+        loss = tf.reduce_mean(keras.losses.categorical_crossentropy(
+            targets, logits, from_logits=True, label_smoothing=self.flags.label_smoothing))
+        if self.flags.weight_decay:
+            loss += self.flags.weight_decay * tf.add_n(
+                [tf.nn.l2_loss(tf.cast(w, tf.float32)) for w in self._decayed])
+        return loss
+
+    def eval_metrics(self):
+        return [keras.metrics.SparseCategoricalAccuracy(name="top1"),
+                keras.metrics.SparseTopKCategoricalAccuracy(k=5, name="top5")]
+
+    def eval_update(self, model, batch, metrics):
+        images, labels = batch
+        logits = model(images, training=False)
+        for m in metrics:
+            m.update_state(labels, logits)
+
+    # --- data ---------------------------------------------------------------------------
+    def _files(self, split):
+        return tfdata_pipeline.record_files(self.flags.data_dir, split)
+
+    def num_train_examples(self):
+        if self.flags.data_dir is None:
+            return IMAGENET_TRAIN_IMAGES
+        return tfrecord_index.count_records(self._files("train"), self.flags.data_idx_dir)
+
+    def _dataset(self, split, training):
+        f, dist = self.flags, self.ctx.dist
+        files = self._files(split)
+        if f.dali:
+            from rn50 import dali_pipeline
+            dali_pipeline.ensure_indexes(files, f.data_idx_dir, dist.is_chief,
+                                         sync=lambda: dist.any(False))
+            return dali_pipeline.dataset(files, f.data_idx_dir, f.batch_size, f.image_size,
+                                         training, dist.rank, dist.size, dist.local_rank,
+                                         f.seed, f.dali_threads)
+        return tfdata_pipeline.dataset(files, f.batch_size, f.image_size, training, dist.rank,
+                                       dist.size, None if f.seed is None else f.seed + dist.rank)
+
+    def _synthetic(self):
+        f = self.flags
+        images = tf.random.normal((f.batch_size, f.image_size, f.image_size, 3), seed=f.seed)
+        labels = tf.random.uniform((f.batch_size,), 0, f.num_classes, tf.int32, seed=f.seed)
+        return tf.data.Dataset.from_tensors((images, labels)).repeat()
+
+    def train_dataset(self):
+        ds = self._synthetic() if self.flags.data_dir is None else self._dataset("train", True)
+        return ds.map(self._training_targets, num_parallel_calls=tf.data.AUTOTUNE)
+
+    def _training_targets(self, images, labels):
+        """One-hot targets; with --mixup, each batch blended with itself reversed."""
+        targets = tf.one_hot(labels, self.flags.num_classes)
+        alpha = self.flags.mixup
+        if alpha > 0:
+            a, b = tf.random.gamma([], alpha), tf.random.gamma([], alpha)
+            lam = a / (a + b)  # ~ Beta(alpha, alpha)
+            images = lam * images + (1 - lam) * tf.reverse(images, [0])
+            targets = lam * targets + (1 - lam) * tf.reverse(targets, [0])
+        return images, targets
+
+    def eval_dataset(self):
+        return self._dataset("validation", False)
+
+    # --- inference ----------------------------------------------------------------------
+    def predict(self, model, paths):
+        size = self.flags.image_size
+        records = []
+        for path in paths:
+            try:
+                image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
+            except tf.errors.InvalidArgumentError:
+                raise DataError(f"{path} is not an image TensorFlow can decode") from None
+            jpeg_like = tf.io.encode_png(image)  # eval_image decodes; PNG keeps pixels exact
+            x = tfdata_pipeline.eval_image(jpeg_like, size)[None]
+            probs = tf.nn.softmax(model(x, training=False)[0]).numpy()
+            top = np.argsort(-probs)[:5]
+            rec = {"file": path, "top5_classes": [int(c) for c in top],
+                   "top5_probs": [round(float(probs[c]), 5) for c in top]}
+            if self.class_names:
+                rec["top5_names"] = [self.class_names[c] for c in top]
+            records.append(rec)
+        return records
