@@ -24,6 +24,21 @@ from common.graceful_stop import GracefulStop
 from common.task import RunContext, Task
 
 
+def batches(dataset):
+    """Iterates ``dataset``, turning input-pipeline failures (a corrupt record or image, a DALI
+    read error) into one line instead of a TensorFlow traceback."""
+    iterator = iter(dataset)
+    while True:
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            return
+        except tf.errors.OpError as e:
+            raise DataError(f"cannot read the input data: {e.message.strip().splitlines()[0]}") \
+                from None
+        yield batch
+
+
 def count_params(variables) -> int:
     return int(sum(np.prod(v.shape) for v in variables))
 
@@ -137,7 +152,7 @@ class Trainer:
             return {**summary, "final_step": start}
         if self._train_step is None:
             self._train_step = self._build_train_step()
-        data = iter(self.task.train_dataset())
+        data = batches(self.task.train_dataset())
         spe = self.steps_per_epoch
         timed_items, timed_seconds, eval_results = 0, 0.0, {}
         window_items, window_start = 0, time.perf_counter()
@@ -190,7 +205,7 @@ class Trainer:
         for m in self.metrics:
             m.reset_state()
         start, items = time.perf_counter(), 0
-        for batch in self.task.eval_dataset():
+        for batch in batches(self.task.eval_dataset()):
             self._eval_step(batch)
             items += self.task.items_in(batch)
         seconds = time.perf_counter() - start
@@ -212,7 +227,7 @@ class Trainer:
         f, unit = self.flags, self.task.item_unit
         self._train_step = self._train_step or self._build_train_step()
         self.dist.broadcast(self._state())
-        data = iter(self.task.train_dataset())
+        data = batches(self.task.train_dataset())
         times = []
         last = time.perf_counter()
         for i in range(1, f.num_iter + 1):
@@ -235,7 +250,8 @@ class Trainer:
         f, unit = self.flags, self.task.item_unit
         model = self.model
         infer = tf.function(lambda x: model(x, training=False), jit_compile=self.ctx.precision.xla)
-        data = iter(self.task.eval_dataset().repeat() if f.data_dir else self.task.train_dataset())
+        data = batches(self.task.eval_dataset().repeat() if f.data_dir
+                       else self.task.train_dataset())
         times = []
         for i in range(1, f.num_iter + 1):
             inputs = self.task.inference_inputs(next(data))

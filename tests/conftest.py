@@ -1,0 +1,38 @@
+"""Shared fixtures: import paths for all three models, a real tiny dataset, a CLI runner."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RN50 = os.path.join(ROOT, "resnet50v1.5")
+sys.path[:0] = [ROOT, RN50]
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+# Tiny ResNet settings used by the end-to-end tests: same code paths, seconds per run.
+TINY = ["--arch", "resnet_tiny", "--num_classes", "10", "--image_size", "32", "--batch_size", "8",
+        "--lr_warmup_epochs", "0", "--display_every", "1"]
+
+
+def run_cli(args, timeout=300, env=None, **kw):
+    """Runs a command line; returns the CompletedProcess (text)."""
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=full_env, **kw)
+
+
+def stderr_last_line(proc) -> str:
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+@pytest.fixture(scope="session")
+def digits_records(tmp_path_factory):
+    """60 real digit images (48 train / 12 val) as ImageNet-layout TFRecords with indexes."""
+    from rn50 import digits, prepare
+
+    root = tmp_path_factory.mktemp("digits")
+    digits.export(str(root / "folder"), size=32, limit=60)
+    prepare.prepare(str(root / "folder"), str(root / "records"), train_shards=3, val_shards=2,
+                    log=lambda *_: None)
+    return str(root / "records")

@@ -1,0 +1,68 @@
+"""Real 2-process runs on localhost: horovodrun and mpirun, exact averaged updates, stop signal."""
+import os
+import shutil
+import signal
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, run_cli
+from linear_task import expected_params
+
+WORKER = os.path.join(ROOT, "tests", "hvd_worker.py")
+pytestmark = pytest.mark.skipif(shutil.which("horovodrun") is None or shutil.which("mpirun") is None,
+                                reason="Horovod or MPI is not installed (scripts/install_deps.sh)")
+
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"]
+
+
+def _check_ranks(out, steps, world=2, atol=1e-6):
+    r0, r1 = (np.load(os.path.join(out, f"rank{r}.npz")) for r in range(world))
+    assert int(r0["world"]) == world and int(r0["step"]) == int(r1["step"]) == steps
+    for name in ("kernel", "bias"):
+        np.testing.assert_array_equal(r0[name], r1[name])  # identical on both ranks
+    w, b = expected_params(world, steps)
+    np.testing.assert_allclose(r0["kernel"], w, atol=atol)
+    np.testing.assert_allclose(r0["bias"], b, atol=atol)
+
+
+@pytest.mark.parametrize("launcher", ["horovodrun", "mpirun"])
+def test_two_ranks_agree_on_the_averaged_update(tmp_path, launcher):
+    out = str(tmp_path / "out")
+    cmd = (["horovodrun", "-np", "2", "-H", "localhost:2"] if launcher == "horovodrun"
+           else MPIRUN)
+    proc = run_cli(cmd + [sys.executable, WORKER, out, "--num_iter", "3"])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    _check_ranks(out, steps=3)
+    assert "global batch 8" in proc.stdout  # 4 per process x 2
+
+
+def test_fp16_gradient_compression_is_close(tmp_path):
+    out = str(tmp_path / "out")
+    proc = run_cli(MPIRUN + [sys.executable, WORKER, out, "--num_iter", "2", "--fp16_allreduce"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _check_ranks(out, steps=2, atol=1e-2)
+
+
+def test_sigterm_on_one_rank_stops_both_at_the_same_step_then_resumes(tmp_path):
+    out = str(tmp_path / "out")
+    args = [sys.executable, WORKER, out, "--num_iter", "100000"]
+    proc = __import__("subprocess").Popen(MPIRUN + args, stdout=open(tmp_path / "log", "w"),
+                                          stderr=__import__("subprocess").STDOUT)
+    deadline = time.time() + 120
+    while time.time() < deadline and "step 20/" not in (tmp_path / "log").read_text():
+        time.sleep(0.5)
+    os.kill(int((tmp_path / "out" / "pid1").read_text()), signal.SIGTERM)  # rank 1 only
+    assert proc.wait(timeout=120) == 0, (tmp_path / "log").read_text()[-3000:]
+    r0, r1 = (np.load(os.path.join(out, f"rank{r}.npz")) for r in range(2))
+    stopped = int(r0["step"])
+    assert 20 <= stopped < 100000 and int(r1["step"]) == stopped
+    np.testing.assert_array_equal(r0["kernel"], r1["kernel"])
+    assert f"stopped at step {stopped}" in (tmp_path / "log").read_text()
+    # The next run resumes from rank 0's checkpoint and both ranks continue from it.
+    proc = run_cli(MPIRUN + [sys.executable, WORKER, out, "--num_iter", str(stopped + 2)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"restored {out}/checkpoints/ckpt-{stopped}" in proc.stdout
+    _check_ranks(out, steps=stopped + 2, atol=1e-4)
