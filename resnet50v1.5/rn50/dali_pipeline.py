@@ -80,7 +80,7 @@ def dataset(files, idx_dir: str, batch_size: int, image_size: int, training: boo
     device_id = local_rank if gpu else None  # DALI counts physical GPUs, one per local rank
     pipe = _build_pipeline(files, idx_files, training, image_size, rank, world, gpu)(
         batch_size=batch_size, num_threads=num_threads, device_id=device_id,
-        seed=-1 if seed is None else seed + rank, prefetch_queue_depth=2)
+        seed=None if seed is None else seed + rank, prefetch_queue_depth=2)
     with tf.device("/gpu:0" if gpu else "/cpu:0"):
         ds = dali_tf.DALIDataset(
             pipeline=pipe, batch_size=batch_size, device_id=device_id,

@@ -63,7 +63,8 @@ def eval_image(jpeg, size: int):
     scale = eval_resize(size) / tf.reduce_min(hw)
     new_hw = tf.cast(tf.round(hw * scale), tf.int32)
     image = tf.image.resize(image, new_hw, antialias=True)
-    top, left = (new_hw[0] - size) // 2, (new_hw[1] - size) // 2
+    # Centre rounded half up, as DALI's crop_pos 0.5 does, so the two pipelines see one crop.
+    top, left = (new_hw[0] - size + 1) // 2, (new_hw[1] - size + 1) // 2
     return normalize(image[top:top + size, left:left + size])
 
 

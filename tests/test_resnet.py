@@ -1,0 +1,138 @@
+"""ResNet-50 v1.5: exact size, dtypes, pipelines, and every mode end to end on real images."""
+import json
+import os
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from common import runner
+from conftest import RN50, TINY, run_cli
+from rn50 import dali_pipeline, digits, prepare, tfdata_pipeline
+from rn50.model import build_resnet
+from rn50.task import ResNetTask
+
+
+def _count(variables):
+    return int(sum(np.prod(v.shape) for v in variables))
+
+
+def test_parameter_count_equals_reference_resnet50_v15():
+    model = build_resnet("resnet50")
+    assert _count(model.trainable_variables) == 25_557_032  # torchvision / NVIDIA RN50 v1.5
+    assert _count(model.variables) == 25_610_152  # + batch-norm moving statistics
+    convs = [l for l in model.layers if isinstance(l, keras.layers.Conv2D)]
+    assert len(convs) == 53 and not any(c.use_bias for c in convs)
+    # v1.5: a downsampling bottleneck strides its 3x3 convolution, not its first 1x1.
+    assert model.get_layer("stage2_block1_2_conv").strides == (2, 2)
+    assert model.get_layer("stage2_block1_1_conv").strides == (1, 1)
+    bn = model.get_layer("stem_bn")
+    assert (bn.epsilon, bn.momentum) == (1e-5, 0.9)
+
+
+@pytest.mark.parametrize("policy, compute", [("float32", "float32"),
+                                             ("mixed_float16", "float16"),
+                                             ("mixed_bfloat16", "bfloat16")])
+def test_shapes_and_dtypes_under_each_policy(policy, compute):
+    keras.mixed_precision.set_dtype_policy(policy)
+    try:
+        model = build_resnet("resnet_tiny", num_classes=10, image_size=64, zero_init_residual=True)
+        logits = model(np.random.rand(2, 64, 64, 3).astype("float32"), training=False)
+        assert logits.shape == (2, 10) and logits.dtype == tf.float32  # classifier in float32
+        conv = model.get_layer("stage1_block1_2_conv")
+        assert conv.compute_dtype == compute and conv.kernel.dtype == "float32"
+        assert not np.any(model.get_layer("stage1_block1_3_bn").gamma.numpy())  # zero-init
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+
+
+def test_dali_and_tfdata_eval_preprocessing_agree(tmp_path):
+    digits.export(str(tmp_path / "f"), size=64, limit=40)
+    prepare.prepare(str(tmp_path / "f"), str(tmp_path / "r"), 1, 1, log=lambda *_: None)
+    files = tfdata_pipeline.record_files(str(tmp_path / "r"), "validation")
+    for size in (32, 56):  # a resize with an odd margin to crop, and a crop alone
+        a_img, a_lab = next(iter(tfdata_pipeline.dataset(files, 8, size, training=False)))
+        b_img, b_lab = next(iter(dali_pipeline.dataset(files, str(tmp_path / "r" / "idx"), 8,
+                                                       size, training=False)))
+        np.testing.assert_array_equal(a_lab.numpy(), b_lab.numpy())
+        diff = np.abs(a_img.numpy() - b_img.numpy())
+        # Two JPEG decoders and resize kernels: ~1 grey level on average, a few at worst.
+        assert diff.mean() < 0.05 and np.percentile(diff, 99) < 0.3, (size, diff.mean())
+
+
+@pytest.mark.parametrize("dali", [False, True])
+def test_every_mode_end_to_end(tmp_path, digits_records, dali):
+    out = str(tmp_path)
+    base = ["main.py", *TINY, "--data_dir", digits_records, "--results_dir", out]
+    if dali:
+        base.append("--dali")
+    s = runner.run(ResNetTask, base + ["--mode", "train_and_evaluate", "--num_iter", "2"])
+    assert s["final_step"] == 12 and s["epochs"] == 2  # 48 images / batch 8 = 6 steps an epoch
+    assert s["eval_images"] == 12 and 0 <= s["eval_top1"] <= s["eval_top5"] <= 1
+    ev = runner.run(ResNetTask, base + ["--mode", "evaluate"])
+    assert ev["eval_top1"] == pytest.approx(s["eval_top1"]) and ev["eval_images"] == 12
+    for mode in ("training_benchmark", "inference_benchmark"):
+        b = runner.run(ResNetTask, base + ["--mode", mode, "--iter_unit", "batch",
+                                           "--num_iter", "4", "--warmup_steps", "1"])
+        assert b["timed_steps"] == 3 and b["throughput_images_per_s"] > 0
+        assert b["latency_p50_ms"] <= b["latency_p99_ms"]
+
+
+def test_predict_returns_classes_for_image_files_and_exports(tmp_path, digits_records):
+    out = str(tmp_path)
+    base = ["main.py", *TINY, "--data_dir", digits_records, "--results_dir", out]
+    runner.run(ResNetTask, base + ["--mode", "train", "--num_iter", "1"])
+    images = tmp_path / "images"
+    digits.export(str(images), size=40, limit=3, val_fraction=0)
+    png = next((images / "train").rglob("*.JPEG"))
+    keras.utils.save_img(str(tmp_path / "one.png"), keras.utils.load_img(str(png)))
+    s = runner.run(ResNetTask, base + ["--mode", "predict", "--to_predict",
+                                       str(images / "train" / "*" / "*.JPEG"),
+                                       "--export_dir", str(tmp_path / "export")])
+    assert s["predictions"] == 3
+    preds = json.load(open(tmp_path / "predictions.json"))
+    for p in preds:
+        assert len(p["top5_classes"]) == 5 and all(0 <= c < 10 for c in p["top5_classes"])
+        assert p["top5_names"][0] == f"digit_{p['top5_classes'][0]}"
+        assert sum(p["top5_probs"]) <= 1.0001
+    one = runner.run(ResNetTask, base + ["--mode", "predict", "--to_predict",
+                                         str(tmp_path / "one.png")])
+    assert one["predictions"] == 1
+    served = tf.saved_model.load(str(tmp_path / "export"))
+    logits = served.serve(tf.zeros((2, 32, 32, 3)))
+    assert logits.shape == (2, 10)
+
+
+def test_xla_compiles_the_train_step(tmp_path):
+    from common.trainer import Trainer
+    s = runner.run(ResNetTask, ["main.py", *TINY, "--mode", "training_benchmark", "--xla",
+                                "--iter_unit", "batch", "--num_iter", "2", "--warmup_steps", "1",
+                                "--results_dir", str(tmp_path)])
+    assert s["timed_steps"] == 1
+    # The same step, built again, lowers to an XLA HLO module.
+    fv = __import__("common.flags", fromlist=["x"])
+    from common import distributed, precision
+    from common.dllogger import Logger
+    from common.task import RunContext
+    f = fv.parse(fv.build(ResNetTask.define_flags, ResNetTask.flag_defaults),
+                 ["main.py", *TINY, "--xla", "--results_dir", str(tmp_path)])
+    p = precision.resolve(amp=None, amp_dtype="auto", static_loss_scale=None, tf32=None, xla=True,
+                          has_gpu=False, environ={})
+    ctx = RunContext(f, distributed.Distributed(), p, Logger(enabled=False))
+    trainer = Trainer(ResNetTask(ctx), ctx)
+    step = trainer._build_train_step()
+    batch = next(iter(trainer.task.train_dataset()))
+    hlo = step.experimental_get_compiler_ir(batch)(stage="hlo")
+    assert "HloModule" in hlo
+
+
+def test_amp_environment_variable_through_main(tmp_path):
+    proc = run_cli([sys.executable, os.path.join(RN50, "main.py"), *TINY, "--mode",
+                    "training_benchmark", "--iter_unit", "batch", "--num_iter", "2",
+                    "--warmup_steps", "1", "--results_dir", str(tmp_path)],
+                   env={"TF_ENABLE_AUTO_MIXED_PRECISION": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert ("precision: policy mixed_bfloat16 (amp: env TF_ENABLE_AUTO_MIXED_PRECISION=1)"
+            in proc.stdout)

@@ -1,0 +1,136 @@
+"""The shared runtime through ResNet's main.py: logs, resume, graceful stop, one-line errors."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from common import dllogger, runner
+from conftest import RN50, TINY, run_cli, stderr_last_line
+from linear_task import LinearTask
+from rn50.task import ResNetTask
+
+MAIN = os.path.join(RN50, "main.py")
+
+
+def test_dllogger_records_parse_back(tmp_path):
+    out = str(tmp_path)
+    summary = runner.run(ResNetTask, ["main.py", "--mode", "train", *TINY, "--iter_unit", "batch",
+                                      "--num_iter", "3", "--results_dir", out])
+    records = dllogger.read_records(os.path.join(out, "log.json"))
+    meta = {r["metric"]: r["metadata"] for r in records if r["type"] == "METADATA"}
+    assert meta["images_per_s"]["unit"] == "images/s"
+    params = [r for r in records if r.get("step") == "PARAMETER"]
+    assert len(params) == 1
+    assert params[0]["data"]["batch_size"] == 8 and params[0]["data"]["arch"] == "resnet_tiny"
+    assert params[0]["data"]["dtype_policy"] == "float32" and "use_tf_amp" not in params[0]["data"]
+    steps = [r for r in records if r["type"] == "LOG" and isinstance(r["step"], list) and r["step"]]
+    assert [r["step"] for r in steps] == [[1, 1], [1, 2], [1, 3]]
+    assert all({"loss", "lr", "images_per_s"} <= set(r["data"]) for r in steps)
+    final = [r for r in records if r.get("step") == []]
+    assert len(final) == 1 and final[0]["data"]["final_step"] == 3
+    assert final[0]["data"]["final_loss"] == pytest.approx(summary["final_loss"])
+    events = os.listdir(os.path.join(out, "tensorboard", "train"))
+    assert any(e.startswith("events.out.tfevents") for e in events)
+
+
+def test_resume_continues_at_the_exact_step(tmp_path):
+    args = ["main.py", "--mode", "train", *TINY, "--iter_unit", "batch",
+            "--results_dir", str(tmp_path)]
+    assert runner.run(ResNetTask, args + ["--num_iter", "4"])["final_step"] == 4
+    resumed = runner.run(ResNetTask, args + ["--num_iter", "7"])
+    assert (resumed["start_step"], resumed["final_step"]) == (4, 7)
+    records = dllogger.read_records(os.path.join(tmp_path, "log.json"))
+    steps = [r["step"][1] for r in records if r["type"] == "LOG" and isinstance(r["step"], list)
+             and len(r["step"]) == 2 and "loss" in r["data"]]
+    assert steps == [1, 2, 3, 4, 5, 6, 7]
+    ckpts = sorted(f for f in os.listdir(tmp_path / "checkpoints") if f.endswith(".index"))
+    assert ckpts == ["ckpt-4.index", "ckpt-7.index"]
+    nothing = runner.run(ResNetTask, args + ["--num_iter", "7"])
+    assert nothing["final_step"] == 7 and "final_loss" not in nothing
+
+
+def test_sigterm_checkpoints_exits_zero_and_resumes(tmp_path):
+    out = str(tmp_path)
+    cmd = [sys.executable, MAIN, "--mode", "train", *TINY, "--iter_unit", "batch",
+           "--num_iter", "100000", "--results_dir", out]
+    log = open(tmp_path / "stdout", "w")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.time() + 120
+    while time.time() < deadline and "step 5/" not in (tmp_path / "stdout").read_text():
+        time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0
+    text = (tmp_path / "stdout").read_text()
+    stopped = int(text.split("SIGTERM: stopped at step ")[1].split(",")[0])
+    assert os.path.exists(tmp_path / "checkpoints" / f"ckpt-{stopped}.index")
+    resumed = runner.run(ResNetTask, cmd[1:3] + cmd[3:-4] + ["--num_iter", str(stopped + 2),
+                                                            "--results_dir", out])
+    assert (resumed["start_step"], resumed["final_step"]) == (stopped, stopped + 2)
+
+
+def test_nan_loss_stops_with_one_line_and_keeps_the_checkpoint(tmp_path, monkeypatch):
+    import tensorflow as tf
+
+    real = LinearTask.train_loss
+
+    def loss_turning_nan(self, model, batch):
+        return real(self, model, batch) * tf.constant(float("nan"))
+
+    args = ["x", "--results_dir", str(tmp_path), "--save_checkpoint_steps", "2"]
+    runner.run(LinearTask, args + ["--num_iter", "2"])
+    monkeypatch.setattr(LinearTask, "train_loss", loss_turning_nan)
+    code = runner.main(LinearTask, args + ["--num_iter", "5"])
+    assert code == 1
+    assert sorted(f for f in os.listdir(tmp_path / "checkpoints") if f.endswith(".index")) == \
+        ["ckpt-2.index"]
+
+
+@pytest.mark.parametrize("extra, code, message", [
+    (["--bogus_flag", "1"], 2, "Unknown command line flag 'bogus_flag'"),
+    (["--data_dir", "/no/such/dir"], 1, "--data_dir /no/such/dir does not exist"),
+    (["--mode", "evaluate"], 2, "--mode evaluate needs --data_dir"),
+    (["--dali"], 2, "--dali needs --data_dir"),
+    (["--mode", "training_benchmark", "--num_iter", "5"], 2, "use --iter_unit batch"),
+])
+def test_bad_command_lines_fail_with_one_line(extra, code, message):
+    proc = run_cli([sys.executable, MAIN, *extra])
+    assert proc.returncode == code
+    assert stderr_last_line(proc) == f"main.py: error: {message}" or message in stderr_last_line(proc)
+    assert "Traceback" not in proc.stderr
+
+
+def test_corrupt_tfrecord_fails_with_one_line(tmp_path, digits_records):
+    import shutil
+    data = tmp_path / "data"
+    shutil.copytree(digits_records, data)
+    victim = sorted(p for p in os.listdir(data) if p.startswith("train-"))[0]
+    with open(data / victim, "r+b") as f:
+        f.truncate(os.path.getsize(data / victim) - 100)
+    os.remove(data / "idx" / f"{victim}.idx")  # indexes are rebuilt by scanning: it fails there
+    proc = run_cli([sys.executable, MAIN, "--mode", "train", *TINY, "--data_dir", str(data),
+                    "--results_dir", str(tmp_path / "r")])
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert stderr_last_line(proc).startswith("main.py: error: ")
+    assert f"{victim} is truncated or not a TFRecord file" in stderr_last_line(proc)
+    assert "Traceback" not in proc.stderr
+
+
+def test_corrupt_image_inside_a_valid_record_fails_with_one_line(tmp_path):
+    import tensorflow as tf
+    from rn50 import prepare
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "labels.txt").write_text("".join(f"c{i}\n" for i in range(10)))
+    for split in ("train", "validation"):
+        with tf.io.TFRecordWriter(str(data / f"{split}-00000-of-00001")) as w:
+            for i in range(4):
+                w.write(prepare._example(b"\xff\xd8\xff not really a jpeg", 1 + i, "c"))
+    proc = run_cli([sys.executable, MAIN, "--mode", "train", *TINY, "--data_dir", str(data),
+                    "--results_dir", str(tmp_path / "r"), "--batch_size", "2"])
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert stderr_last_line(proc).startswith("main.py: error: cannot read the input data:")
+    assert "Traceback" not in proc.stderr
