@@ -35,7 +35,7 @@ def ensure_indexes(files, idx_dir: str, is_chief: bool, sync) -> None:
                         "missing (is --data_idx_dir on a shared file system?)")
 
 
-def _build_pipeline(files, idx_files, training, image_size, shard_id, num_shards, gpu):
+def _build_pipeline(files, idx_files, training, image_size, shard_id, num_shards, gpu, min_area):
     from nvidia.dali import fn, pipeline_def, types
     import nvidia.dali.tfrecord as tfrec
 
@@ -52,7 +52,7 @@ def _build_pipeline(files, idx_files, training, image_size, shard_id, num_shards
         if training:
             images = fn.decoders.image_random_crop(
                 records["image/encoded"], device=decode_device, output_type=types.RGB,
-                random_aspect_ratio=[3 / 4, 4 / 3], random_area=[0.08, 1.0], num_attempts=100)
+                random_aspect_ratio=[3 / 4, 4 / 3], random_area=[min_area, 1.0], num_attempts=100)
             images = fn.resize(images, resize_x=image_size, resize_y=image_size)
             mirror = fn.random.coin_flip(probability=0.5)
         else:
@@ -71,14 +71,14 @@ def _build_pipeline(files, idx_files, training, image_size, shard_id, num_shards
 
 def dataset(files, idx_dir: str, batch_size: int, image_size: int, training: bool, rank: int = 0,
             world: int = 1, local_rank: int = 0, seed: int | None = None,
-            num_threads: int = 4) -> tf.data.Dataset:
+            num_threads: int = 4, min_area: float = 0.08) -> tf.data.Dataset:
     """Batches of (images (N, size, size, 3) float32, labels (N,) int32) for this rank."""
     import nvidia.dali.plugin.tf as dali_tf
 
     gpu = bool(tf.config.list_physical_devices("GPU"))
     idx_files = [tfrecord_index.index_path(idx_dir, f) for f in files]
     device_id = local_rank if gpu else None  # DALI counts physical GPUs, one per local rank
-    pipe = _build_pipeline(files, idx_files, training, image_size, rank, world, gpu)(
+    pipe = _build_pipeline(files, idx_files, training, image_size, rank, world, gpu, min_area)(
         batch_size=batch_size, num_threads=num_threads, device_id=device_id,
         seed=None if seed is None else seed + rank, prefetch_queue_depth=2)
     with tf.device("/gpu:0" if gpu else "/cpu:0"):

@@ -44,6 +44,9 @@ def define_flags(fv: flags.FlagValues) -> None:
                        lower_bound=0, **d)
     flags.DEFINE_boolean("zero_init_residual", False, "Zero-initialise the last batch-norm gamma "
                          "of each bottleneck.", **d)
+    flags.DEFINE_float("crop_area_min", 0.08, "Smallest fraction of the image a training crop "
+                       "keeps (raise it for small, low-resolution images).", lower_bound=0.01,
+                       upper_bound=1.0, **d)
     flags.DEFINE_integer("dali_threads", 4, "DALI CPU worker threads per process.", lower_bound=1,
                          **d)
 
@@ -127,9 +130,10 @@ class ResNetTask(Task):
                                          sync=lambda: dist.any(False))
             return dali_pipeline.dataset(files, f.data_idx_dir, f.batch_size, f.image_size,
                                          training, dist.rank, dist.size, dist.local_rank,
-                                         f.seed, f.dali_threads)
+                                         f.seed, f.dali_threads, f.crop_area_min)
         return tfdata_pipeline.dataset(files, f.batch_size, f.image_size, training, dist.rank,
-                                       dist.size, None if f.seed is None else f.seed + dist.rank)
+                                       dist.size, None if f.seed is None else f.seed + dist.rank,
+                                       f.crop_area_min)
 
     def _synthetic(self):
         f = self.flags

@@ -44,11 +44,11 @@ def normalize(image):
     return (tf.cast(image, tf.float32) - MEAN) / STD
 
 
-def train_image(jpeg, size: int):
-    """Random crop (area 8-100%, aspect 3/4-4/3), resize to size x size, random flip."""
+def train_image(jpeg, size: int, min_area: float = 0.08):
+    """Random crop (area min_area-100%, aspect 3/4-4/3), resize to size x size, random flip."""
     begin, crop, _ = tf.image.sample_distorted_bounding_box(
         tf.image.extract_jpeg_shape(jpeg), bounding_boxes=tf.zeros([1, 0, 4]),
-        min_object_covered=0.0, aspect_ratio_range=(3 / 4, 4 / 3), area_range=(0.08, 1.0),
+        min_object_covered=0.0, aspect_ratio_range=(3 / 4, 4 / 3), area_range=(min_area, 1.0),
         max_attempts=100, use_image_if_no_bounding_boxes=True)
     image = tf.image.decode_and_crop_jpeg(
         jpeg, tf.stack([begin[0], begin[1], crop[0], crop[1]]), channels=3)
@@ -69,7 +69,7 @@ def eval_image(jpeg, size: int):
 
 
 def dataset(files, batch_size: int, image_size: int, training: bool, rank: int = 0,
-            world: int = 1, seed: int | None = None) -> tf.data.Dataset:
+            world: int = 1, seed: int | None = None, min_area: float = 0.08) -> tf.data.Dataset:
     """Batches of (images (N, size, size, 3) float32, labels (N,) int32) for this rank."""
     ds = tf.data.Dataset.from_tensor_slices(list(files))
     shard_files = len(files) >= world
@@ -83,7 +83,9 @@ def dataset(files, batch_size: int, image_size: int, training: bool, rank: int =
         ds = ds.shard(world, rank)
     if training:
         ds = ds.shuffle(10_000, seed=seed).repeat()
-    preprocess = train_image if training else eval_image
-    ds = ds.map(lambda rec: (lambda jpeg, label: (preprocess(jpeg, image_size), label))(
-        *_parse(rec)), num_parallel_calls=tf.data.AUTOTUNE, deterministic=not training)
+    def preprocess(record):
+        jpeg, label = _parse(record)
+        image = train_image(jpeg, image_size, min_area) if training else eval_image(jpeg, image_size)
+        return image, label
+    ds = ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE, deterministic=not training)
     return ds.batch(batch_size, drop_remainder=training).prefetch(tf.data.AUTOTUNE)
