@@ -29,8 +29,8 @@ def _predict_paths(pattern: str) -> list[str]:
     return paths
 
 
-def run(task_cls: Type[Task], argv: Sequence[str]) -> dict:
-    """Runs one job and returns its summary (also logged). Raises the errors of common.errors."""
+def setup(task_cls: Type[Task], argv: Sequence[str]) -> Trainer:
+    """Flags, Horovod, precision, logs and the model: everything before the mode runs."""
     fv = flags.parse(flags.build(task_cls.define_flags, task_cls.flag_defaults), argv)
     dist = distributed.init()
     prec = precision.resolve(
@@ -44,21 +44,31 @@ def run(task_cls: Type[Task], argv: Sequence[str]) -> dict:
         enabled=dist.is_chief,
         json_path=os.path.join(fv.results_dir, fv.log_filename) if fv.log_filename else None,
         tensorboard_dir=os.path.join(fv.results_dir, "tensorboard", fv.mode))
+    logger.metadata("loss", unit=None)
+    logger.metadata(f"{task_cls.item_unit}_per_s", unit=f"{task_cls.item_unit}/s", fmt=":.1f")
+    logger.metadata("lr", unit=None, fmt=":.6f")
+    logger.parameters({**flags.as_dict(fv), "world_size": dist.size,
+                       "global_batch_size": fv.batch_size * dist.size, **prec.describe()})
+    logger.print(
+        f"precision: policy {prec.policy} (amp: {prec.sources['amp']}), loss scale "
+        f"{prec.loss_scale or 'none'}, tf32 {'on' if prec.tf32 else 'off'} "
+        f"({prec.sources['tf32']}), xla {'on' if prec.xla else 'off'}"
+        + (f", {precision.XLA_ENV}={prec.xla_env_flags}" if prec.xla_env_flags else ""))
+    logger.print(f"processes: {dist.size}, batch {fv.batch_size} per process, "
+                 f"global batch {fv.batch_size * dist.size}")
+    ctx = RunContext(flags=fv, dist=dist, precision=prec, logger=logger)
     try:
-        logger.metadata("loss", unit=None)
-        logger.metadata(f"{task_cls.item_unit}_per_s", unit=f"{task_cls.item_unit}/s", fmt=":.1f")
-        logger.metadata("lr", unit=None, fmt=":.6f")
-        logger.parameters({**flags.as_dict(fv), "world_size": dist.size,
-                           "global_batch_size": fv.batch_size * dist.size, **prec.describe()})
-        logger.print(
-            f"precision: policy {prec.policy} (amp: {prec.sources['amp']}), loss scale "
-            f"{prec.loss_scale or 'none'}, tf32 {'on' if prec.tf32 else 'off'} "
-            f"({prec.sources['tf32']}), xla {'on' if prec.xla else 'off'}"
-            + (f", {precision.XLA_ENV}={prec.xla_env_flags}" if prec.xla_env_flags else ""))
-        logger.print(f"processes: {dist.size}, batch {fv.batch_size} per process, "
-                     f"global batch {fv.batch_size * dist.size}")
-        ctx = RunContext(flags=fv, dist=dist, precision=prec, logger=logger)
-        trainer = Trainer(task_cls(ctx), ctx)
+        return Trainer(task_cls(ctx), ctx)
+    except BaseException:
+        logger.close()
+        raise
+
+
+def run(task_cls: Type[Task], argv: Sequence[str]) -> dict:
+    """Runs one job and returns its summary (also logged). Raises the errors of common.errors."""
+    trainer = setup(task_cls, argv)
+    fv, logger = trainer.flags, trainer.log
+    try:
         summary = {"mode": fv.mode}
         if fv.mode in ("train", "train_and_evaluate"):
             summary.update(trainer.train(trainer.total_steps(),
@@ -74,7 +84,7 @@ def run(task_cls: Type[Task], argv: Sequence[str]) -> dict:
             summary.update(trainer.benchmark_inference())
         if fv.export_dir:
             trainer.export(fv.export_dir)
-        summary.update(precision=prec.policy, world_size=dist.size)
+        summary.update(precision=trainer.ctx.precision.policy, world_size=trainer.dist.size)
         logger.summary(summary)
         return summary
     finally:

@@ -30,8 +30,12 @@ apt_install() {
 }
 
 # --- TensorFlow with Keras 3 (kept as is when the image already has it) ---------------------
-if py_ok 'import tensorflow, keras; assert int(keras.__version__.split(".")[0]) >= 3'; then
+export TF_CPP_MIN_LOG_LEVEL=3  # the checks below import TensorFlow; keep its start-up quiet
+if py_ok 'import tensorflow'; then
   log "tensorflow present: $("$PY" -c 'import tensorflow as tf; print(tf.__version__)')"
+  # An image whose TensorFlow came with Keras 2 gets Keras 3 beside it, not a second TensorFlow.
+  py_ok 'import keras; assert int(keras.__version__.split(".")[0]) >= 3' \
+    || { log "pip install keras>=3"; pip_install "keras>=3.5"; }
 else
   log "pip install tensorflow==$TF_VERSION"
   pip_install "tensorflow==$TF_VERSION"
@@ -41,8 +45,8 @@ fi
 pip_install -r "$here/requirements.txt"
 
 # --- Horovod with TensorFlow, Gloo and MPI ---------------------------------------------------
-hvd_check='import horovod.tensorflow as hvd; assert hvd.mpi_built() and hvd.gloo_built()'
-if py_ok "$hvd_check"; then
+# Any Horovod with MPI is kept (NGC's has NCCL too, which a rebuild here would lose).
+if py_ok 'import horovod.tensorflow as hvd; assert hvd.mpi_built()'; then
   log "horovod present: $("$PY" -c 'import horovod; print(horovod.__version__)')"
 else
   missing=()
@@ -69,7 +73,8 @@ else
   HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
   HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 MAKEFLAGS="-j$(nproc)" \
     pip_install --no-build-isolation --no-cache-dir "$build/horovod-$HOROVOD_VERSION"
-  py_ok "$hvd_check" || { log "horovod installed but lacks MPI or Gloo support"; exit 1; }
+  py_ok 'import horovod.tensorflow as hvd; assert hvd.mpi_built() and hvd.gloo_built()' \
+    || { log "horovod installed but lacks MPI or Gloo support"; exit 1; }
 fi
 command -v mpirun >/dev/null || apt_install openmpi-bin
 

@@ -66,3 +66,18 @@ def test_sigterm_on_one_rank_stops_both_at_the_same_step_then_resumes(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"restored {out}/checkpoints/ckpt-{stopped}" in proc.stdout
     _check_ranks(out, steps=stopped + 2, atol=1e-4)
+
+
+def test_resnet_training_benchmark_reports_global_throughput_under_mpirun(tmp_path):
+    main = os.path.join(ROOT, "resnet50v1.5", "main.py")
+    proc = run_cli(MPIRUN + [sys.executable, main, "--mode", "training_benchmark", "--arch",
+                             "resnet_tiny", "--image_size", "32", "--batch_size", "4",
+                             "--iter_unit", "batch", "--num_iter", "4", "--warmup_steps", "1",
+                             "--results_dir", str(tmp_path)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = [r for r in __import__("common.dllogger", fromlist=["x"]).read_records(
+        str(tmp_path / "log.json")) if r.get("step") == []]
+    assert len(summary) == 1  # rank 0 alone writes the log
+    data = summary[0]["data"]
+    assert data["world_size"] == 2 and data["global_batch_size"] == 8
+    assert data["throughput_images_per_s"] > 0 and data["timed_steps"] == 3

@@ -106,26 +106,15 @@ def test_predict_returns_classes_for_image_files_and_exports(tmp_path, digits_re
 
 
 def test_xla_compiles_the_train_step(tmp_path):
-    from common.trainer import Trainer
-    s = runner.run(ResNetTask, ["main.py", *TINY, "--mode", "training_benchmark", "--xla",
-                                "--iter_unit", "batch", "--num_iter", "2", "--warmup_steps", "1",
-                                "--results_dir", str(tmp_path)])
-    assert s["timed_steps"] == 1
-    # The same step, built again, lowers to an XLA HLO module.
-    fv = __import__("common.flags", fromlist=["x"])
-    from common import distributed, precision
-    from common.dllogger import Logger
-    from common.task import RunContext
-    f = fv.parse(fv.build(ResNetTask.define_flags, ResNetTask.flag_defaults),
-                 ["main.py", *TINY, "--xla", "--results_dir", str(tmp_path)])
-    p = precision.resolve(amp=None, amp_dtype="auto", static_loss_scale=None, tf32=None, xla=True,
-                          has_gpu=False, environ={})
-    ctx = RunContext(f, distributed.Distributed(), p, Logger(enabled=False))
-    trainer = Trainer(ResNetTask(ctx), ctx)
-    step = trainer._build_train_step()
+    args = ["main.py", *TINY, "--mode", "training_benchmark", "--xla", "--iter_unit", "batch",
+            "--num_iter", "2", "--warmup_steps", "1", "--results_dir", str(tmp_path)]
+    assert runner.run(ResNetTask, args)["timed_steps"] == 1
+    trainer = runner.setup(ResNetTask, args)
+    trainer.log.close()
+    assert trainer.ctx.precision.xla
     batch = next(iter(trainer.task.train_dataset()))
-    hlo = step.experimental_get_compiler_ir(batch)(stage="hlo")
-    assert "HloModule" in hlo
+    hlo = trainer._build_train_step().experimental_get_compiler_ir(batch)(stage="hlo")
+    assert "HloModule" in hlo  # the whole step lowers to one XLA module
 
 
 def test_amp_environment_variable_through_main(tmp_path):
