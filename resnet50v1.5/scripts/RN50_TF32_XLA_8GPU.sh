@@ -1,0 +1,3 @@
+#!/usr/bin/env bash
+# ResNet-50 v1.5, 90 epochs, TF32 + XLA on 8 GPU(s). DATA_DIR, RESULTS_DIR and extra flags as in train.sh.
+exec bash "$(dirname "$0")/train.sh" tf32 8 xla "$@"

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# ResNet-50 v1.5 with NVIDIA's 90-epoch recipe (the defaults of main.py) on GPUS GPUs of one
+# machine, through mpirun (LAUNCHER=horovodrun for horovodrun).
+#   bash scripts/train.sh PRECISION GPUS [xla|noxla] [extra main.py flags]
+#   PRECISION: amp (float16 + dynamic loss scaling), tf32, or fp32 (TF32 off)
+# Environment: DATA_DIR (TFRecords + idx/), RESULTS_DIR, BATCH_SIZE (per GPU), EPOCHS, LAUNCHER.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+PRECISION=${1:?usage: train.sh amp|tf32|fp32 GPUS [xla|noxla] [flags]}
+GPUS=${2:?usage: train.sh amp|tf32|fp32 GPUS [xla|noxla] [flags]}
+XLA=${3:-noxla}
+shift $(( $# < 3 ? $# : 3 ))
+
+case "$PRECISION" in
+  amp) flags=(--amp) ;;
+  tf32) flags=(--tf32) ;;
+  fp32) flags=(--no_tf32) ;;
+  *) echo "train.sh: error: precision must be amp, tf32 or fp32, not $PRECISION" >&2; exit 2 ;;
+esac
+case "$XLA" in
+  xla) flags+=(--xla) ;;
+  noxla) ;;
+  *) echo "train.sh: error: the third argument must be xla or noxla, not $XLA" >&2; exit 2 ;;
+esac
+
+DATA_DIR=${DATA_DIR-/data/imagenet}  # set but empty: synthetic data (benchmarks)
+if [ -n "$DATA_DIR" ]; then flags+=(--data_dir "$DATA_DIR" --dali); fi
+
+launch=()
+if [ "$GPUS" -gt 1 ]; then
+  if [ "${LAUNCHER:-mpirun}" = horovodrun ]; then
+    launch=(horovodrun -np "$GPUS" -H "localhost:$GPUS")
+  else
+    launch=(mpirun --allow-run-as-root --bind-to socket -np "$GPUS")
+  fi
+fi
+exec "${launch[@]}" python "$here/main.py" --mode train_and_evaluate --iter_unit epoch \
+  --num_iter "${EPOCHS:-90}" --batch_size "${BATCH_SIZE:-256}" \
+  --results_dir "${RESULTS_DIR:-/results}" "${flags[@]}" "$@"
