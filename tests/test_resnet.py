@@ -125,3 +125,18 @@ def test_amp_environment_variable_through_main(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert ("precision: policy mixed_bfloat16 (amp: env TF_ENABLE_AUTO_MIXED_PRECISION=1)"
             in proc.stdout)
+
+
+def test_sweep_prints_a_table_with_speedups_against_fp32(tmp_path, capsys):
+    from common import sweep
+    code = sweep.main([os.path.join(RN50, "main.py"), "--mode", "inference_benchmark",
+                       "--batch_sizes", "4", "--precisions", "fp32,amp", "--results_dir",
+                       str(tmp_path), "--", "--arch", "resnet_tiny", "--image_size", "32",
+                       "--iter_unit", "batch", "--num_iter", "3", "--warmup_steps", "1"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    rows = [ln for ln in out.splitlines() if ln.startswith("| fp32") or ln.startswith("| amp")]
+    assert len(rows) == 2 and "| 1.00x |" in rows[0] and "x |" in rows[1]
+    saved = json.load(open(tmp_path / "sweep.json"))
+    assert [r["precision"] for r in saved] == ["fp32", "amp"]
+    assert saved[1]["throughput_images_per_s"] > 0

@@ -1,0 +1,123 @@
+#!/usr/bin/env python
+"""Training throughput side by side: this repository's ResNet-50 v1.5 ``training_benchmark``
+against ``keras.applications.ResNet50`` trained with ``model.fit``, under the same settings
+(float32, synthetic 224x224 images, batch 16, SGD with momentum), alternating A/B rounds in
+one process. Reports images/s, the ratio, and MFU: training FLOP/s over the float32 matmul
+ceiling measured in the same run.
+
+    python resnet50v1.5/scripts/benchmark_vs_keras.py --steps 20 --warmup 5 --rounds 3
+"""
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.dirname(_here), os.path.dirname(os.path.dirname(_here))]
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from common import runner  # noqa: E402
+from rn50.model import build_resnet  # noqa: E402
+from rn50.task import ResNetTask  # noqa: E402
+
+
+def matmul_ceiling(n=2048, reps=20) -> float:
+    """Float32 FLOP/s of a large matmul: the practical compute ceiling of this machine."""
+    a, b = tf.random.normal((n, n)), tf.random.normal((n, n))
+
+    @tf.function
+    def chain():
+        acc = tf.zeros((n, n))
+        for _ in range(reps):
+            acc += tf.linalg.matmul(a, b)
+        return acc[0, 0]
+    chain().numpy()  # trace and warm up
+    best = 0.0
+    for _ in range(3):
+        t0 = time.perf_counter()
+        chain().numpy()
+        best = max(best, 2 * n ** 3 * reps / (time.perf_counter() - t0))
+    return best
+
+
+def forward_flops(model) -> int:
+    """Multiply-adds x 2 of every convolution and dense layer for one image."""
+    total = 0
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.Conv2D):
+            _, h, w, c_out = layer.output.shape
+            kh, kw = layer.kernel_size
+            total += 2 * h * w * c_out * kh * kw * layer.kernel.shape[2]
+        elif isinstance(layer, keras.layers.Dense):
+            total += 2 * layer.kernel.shape[0] * layer.kernel.shape[1]
+    return total
+
+
+def ours(batch, steps, warmup) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        s = runner.run(ResNetTask, [
+            "main.py", "--mode", "training_benchmark", "--arch", "resnet50", "--batch_size",
+            str(batch), "--iter_unit", "batch", "--num_iter", str(warmup + steps),
+            "--warmup_steps", str(warmup), "--display_every", str(warmup + steps),
+            "--results_dir", tmp, "--log_filename", ""])
+    return s["throughput_images_per_s"]
+
+
+class _StepTimes(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.times = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        float(logs["loss"])  # wait for the step, as the repository's loop does
+        self.times.append(time.perf_counter())
+
+
+def keras_fit(batch, steps, warmup) -> float:
+    model = keras.applications.ResNet50(weights=None)
+    model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.875),
+                  loss=keras.losses.CategoricalCrossentropy())
+    x = tf.random.normal((batch, 224, 224, 3))
+    y = tf.one_hot(tf.random.uniform((batch,), 0, 1000, tf.int32), 1000)
+    timer = _StepTimes()
+    model.fit(tf.data.Dataset.from_tensors((x, y)).repeat(), steps_per_epoch=warmup + steps,
+              epochs=1, verbose=0, callbacks=[timer])
+    return batch * steps / (timer.times[-1] - timer.times[warmup - 1])
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--batch_size", type=int, default=16)
+    p.add_argument("--steps", type=int, default=20, help="timed steps per round")
+    p.add_argument("--warmup", type=int, default=5, help="untimed steps per round (>= 1)")
+    p.add_argument("--rounds", type=int, default=3)
+    args = p.parse_args()
+    keras.mixed_precision.set_dtype_policy("float32")
+    ceiling = matmul_ceiling()
+    ours_rates, keras_rates = [], []
+    for r in range(args.rounds):
+        ours_rates.append(ours(args.batch_size, args.steps, args.warmup))
+        keras_rates.append(keras_fit(args.batch_size, args.steps, args.warmup))
+        print(f"round {r + 1}: ours {ours_rates[-1]:.2f} img/s, keras.applications "
+              f"{keras_rates[-1]:.2f} img/s", flush=True)
+    ours_flops = 3 * forward_flops(build_resnet("resnet50"))  # forward + 2x for backward
+    keras_flops = 3 * forward_flops(keras.applications.ResNet50(weights=None))
+    o, k = statistics.median(ours_rates), statistics.median(keras_rates)
+    print(f"\nmatmul ceiling (float32, 2048^3): {ceiling / 1e9:.0f} GFLOP/s")
+    print("| model (float32, 224x224, batch %d) | images/s (median of %d) | training GFLOP/image "
+          "| MFU |" % (args.batch_size, args.rounds))
+    print("|---|---|---|---|")
+    print(f"| this repository, training_benchmark | {o:.2f} | {ours_flops / 1e9:.1f} | "
+          f"{o * ours_flops / ceiling:.0%} |")
+    print(f"| keras.applications.ResNet50 + fit | {k:.2f} | {keras_flops / 1e9:.1f} | "
+          f"{k * keras_flops / ceiling:.0%} |")
+    print(f"\nratio (ours / keras.applications): {o / k:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

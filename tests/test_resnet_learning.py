@@ -1,0 +1,23 @@
+"""Slow: ResNet-50 learns real digits within 3 epochs, under FP32 and AMP with close curves."""
+import os
+import sys
+
+import pytest
+
+from conftest import RN50
+
+sys.path.insert(0, os.path.join(RN50, "scripts"))
+
+
+@pytest.mark.slow
+def test_resnet50_learns_digits_under_fp32_and_amp_alike(tmp_path):
+    import learning_check
+
+    out = learning_check.run(epochs=3, seed=1, workdir=str(tmp_path))
+    fp32, amp = out["fp32"], out["amp"]
+    assert amp["summary"]["precision"] == "mixed_bfloat16"
+    for r in (fp32, amp):
+        assert r["epoch_top1"][-1] > 0.4  # chance is 0.1
+        assert r["epoch_loss"][-1] < r["epoch_loss"][0]
+    for a, b in zip(fp32["epoch_loss"], amp["epoch_loss"]):
+        assert abs(a - b) < 0.15 * a  # the curves stay within 15% of each other every epoch
