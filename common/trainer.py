@@ -18,7 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from common import benchmark
+from common import benchmark, precision
 from common.errors import DataError, TrainingError
 from common.graceful_stop import GracefulStop
 from common.task import RunContext, Task
@@ -45,8 +45,6 @@ def count_params(variables) -> int:
 
 class Trainer:
     def __init__(self, task: Task, ctx: RunContext):
-        from common import precision  # the one place that knows about loss scaling
-
         self.task, self.ctx = task, ctx
         self.flags, self.dist, self.log = ctx.flags, ctx.dist, ctx.logger
         self.model = task.build_model()
@@ -181,11 +179,12 @@ class Trainer:
                 if evaluate and (end_of_epoch or step == total_steps):
                     eval_results = self.evaluate(epoch=epoch)
                     window_start = time.perf_counter()
+                saved = None
                 if (end_of_epoch or step == total_steps
                         or (f.save_checkpoint_steps and step % f.save_checkpoint_steps == 0)):
-                    self.save()
+                    saved = self.save()
                 if stop.should_stop(self.dist):
-                    path = self.save()
+                    path = saved or self.save()
                     self.log.print(f"{stop.requested_by or 'a signal on another rank'}: stopped at "
                                    f"step {step}, checkpoint {path}; run again to resume")
                     summary["stopped_by_signal"] = True

@@ -140,3 +140,25 @@ def test_sweep_prints_a_table_with_speedups_against_fp32(tmp_path, capsys):
     saved = json.load(open(tmp_path / "sweep.json"))
     assert [r["precision"] for r in saved] == ["fp32", "amp"]
     assert saved[1]["throughput_images_per_s"] > 0
+
+
+def test_dali_builds_missing_index_files_or_stops_with_one_line(tmp_path, digits_records):
+    import shutil
+    data = tmp_path / "data"
+    shutil.copytree(digits_records, data)
+    shutil.rmtree(data / "idx")
+    s = runner.run(ResNetTask, ["main.py", *TINY, "--data_dir", str(data), "--dali", "--mode",
+                                "train", "--iter_unit", "batch", "--num_iter", "1",
+                                "--results_dir", str(tmp_path / "r")])
+    assert s["final_step"] == 1
+    # train mode reads (and indexes) the training files only
+    assert sorted(os.listdir(data / "idx")) == sorted(
+        f + ".idx" for f in os.listdir(data) if f.startswith("train-"))
+    blocker = tmp_path / "not_a_dir"
+    blocker.write_text("")  # index files cannot go below a regular file
+    proc = run_cli([sys.executable, os.path.join(RN50, "main.py"), *TINY, "--data_dir",
+                    digits_records, "--data_idx_dir", str(blocker / "idx"), "--dali", "--mode",
+                    "train", "--results_dir", str(tmp_path / "r2")])
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("main.py: error: --dali needs index files in ") and "--data_idx_dir" in last

@@ -72,7 +72,7 @@ def test_sigterm_checkpoints_exits_zero_and_resumes(tmp_path):
     assert (resumed["start_step"], resumed["final_step"]) == (stopped, stopped + 2)
 
 
-def test_nan_loss_stops_with_one_line_and_keeps_the_checkpoint(tmp_path, monkeypatch):
+def test_nan_loss_stops_with_one_line_and_keeps_the_checkpoint(tmp_path, monkeypatch, capsys):
     import tensorflow as tf
 
     real = LinearTask.train_loss
@@ -85,6 +85,9 @@ def test_nan_loss_stops_with_one_line_and_keeps_the_checkpoint(tmp_path, monkeyp
     monkeypatch.setattr(LinearTask, "train_loss", loss_turning_nan)
     code = runner.main(LinearTask, args + ["--num_iter", "5"])
     assert code == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("x: error: loss is nan at step 3; stopped without saving (last "
+                          "checkpoint: ") and err.endswith("ckpt-2)")
     assert sorted(f for f in os.listdir(tmp_path / "checkpoints") if f.endswith(".index")) == \
         ["ckpt-2.index"]
 
