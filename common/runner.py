@@ -1,6 +1,7 @@
 """Entry point shared by every ``main.py``: flags -> Horovod -> precision -> logs -> mode."""
 from __future__ import annotations
 
+import gc
 import glob
 import os
 import sys
@@ -102,6 +103,12 @@ def main(task_cls: Type[Task], argv: Optional[Sequence[str]] = None) -> int:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     except (DataError, TrainingError) as e:
+        message = str(e)
+        # The traceback holds the input pipeline's iterator; freeing it stops tf.data's worker
+        # threads, so that their own complaints (libjpeg's, say) come before this line, not after.
+        e.__traceback__ = None
+        del e
+        gc.collect()
         rank = os.environ.get("HOROVOD_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK")
-        print(f"{prog}: error{f' (rank {rank})' if rank else ''}: {e}", file=sys.stderr)
+        print(f"{prog}: error{f' (rank {rank})' if rank else ''}: {message}", file=sys.stderr)
         return 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 from typing import Optional
 
@@ -34,8 +35,9 @@ def batches(dataset):
         except StopIteration:
             return
         except tf.errors.OpError as e:
-            raise DataError(f"cannot read the input data: {e.message.strip().splitlines()[0]}") \
-                from None
+            # "{{function_node ...}} Invalid JPEG data, size 21 [Op:...]" -> the middle part
+            reason = re.sub(r"\{\{[^}]*\}\}|\[Op:[^\]]*\]", "", e.message).strip()
+            raise DataError(f"cannot read the input data: {reason.splitlines()[0]}") from None
         yield batch
 
 
