@@ -76,8 +76,8 @@ class Distributed:
             self.hvd.broadcast_variables([_tf_variable(v) for v in variables], root_rank=0)
 
     def barrier(self) -> None:
-        if self.enabled:
-            self.hvd.join()
+        """Returns on every rank once all ranks have reached it (a tiny allreduce)."""
+        self.any(False)
 
 
 def init() -> Distributed:

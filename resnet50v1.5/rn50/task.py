@@ -127,7 +127,7 @@ class ResNetTask(Task):
         if f.dali:
             from rn50 import dali_pipeline
             dali_pipeline.ensure_indexes(files, f.data_idx_dir, dist.is_chief,
-                                         sync=lambda: dist.any(False))
+                                         sync=dist.barrier)
             return dali_pipeline.dataset(files, f.data_idx_dir, f.batch_size, f.image_size,
                                          training, dist.rank, dist.size, dist.local_rank,
                                          f.seed, f.dali_threads, f.crop_area_min)
@@ -168,8 +168,7 @@ class ResNetTask(Task):
                 image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
             except tf.errors.InvalidArgumentError:
                 raise DataError(f"{path} is not an image TensorFlow can decode") from None
-            jpeg_like = tf.io.encode_png(image)  # eval_image decodes; PNG keeps pixels exact
-            x = tfdata_pipeline.eval_image(jpeg_like, size)[None]
+            x = tfdata_pipeline.eval_crop(image, size)[None]
             probs = tf.nn.softmax(model(x, training=False)[0]).numpy()
             top = np.argsort(-probs)[:5]
             rec = {"file": path, "top5_classes": [int(c) for c in top],

@@ -57,8 +57,11 @@ def train_image(jpeg, size: int, min_area: float = 0.08):
 
 
 def eval_image(jpeg, size: int):
+    return eval_crop(tf.io.decode_jpeg(jpeg, channels=3), size)
+
+
+def eval_crop(image, size: int):
     """Resize the shorter side to size / 0.875 (256 for 224), then take the central crop."""
-    image = tf.io.decode_jpeg(jpeg, channels=3)
     hw = tf.cast(tf.shape(image)[:2], tf.float32)
     scale = eval_resize(size) / tf.reduce_min(hw)
     new_hw = tf.cast(tf.round(hw * scale), tf.int32)
