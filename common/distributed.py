@@ -75,10 +75,6 @@ class Distributed:
         if self.enabled and variables:
             self.hvd.broadcast_variables([_tf_variable(v) for v in variables], root_rank=0)
 
-    def barrier(self) -> None:
-        """Returns on every rank once all ranks have reached it (a tiny allreduce)."""
-        self.any(False)
-
 
 def init() -> Distributed:
     """Starts Horovod when a launcher started this process, and pins one GPU per local rank."""

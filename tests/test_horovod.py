@@ -2,13 +2,15 @@
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 
 import numpy as np
 import pytest
 
-from conftest import ROOT, run_cli
+from common.dllogger import read_records
+from conftest import ROOT, TINY, run_cli
 from linear_task import expected_params
 
 WORKER = os.path.join(ROOT, "tests", "hvd_worker.py")
@@ -49,8 +51,8 @@ def test_fp16_gradient_compression_is_close(tmp_path):
 def test_sigterm_on_one_rank_stops_both_at_the_same_step_then_resumes(tmp_path):
     out = str(tmp_path / "out")
     args = [sys.executable, WORKER, out, "--num_iter", "100000"]
-    proc = __import__("subprocess").Popen(MPIRUN + args, stdout=open(tmp_path / "log", "w"),
-                                          stderr=__import__("subprocess").STDOUT)
+    proc = subprocess.Popen(MPIRUN + args, stdout=open(tmp_path / "log", "w"),
+                            stderr=subprocess.STDOUT)
     deadline = time.time() + 120
     while time.time() < deadline and "step 20/" not in (tmp_path / "log").read_text():
         time.sleep(0.5)
@@ -75,9 +77,24 @@ def test_resnet_training_benchmark_reports_global_throughput_under_mpirun(tmp_pa
                              "--iter_unit", "batch", "--num_iter", "4", "--warmup_steps", "1",
                              "--results_dir", str(tmp_path)])
     assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = [r for r in __import__("common.dllogger", fromlist=["x"]).read_records(
-        str(tmp_path / "log.json")) if r.get("step") == []]
+    summary = [r for r in read_records(str(tmp_path / "log.json")) if r.get("step") == []]
     assert len(summary) == 1  # rank 0 alone writes the log
     data = summary[0]["data"]
     assert data["world_size"] == 2 and data["global_batch_size"] == 8
     assert data["throughput_images_per_s"] > 0 and data["timed_steps"] == 3
+
+
+def test_index_files_that_cannot_be_written_stop_every_rank_with_one_line(tmp_path,
+                                                                         digits_records):
+    blocker = tmp_path / "file"
+    blocker.write_text("")  # index files cannot go below a regular file
+    proc = run_cli(MPIRUN + [sys.executable, os.path.join(ROOT, "resnet50v1.5", "main.py"), *TINY,
+                             "--data_dir", digits_records, "--data_idx_dir",
+                             str(blocker / "idx"), "--dali", "--mode", "train",
+                             "--results_dir", str(tmp_path / "r")], timeout=120)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    errors = sorted(ln for ln in proc.stderr.splitlines() if "main.py: error" in ln)
+    assert len(errors) == 2  # both ranks stop, neither waits for the other
+    assert errors[0].startswith("main.py: error (rank 0): --dali needs index files in ")
+    assert errors[1].startswith("main.py: error (rank 1): --dali needs index files in ")
+    assert "(on rank 0)" in errors[1]

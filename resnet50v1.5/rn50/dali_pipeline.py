@@ -15,20 +15,23 @@ from common.errors import DataError
 from rn50.tfdata_pipeline import MEAN, STD, eval_resize
 
 
-def ensure_indexes(files, idx_dir: str, is_chief: bool, sync) -> None:
-    """Builds missing DALI index files (rank 0; the others wait), or stops with one line."""
+def ensure_indexes(files, idx_dir: str, dist) -> None:
+    """Builds missing DALI index files (rank 0; the others wait), or stops every rank with one
+    line. Rank 0's outcome reaches the others through the allreduce they all wait in."""
     missing = tfrecord_index.missing_indexes(files, idx_dir)
-    if missing and is_chief:
+    failure = None
+    if missing and dist.is_chief:
         try:
             os.makedirs(idx_dir, exist_ok=True)
             for path in missing:
                 tfrecord_index.write_index(path, tfrecord_index.index_path(idx_dir, path))
+            print(f"dali: built {len(missing)} index file(s) in {idx_dir}", flush=True)
         except OSError as e:
-            raise DataError(f"--dali needs index files in {idx_dir} and they cannot be written "
-                            f"({e.strerror}); make them with prepare_dataset.py or set "
-                            "--data_idx_dir") from None
-        print(f"dali: built {len(missing)} index file(s) in {idx_dir}", flush=True)
-    sync()
+            failure = e.strerror
+    if dist.any(failure is not None):
+        raise DataError(f"--dali needs index files in {idx_dir} and they cannot be written"
+                        f"{f' ({failure})' if failure else ' (on rank 0)'}; make them with "
+                        "prepare_dataset.py or set --data_idx_dir")
     still = tfrecord_index.missing_indexes(files, idx_dir)
     if still:
         raise DataError(f"DALI index file {tfrecord_index.index_path(idx_dir, still[0])} is "
