@@ -130,6 +130,12 @@ class Trainer:
             return loss
         return step
 
+    def _compiled_train_step(self):
+        """The train step, traced once and reused by training and the benchmark."""
+        if self._train_step is None:
+            self._train_step = self._build_train_step()
+        return self._train_step
+
     def _step_logs(self) -> dict:
         out = {"lr": float(keras.ops.convert_to_numpy(self.optimizer.learning_rate))}
         if self.loss_scaled:
@@ -150,8 +156,7 @@ class Trainer:
         if start >= total_steps:
             self.log.print(f"already trained to step {start} (target {total_steps}): nothing to do")
             return {**summary, "final_step": start}
-        if self._train_step is None:
-            self._train_step = self._build_train_step()
+        step_fn = self._compiled_train_step()
         data = batches(self.task.train_dataset())
         spe = self.steps_per_epoch
         timed_items, timed_seconds, eval_results = 0, 0.0, {}
@@ -160,7 +165,7 @@ class Trainer:
             for step in range(start + 1, total_steps + 1):
                 t0 = time.perf_counter()
                 batch = next(data)
-                loss = float(self._train_step(batch))  # waits for the step: per-step NaN check
+                loss = float(step_fn(batch))  # waits for the step: per-step NaN check
                 t1 = time.perf_counter()
                 items = self.task.items_in(batch) * self.dist.size
                 if step - start > f.warmup_steps or total_steps - start <= f.warmup_steps:
@@ -226,14 +231,14 @@ class Trainer:
     # --- benchmarks -----------------------------------------------------------------------
     def benchmark_training(self) -> dict:
         f, unit = self.flags, self.task.item_unit
-        self._train_step = self._train_step or self._build_train_step()
+        step_fn = self._compiled_train_step()
         self.dist.broadcast(self._state())
         data = batches(self.task.train_dataset())
         times = []
         last = time.perf_counter()
         for i in range(1, f.num_iter + 1):
             batch = next(data)
-            loss = float(self._train_step(batch))
+            loss = float(step_fn(batch))
             now = time.perf_counter()
             if i > f.warmup_steps:
                 times.append(now - last)

@@ -54,8 +54,8 @@ def test_resume_continues_at_the_exact_step(tmp_path):
 
 def test_sigterm_checkpoints_exits_zero_and_resumes(tmp_path):
     out = str(tmp_path)
-    cmd = [sys.executable, MAIN, "--mode", "train", *TINY, "--iter_unit", "batch",
-           "--num_iter", "100000", "--results_dir", out]
+    args = [MAIN, "--mode", "train", *TINY, "--iter_unit", "batch", "--results_dir", out]
+    cmd = [sys.executable, *args, "--num_iter", "100000"]
     log = open(tmp_path / "stdout", "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -67,8 +67,7 @@ def test_sigterm_checkpoints_exits_zero_and_resumes(tmp_path):
     text = (tmp_path / "stdout").read_text()
     stopped = int(text.split("SIGTERM: stopped at step ")[1].split(",")[0])
     assert os.path.exists(tmp_path / "checkpoints" / f"ckpt-{stopped}.index")
-    resumed = runner.run(ResNetTask, cmd[1:3] + cmd[3:-4] + ["--num_iter", str(stopped + 2),
-                                                            "--results_dir", out])
+    resumed = runner.run(ResNetTask, args + ["--num_iter", str(stopped + 2)])
     assert (resumed["start_step"], resumed["final_step"]) == (stopped, stopped + 2)
 
 
