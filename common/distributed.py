@@ -8,11 +8,13 @@ Keras 3 variables are not ``tf.Variable``s, so Horovod's ``DistributedGradientTa
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from typing import Callable, Optional, Sequence, TypeVar
 
 import tensorflow as tf
 
-from common.errors import UsageError
+from common.errors import DataError, TrainingError, UsageError
+
+T = TypeVar("T")
 
 # Set by horovodrun (Gloo or MPI), Open MPI's mpirun, and MPICH/Slurm PMI launchers.
 _WORLD_SIZE_ENV = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE")
@@ -69,6 +71,22 @@ class Distributed:
         if not self.enabled:
             return bool(flag)
         return bool(self.hvd.allreduce(tf.constant(int(flag)), op=self.hvd.Max).numpy())
+
+    def on_chief(self, fn: Callable[[], T], what: str) -> Optional[T]:
+        """Runs ``fn`` on rank 0 only and returns its result there (None elsewhere). When it
+        raises one of the one-line errors, every rank stops: rank 0 with its own message, the
+        others with a line saying so, instead of waiting forever in the next collective."""
+        result, error = None, None
+        if self.is_chief:
+            try:
+                result = fn()
+            except (DataError, TrainingError, UsageError) as e:
+                error = e
+        if self.any(error is not None):
+            if error is not None:
+                raise error
+            raise DataError(f"{what} failed on rank 0 (see its message)")
+        return result
 
     def broadcast(self, variables) -> None:
         """Copies rank 0's values into ``variables`` (Keras or TF) on every rank."""

@@ -1,16 +1,22 @@
 """Run logs in three forms, written by rank 0 only.
 
-* JSON lines in NVIDIA DLLogger's format (``DLLL {json}``), so existing parsers read them:
+* JSON lines exactly as NVIDIA DLLogger 1.1.0's ``JSONStreamBackend`` writes them, so existing
+  parsers read them: ``DLLL {json}`` with the same keys in the same order, ``datetime`` with its
+  UTC offset, and non-finite numbers as ``json.dumps`` writes them (bare ``NaN``, ``Infinity``).
   METADATA records (units and formats), one PARAMETER record with every flag, LOG records with
   ``step: [epoch, global_step]`` and a final summary with ``step: []``.
 * Readable stdout: one line per logged step, with a progress bar and ETA when the length is known.
 * TensorBoard scalars for every numeric value of a per-step record.
+
+A run *appends* to an existing ``log.json`` (a resumed run adds its own METADATA and PARAMETER
+records after the earlier run's summary). A line cut short by a killed process is removed before
+appending, and a write that fails (a full disk) is rolled back, so the file only ever holds whole
+lines; the run goes on and says on stderr how many records were lost.
 """
 from __future__ import annotations
 
 import datetime
 import json
-import math
 import os
 import sys
 import time
@@ -24,9 +30,7 @@ def _jsonable(value):
         value = value.numpy()
     if hasattr(value, "item"):
         value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)  # JSON has no NaN/Infinity; DLLogger writes them as strings as well
-    return value
+    return value  # NaN and infinities stay numbers: json.dumps writes them bare, as DLLogger does
 
 
 def _fmt(value) -> str:
@@ -38,6 +42,60 @@ def _fmt(value) -> str:
 def _bar(done: int, total: int, width: int = 20) -> str:
     filled = int(width * min(done, total) / max(total, 1))
     return f"[{'#' * filled}{'.' * (width - filled)}] {100 * done / max(total, 1):3.0f}%"
+
+
+def _warn(text: str) -> None:
+    try:
+        print(f"warning: {text}", file=sys.stderr, flush=True)
+    except OSError:
+        pass
+
+
+def dllogger_line(timestamp: datetime.datetime, elapsed: float, **fields) -> str:
+    """One ``DLLL`` line with DLLogger 1.1.0's key order for METADATA and LOG records."""
+    head = {"timestamp": str(timestamp.timestamp())}
+    if fields.get("type") == "METADATA":
+        head.update(elapsedtime=str(elapsed), datetime=str(timestamp))
+    else:
+        head.update(datetime=str(timestamp), elapsedtime=str(elapsed))
+    return "DLLL " + json.dumps({**head, **fields}) + "\n"
+
+
+class _JsonLines:
+    """An append-only file of whole lines: a failed write is truncated away, never left half."""
+
+    def __init__(self, path: str):
+        self.path, self.dropped, self._fd = path, 0, None
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        size = os.lseek(self._fd, 0, os.SEEK_END)
+        if size:  # drop a last line that a killed process left without its newline
+            tail = os.pread(self._fd, min(size, 1 << 20), max(0, size - (1 << 20)))
+            if not tail.endswith(b"\n"):
+                cut = tail.rfind(b"\n")
+                keep = size - len(tail) + cut + 1 if cut >= 0 else 0
+                os.ftruncate(self._fd, keep)
+                _warn(f"{path}: removed a last line left incomplete by an earlier run")
+
+    def write(self, line: str) -> None:
+        data = line.encode()
+        end = os.lseek(self._fd, 0, os.SEEK_END)
+        try:
+            written = 0
+            while written < len(data):
+                written += os.pwrite(self._fd, data[written:], end + written)
+        except OSError as e:
+            os.ftruncate(self._fd, end)  # frees what was written: the file keeps whole lines
+            if not self.dropped:
+                _warn(f"cannot write {self.path} ({e.strerror}); training goes on, and the log "
+                      "keeps only whole records")
+            self.dropped += 1
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self.dropped:
+            _warn(f"{self.dropped} record(s) could not be written to {self.path}")
 
 
 class Logger:
@@ -57,7 +115,7 @@ class Logger:
             return
         if json_path:
             os.makedirs(os.path.dirname(os.path.abspath(json_path)), exist_ok=True)
-            self._json = open(json_path, "a", buffering=1)
+            self._json = _JsonLines(json_path)
         if tensorboard_dir:
             self._tb = tf.summary.create_file_writer(tensorboard_dir)
 
@@ -65,14 +123,8 @@ class Logger:
     def _record(self, **fields) -> None:
         if self._json is None:
             return
-        now = time.time()
-        line = {
-            "timestamp": str(now),
-            "datetime": str(datetime.datetime.fromtimestamp(now)),
-            "elapsedtime": str(now - self._start),
-            **fields,
-        }
-        self._json.write("DLLL " + json.dumps(line) + "\n")
+        now = datetime.datetime.now(datetime.timezone.utc)
+        self._json.write(dllogger_line(now, now.timestamp() - self._start, **fields))
 
     def metadata(self, metric: str, unit: Optional[str] = None, fmt: str = ":.4f", **extra) -> None:
         if self.enabled:
@@ -104,10 +156,19 @@ class Logger:
         text = " | ".join(f"{k} {_fmt(v)}" for k, v in data.items())
         self.print(f"{head} | {text}")
         if self._tb is not None and tb_step is not None:
-            with self._tb.as_default(step=tb_step):
+            self._scalars(data, tb_step, tb_prefix)
+
+    def _scalars(self, data: Mapping, step: int, prefix: str) -> None:
+        try:
+            with self._tb.as_default(step=step):
                 for k, v in data.items():
                     if isinstance(v, (int, float)) and not isinstance(v, bool):
-                        tf.summary.scalar(f"{tb_prefix}/{k}", v)
+                        # "eval_top1" under "eval" is "eval/top1", not "eval/eval_top1"
+                        name = k[len(prefix) + 1:] if k.startswith(prefix + "_") else k
+                        tf.summary.scalar(f"{prefix}/{name}", v)
+        except (tf.errors.OpError, OSError) as e:
+            _warn(f"TensorBoard summaries stop here ({getattr(e, 'message', e)}); training goes on")
+            self._tb = None
 
     def summary(self, data: Mapping) -> None:
         """The run's final record: DLLogger's empty step, and a block on stdout."""
@@ -122,15 +183,21 @@ class Logger:
 
     def print(self, text: str) -> None:
         if self.enabled:
-            print(text, file=self._stream, flush=True)
+            try:
+                print(text, file=self._stream, flush=True)
+            except OSError:  # stdout redirected to a full disk: the JSON log and the run go on
+                pass
 
     def close(self) -> None:
         if self._json is not None:
             self._json.close()
             self._json = None
         if self._tb is not None:
-            self._tb.flush()
-            self._tb.close()
+            try:
+                self._tb.flush()
+                self._tb.close()
+            except (tf.errors.OpError, OSError):
+                pass
             self._tb = None
 
 

@@ -59,6 +59,20 @@ def _define_common(fv: flags.FlagValues) -> None:
         flags.DEFINE_alias(alias, name, flag_values=fv)
 
 
+def require_positive(fv: flags.FlagValues, *names: str) -> None:
+    """A learning rate (or any such flag) of zero or less stops at parsing, with one line."""
+    for name in names:
+        flags.register_validator(name, lambda v: v is None or v > 0,
+                                 message=f"--{name} must be greater than 0", flag_values=fv)
+
+
+def require_fraction(fv: flags.FlagValues, *names: str) -> None:
+    """A momentum or decay rate outside [0, 1) stops at parsing, with one line."""
+    for name in names:
+        flags.register_validator(name, lambda v: v is None or 0 <= v < 1,
+                                 message=f"--{name} must be in [0, 1)", flag_values=fv)
+
+
 def build(define_model_flags: Optional[Callable[[flags.FlagValues], None]] = None,
           defaults: Optional[Mapping] = None) -> flags.FlagValues:
     fv = flags.FlagValues()

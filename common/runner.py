@@ -12,7 +12,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # keep TensorFlow's C++ INFO
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from common import distributed, flags, precision  # noqa: E402
+from common import checkpoints, distributed, flags, precision  # noqa: E402
 from common.dllogger import Logger  # noqa: E402
 from common.errors import DataError, TrainingError, UsageError  # noqa: E402
 from common.task import RunContext, Task  # noqa: E402
@@ -38,6 +38,9 @@ def setup(task_cls: Type[Task], argv: Sequence[str]) -> Trainer:
         amp=fv.amp, amp_dtype=fv.amp_dtype, static_loss_scale=fv.static_loss_scale, tf32=fv.tf32,
         xla=fv.xla, has_gpu=bool(tf.config.list_physical_devices("GPU")))
     precision.apply(prec)
+    # Logs go to --results_dir: a file there, a read-only or a full disk stops the run here.
+    dist.on_chief(lambda: checkpoints.check_output_dir(fv.results_dir, "--results_dir"),
+                  "checking --results_dir")
     if fv.seed is not None:
         keras.utils.set_random_seed(fv.seed)  # same on every rank: rank 0's weights win anyway
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import keras
 import tensorflow as tf
@@ -76,6 +76,11 @@ class Task(abc.ABC):
     def eval_dataset(self) -> tf.data.Dataset:
         """This rank's shard of the evaluation data, one pass."""
         raise NotImplementedError(f"{self.name} has no evaluation data")
+
+    def locate_bad_record(self, split: str) -> Optional[str]:
+        """After the ``split`` ("train" or "eval") pipeline failed: "<file>, record <n>: <why>"
+        for the first bad record (see ``common.input_errors.locate_bad_record``), or None."""
+        return None
 
     def items_in(self, batch) -> int:
         """How many ``item_unit`` one batch holds (for throughput)."""

@@ -1,15 +1,23 @@
 """TFRecord index files (DALI's format: one "offset size" line per record) and record counts.
 
 The scan reads only the 8-byte length headers and seeks past each record, so it is fast even on
-ImageNet, and a truncated file is caught here with its name instead of mid-training.
+ImageNet, and a truncated file is caught here with its name instead of mid-training. An index
+file is only trusted after ``index_problem`` found it to describe its TFRecord: offsets that start
+at 0, follow each other and end exactly at the file's size, and record headers that agree with
+the sizes at the first, middle and last records. An empty, garbled, truncated or stale index
+(its TFRecord was rewritten) fails that check; DALI would otherwise abort with a C++ stack or
+silently read half a shard.
 """
 from __future__ import annotations
 
 import os
+import re
 import struct
-from typing import Sequence
+from typing import Optional, Sequence
 
 from common.errors import DataError
+
+_SHARD = re.compile(r"^(?P<split>.+)-(?P<i>\d{5})-of-(?P<n>\d{5})$")
 
 
 def scan(path: str) -> list[tuple[int, int]]:
@@ -45,18 +53,86 @@ def write_index(tfrecord: str, idx_file: str) -> int:
     return len(records)
 
 
+def read_index(idx_file: str) -> list[tuple[int, int]]:
+    entries = []
+    with open(idx_file, "rb") as f:
+        for n, line in enumerate(f, 1):
+            parts = line.split()
+            if len(parts) != 2 or not all(p.isdigit() for p in parts):
+                raise ValueError(f"line {n} is not '<offset> <size>'")
+            entries.append((int(parts[0]), int(parts[1])))
+    return entries
+
+
+def index_problem(tfrecord: str, idx_file: str) -> Optional[str]:
+    """Why ``idx_file`` does not describe ``tfrecord`` (None when it does, or a short reason)."""
+    if not os.path.exists(idx_file):
+        return "missing"
+    try:
+        entries = read_index(idx_file)
+    except (ValueError, UnicodeDecodeError) as e:
+        return f"not an index file ({e})"
+    size = os.path.getsize(tfrecord)
+    if not entries:
+        return "empty" if size else None
+    expected = 0
+    for offset, length in entries:
+        if offset != expected or length < 16:
+            return "stale or garbled (its offsets do not follow each other)"
+        expected = offset + length
+    if expected != size:
+        return f"stale or truncated (it covers {expected} of the file's {size} bytes)"
+    with open(tfrecord, "rb") as f:
+        for offset, length in {entries[0], entries[len(entries) // 2], entries[-1]}:
+            f.seek(offset)
+            (data_len,) = struct.unpack("<Q", f.read(8))
+            if data_len + 16 != length:
+                return "stale (a record header disagrees with it)"
+    return None
+
+
 def count_records(files: Sequence[str], idx_dir: str | None = None) -> int:
-    """Records in ``files``, from their index files where present, else by scanning."""
+    """Records in ``files``, from their index files where those are valid, else by scanning."""
     total = 0
     for path in files:
         idx = index_path(idx_dir, path) if idx_dir else None
-        if idx and os.path.exists(idx):
-            with open(idx) as f:
-                total += sum(1 for line in f if line.strip())
+        if idx and index_problem(path, idx) is None:
+            total += len(read_index(idx))
         else:
             total += len(scan(path))
     return total
 
 
-def missing_indexes(files: Sequence[str], idx_dir: str) -> list[str]:
-    return [p for p in files if not os.path.exists(index_path(idx_dir, p))]
+def invalid_indexes(files: Sequence[str], idx_dir: str) -> dict[str, str]:
+    """{tfrecord: reason} for every file whose index is missing or does not describe it."""
+    problems = {}
+    for path in files:
+        reason = index_problem(path, index_path(idx_dir, path))
+        if reason:
+            problems[path] = reason
+    return problems
+
+
+def shard_files(data_dir: str, split: str, hint: str) -> list[str]:
+    """The ``<split>-NNNNN-of-MMMMM`` files of one complete shard set, sorted.
+
+    Leftover ``*.tmp`` files of an interrupted preparation never match; shards of two different
+    counts (a stale set beside a new one) or a set with a gap stop the run with one line."""
+    sets: dict[int, list[tuple[int, str]]] = {}
+    for name in sorted(os.listdir(data_dir)):
+        m = _SHARD.match(name)
+        if m and m.group("split") == split:
+            sets.setdefault(int(m.group("n")), []).append((int(m.group("i")),
+                                                           os.path.join(data_dir, name)))
+    if not sets:
+        raise DataError(f"no {split}-NNNNN-of-NNNNN TFRecord files in {data_dir} ({hint})")
+    if len(sets) > 1:
+        counts = ", ".join(f"-of-{n:05d}" for n in sorted(sets))
+        raise DataError(f"{data_dir} holds {split} shards of {len(sets)} different sets ({counts}): "
+                        "remove the stale ones or prepare the data again")
+    (count, shards), = sets.items()
+    missing = sorted(set(range(count)) - {i for i, _ in shards})
+    if missing:
+        raise DataError(f"{data_dir} lacks {len(missing)} of the {count} {split} shards "
+                        f"(first: {split}-{missing[0]:05d}-of-{count:05d})")
+    return [path for _, path in shards]

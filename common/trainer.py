@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import time
 from typing import Optional
 
@@ -19,26 +18,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from common import benchmark, precision
+from common import benchmark, checkpoints, precision
 from common.errors import DataError, TrainingError
+from common.input_errors import batches
 from common.graceful_stop import GracefulStop
 from common.task import RunContext, Task
-
-
-def batches(dataset):
-    """Iterates ``dataset``, turning input-pipeline failures (a corrupt record or image, a DALI
-    read error) into one line instead of a TensorFlow traceback."""
-    iterator = iter(dataset)
-    while True:
-        try:
-            batch = next(iterator)
-        except StopIteration:
-            return
-        except tf.errors.OpError as e:
-            # "{{function_node ...}} Invalid JPEG data, size 21 [Op:...]" -> the middle part
-            reason = re.sub(r"\{\{[^}]*\}\}|\[Op:[^\]]*\]", "", e.message).strip()
-            raise DataError(f"cannot read the input data: {reason.splitlines()[0]}") from None
-        yield batch
 
 
 def count_params(variables) -> int:
@@ -57,12 +41,22 @@ class Trainer:
         self.loss_scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
         self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         self.metrics = list(task.eval_metrics())
-        self._checkpoint = tf.train.Checkpoint(
-            model=self.model, optimizer=self.optimizer, global_step=self.global_step)
-        self._manager = None
-        if self.dist.is_chief:
-            self._manager = tf.train.CheckpointManager(
-                self._checkpoint, self.flags.model_dir, max_to_keep=self.flags.keep_checkpoints)
+        # The optimizer is saved without its loss-scale wrapper, so any precision resumes any other.
+        inner = self.optimizer.inner_optimizer if self.loss_scaled else self.optimizer
+        loss_scale = ({"dynamic_scale": self.optimizer.dynamic_scale,
+                       "step_counter": self.optimizer.step_counter} if self.loss_scaled else None)
+        self.checkpoints = checkpoints.CheckpointStore(
+            self.flags.model_dir, {"model": self.model, "optimizer": inner,
+                                   "global_step": self.global_step},
+            loss_scale, keep=self.flags.keep_checkpoints, log=self.log.print)
+        if self.flags.mode in ("train", "train_and_evaluate"):
+            # A checkpoint directory that is a file, read-only or full stops the run now, not at
+            # the first save an epoch later; so do leftovers that need cleaning first.
+            need = int(1.1 * checkpoints.nbytes(self._state())) + (1 << 20)
+            self.dist.on_chief(lambda: (
+                checkpoints.check_output_dir(self.flags.model_dir, "--model_dir", need,
+                                             "a checkpoint needs"),
+                self.checkpoints.clean_leftovers()), "checking --model_dir")
         self._train_step = None
         self._eval_step = None
         self.log.print(f"{task.name}: {count_params(self.model.trainable_variables):,} trainable "
@@ -77,25 +71,19 @@ class Trainer:
         return list(self.model.variables) + list(self.optimizer.variables) + [self.global_step]
 
     def restore(self, required: bool = False) -> Optional[str]:
-        """Rank 0 restores the latest checkpoint; then every rank takes rank 0's state."""
-        path = tf.train.latest_checkpoint(self.flags.model_dir) if self.dist.is_chief else None
-        if self.dist.is_chief and required and path is None:
-            raise DataError(f"no checkpoint in --model_dir {self.flags.model_dir}: train first or "
-                            "point --model_dir at a training run")
+        """Rank 0 restores the newest readable checkpoint; then every rank takes rank 0's state.
+        A training run moves unreadable newer checkpoints aside (common/checkpoints.py)."""
+        training = self.flags.mode in ("train", "train_and_evaluate")
+        path = self.dist.on_chief(lambda: self.checkpoints.restore(required, quarantine=training),
+                                  "restoring the checkpoint")
         if path:
-            try:
-                self._checkpoint.restore(path).assert_existing_objects_matched()
-            except (tf.errors.OpError, AssertionError, ValueError) as e:
-                raise DataError(f"checkpoint {path} cannot be restored ({type(e).__name__}): it is "
-                                "corrupt or from another model or configuration") from None
             self.log.print(f"restored {path} at step {self.step}")
         self.dist.broadcast(self._state())
         return path
 
     def save(self) -> Optional[str]:
-        if self._manager is None:
-            return None
-        return self._manager.save(checkpoint_number=self.step)
+        """Rank 0 saves; a failed save (a full disk) stops every rank with one line."""
+        return self.dist.on_chief(lambda: self.checkpoints.save(self.step), "saving a checkpoint")
 
     # --- compiled steps -------------------------------------------------------------------
     def _build_train_step(self):
@@ -157,7 +145,7 @@ class Trainer:
             self.log.print(f"already trained to step {start} (target {total_steps}): nothing to do")
             return {**summary, "final_step": start}
         step_fn = self._compiled_train_step()
-        data = batches(self.task.train_dataset())
+        data = batches(self.task.train_dataset(), lambda: self.task.locate_bad_record("train"))
         spe = self.steps_per_epoch
         timed_items, timed_seconds, eval_results = 0, 0.0, {}
         window_items, window_start = 0, time.perf_counter()
@@ -173,9 +161,8 @@ class Trainer:
                 window_items += items
                 epoch = (step - 1) // spe + 1
                 if not math.isfinite(loss):
-                    last = self._manager.latest_checkpoint if self._manager else None
                     raise TrainingError(f"loss is {loss} at step {step}; stopped without saving "
-                                        f"(last checkpoint: {last})")
+                                        f"(last checkpoint: {self.checkpoints.latest})")
                 if step % f.display_every == 0 or step == total_steps:
                     rate = window_items / (time.perf_counter() - window_start)
                     self.log.log((epoch, step), {"loss": loss, **self._step_logs(),
@@ -211,7 +198,8 @@ class Trainer:
         for m in self.metrics:
             m.reset_state()
         start, items = time.perf_counter(), 0
-        for batch in batches(self.task.eval_dataset()):
+        for batch in batches(self.task.eval_dataset(),
+                             lambda: self.task.locate_bad_record("eval")):
             self._eval_step(batch)
             items += self.task.items_in(batch)
         seconds = time.perf_counter() - start
@@ -233,7 +221,7 @@ class Trainer:
         f, unit = self.flags, self.task.item_unit
         step_fn = self._compiled_train_step()
         self.dist.broadcast(self._state())
-        data = batches(self.task.train_dataset())
+        data = batches(self.task.train_dataset(), lambda: self.task.locate_bad_record("train"))
         times = []
         last = time.perf_counter()
         for i in range(1, f.num_iter + 1):

@@ -16,26 +16,34 @@ from rn50.tfdata_pipeline import MEAN, STD, eval_resize
 
 
 def ensure_indexes(files, idx_dir: str, dist) -> None:
-    """Builds missing DALI index files (rank 0; the others wait), or stops every rank with one
-    line. Rank 0's outcome reaches the others through the allreduce they all wait in."""
-    missing = tfrecord_index.missing_indexes(files, idx_dir)
-    failure = None
-    if missing and dist.is_chief:
+    """Builds missing index files and rebuilds those that do not describe their TFRecord
+    (empty, garbled, truncated, stale) on rank 0, or stops every rank with one line."""
+    problems = tfrecord_index.invalid_indexes(files, idx_dir)
+
+    def build():
         try:
             os.makedirs(idx_dir, exist_ok=True)
-            for path in missing:
+            for path in problems:
                 tfrecord_index.write_index(path, tfrecord_index.index_path(idx_dir, path))
-            print(f"dali: built {len(missing)} index file(s) in {idx_dir}", flush=True)
         except OSError as e:
-            failure = e.strerror
-    if dist.any(failure is not None):
-        raise DataError(f"--dali needs index files in {idx_dir} and they cannot be written"
-                        f"{f' ({failure})' if failure else ' (on rank 0)'}; make them with "
-                        "prepare_dataset.py or set --data_idx_dir")
-    still = tfrecord_index.missing_indexes(files, idx_dir)
+            raise DataError(f"--dali needs index files in {idx_dir} and they cannot be written "
+                            f"({e.strerror}); make them with prepare_dataset.py or set "
+                            "--data_idx_dir") from None
+        missing = [p for p, why in problems.items() if why == "missing"]
+        stale = {p: why for p, why in problems.items() if why != "missing"}
+        if missing:
+            print(f"dali: built {len(missing)} missing index file(s) in {idx_dir}", flush=True)
+        for path, why in stale.items():
+            print(f"dali: rebuilt {os.path.basename(path)}.idx in {idx_dir}: it was {why}",
+                  flush=True)
+
+    if problems:
+        dist.on_chief(build, "building the DALI index files")
+    still = tfrecord_index.invalid_indexes(files, idx_dir)
     if still:
-        raise DataError(f"DALI index file {tfrecord_index.index_path(idx_dir, still[0])} is "
-                        "missing (is --data_idx_dir on a shared file system?)")
+        path, why = next(iter(still.items()))
+        raise DataError(f"DALI index file {tfrecord_index.index_path(idx_dir, path)} is {why} "
+                        "(is --data_idx_dir on a shared file system?)")
 
 
 def _build_pipeline(files, idx_files, training, image_size, shard_id, num_shards, gpu, min_area):
@@ -72,9 +80,20 @@ def _build_pipeline(files, idx_files, training, image_size, shard_id, num_shards
     return pipeline
 
 
+def _checked(labels, num_classes: int):
+    """The labels (0-based), or an error like tf.data's for one outside 1..num_classes."""
+    bad = tf.reduce_any((labels < 0) | (labels >= num_classes))
+    first = tf.gather(labels, tf.argmax(tf.cast((labels < 0) | (labels >= num_classes), tf.int32)))
+    ok = tf.debugging.Assert(
+        tf.logical_not(bad), [tf.strings.format("label {} is outside 1..{}", (first + 1, num_classes))])
+    with tf.control_dependencies([ok]):
+        return tf.identity(labels)
+
+
 def dataset(files, idx_dir: str, batch_size: int, image_size: int, training: bool, rank: int = 0,
             world: int = 1, local_rank: int = 0, seed: int | None = None,
-            num_threads: int = 4, min_area: float = 0.08) -> tf.data.Dataset:
+            num_threads: int = 4, min_area: float = 0.08,
+            num_classes: int = 1000) -> tf.data.Dataset:
     """Batches of (images (N, size, size, 3) float32, labels (N,) int32) for this rank."""
     import nvidia.dali.plugin.tf as dali_tf
 
@@ -89,6 +108,7 @@ def dataset(files, idx_dir: str, batch_size: int, image_size: int, training: boo
             pipeline=pipe, batch_size=batch_size, device_id=device_id,
             output_shapes=((batch_size, image_size, image_size, 3), (batch_size,)),
             output_dtypes=(tf.float32, tf.int32))
+    ds = ds.map(lambda images, labels: (images, _checked(labels, num_classes)))
     if training:
         return ds
     # One pass over this rank's shard: DALI pads the last batch, so cut the padding off.

@@ -7,14 +7,17 @@ Input layout (that of ImageNet after the usual extraction)::
     <src>/val/*.JPEG + <src>/val_labels.txt   (... or flat images and "<file> <class>" lines)
 
 Output: ``train-XXXXX-of-YYYYY`` and ``validation-XXXXX-of-YYYYY`` with ``image/encoded`` (JPEG
-bytes; other formats are re-encoded as JPEG) and ``image/class/label`` (1..N in the sorted order
-of the class folder names), ``labels.txt`` (the class names, one a line) and ``idx/*.idx``.
+bytes; every image is decoded in full first, and other formats are re-encoded as JPEG) and
+``image/class/label`` (1..N in the sorted order of the class folder names), ``labels.txt`` (the
+class names, one a line) and ``idx/*.idx``. Shards are written as ``*.tmp`` and renamed when
+complete; an earlier preparation's shards of the same split are removed first.
 """
 from __future__ import annotations
 
 import io
 import os
 import random
+import re
 import sys
 import time
 from typing import Iterable, Sequence
@@ -61,18 +64,41 @@ def list_split(src: str, split: str, classes: Sequence[str] | None = None):
 
 
 def _jpeg_bytes(path: str) -> bytes:
+    """The image as JPEG bytes, after decoding it in full: a file that TensorFlow's decoder (what
+    training uses) cannot read, such as a truncated JPEG with a valid header, stops here with its
+    name. JPEGs are kept as they are; other formats (and CMYK JPEGs) are re-encoded as RGB JPEG."""
+    import tensorflow as tf
+
     with open(path, "rb") as f:
         data = f.read()
     if data[:3] == b"\xff\xd8\xff":
-        return data
-    from PIL import Image  # PNG, BMP, CMYK JPEGs ...: re-encode as RGB JPEG
+        try:
+            tf.io.decode_jpeg(data, channels=3)
+            return data
+        except tf.errors.OpError:
+            pass  # PIL below re-encodes what it can read in full (CMYK, odd markers)
+    from PIL import Image
     try:
-        image = Image.open(io.BytesIO(data)).convert("RGB")
+        image = Image.open(io.BytesIO(data))
+        image.load()  # decodes every pixel: a truncated file raises here
+        image = image.convert("RGB")
     except Exception as e:  # PIL raises many types for bad files
         raise DataError(f"{path} is not a readable image ({e})") from None
     out = io.BytesIO()
     image.save(out, format="JPEG", quality=95)
     return out.getvalue()
+
+
+def _remove_stale(out_dir: str, prefix: str, log) -> None:
+    """Removes an earlier preparation's shards of ``prefix`` (any shard count, and ``*.tmp`` left
+    by an interrupted run) and their index files, so no stale shard is ever trained on."""
+    pattern = re.compile(rf"^{re.escape(prefix)}-\d{{5}}-of-\d{{5}}(\.tmp)?(\.idx)?$")
+    stale = [os.path.join(d, f) for d in (out_dir, os.path.join(out_dir, "idx"))
+             if os.path.isdir(d) for f in os.listdir(d) if pattern.match(f)]
+    for path in stale:
+        os.remove(path)
+    if stale:
+        log(f"{prefix}: removed {len(stale)} file(s) of an earlier preparation")
 
 
 def _example(jpeg: bytes, label: int, name: str):
@@ -96,18 +122,24 @@ def write_split(items, classes, out_dir: str, prefix: str, shards: int, seed: in
     items = list(items)
     random.Random(seed).shuffle(items)  # mix classes across shards
     shards = max(1, min(shards, len(items)))
+    _remove_stale(out_dir, prefix, log)
     paths, start, done = [], time.time(), 0
     for s in range(shards):
         path = os.path.join(out_dir, f"{prefix}-{s:05d}-of-{shards:05d}")
         tmp = path + ".tmp"
-        with tf.io.TFRecordWriter(tmp) as writer:
-            for image_path, cls in items[s::shards]:
-                writer.write(_example(_jpeg_bytes(image_path), index[cls], cls))
-                done += 1
-                if done % 500 == 0 or done == len(items):
-                    rate = done / (time.time() - start)
-                    log(f"{prefix}: {done}/{len(items)} images ({rate:.0f}/s, "
-                        f"eta {(len(items) - done) / rate:.0f} s)")
+        try:
+            with tf.io.TFRecordWriter(tmp) as writer:
+                for image_path, cls in items[s::shards]:
+                    writer.write(_example(_jpeg_bytes(image_path), index[cls], cls))
+                    done += 1
+                    if done % 500 == 0 or done == len(items):
+                        rate = done / (time.time() - start)
+                        log(f"{prefix}: {done}/{len(items)} images ({rate:.0f}/s, "
+                            f"eta {(len(items) - done) / rate:.0f} s)")
+        except BaseException:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
         os.replace(tmp, path)  # an interrupted run leaves no half-written shard behind
         paths.append(path)
     return paths

@@ -14,7 +14,8 @@ import numpy as np
 import tensorflow as tf
 from absl import flags
 
-from common import tfrecord_index
+from common import flags as common_flags
+from common import input_errors, tfrecord_index
 from common.errors import DataError, UsageError
 from common.task import Task
 from rn50 import tfdata_pipeline
@@ -28,7 +29,8 @@ def define_flags(fv: flags.FlagValues) -> None:
     d = dict(flag_values=fv)
     flags.DEFINE_enum("arch", "resnet50", list(ARCHS), "Network; resnet_tiny is for tests.", **d)
     flags.DEFINE_integer("num_classes", 1000, "Classes.", lower_bound=2, **d)
-    flags.DEFINE_integer("image_size", 224, "Input resolution (square).", lower_bound=32, **d)
+    flags.DEFINE_integer("image_size", 224, "Input resolution (square).", lower_bound=32,
+                         upper_bound=2048, **d)
     flags.DEFINE_enum("data_format", "NHWC", ("NHWC", "NCHW"), "Layout inside the model; NCHW "
                       "needs a GPU.", **d)
     flags.DEFINE_float("lr_init", 0.256, "Peak learning rate per 256 images of global batch.", **d)
@@ -49,6 +51,8 @@ def define_flags(fv: flags.FlagValues) -> None:
                        upper_bound=1.0, **d)
     flags.DEFINE_integer("dali_threads", 4, "DALI CPU worker threads per process.", lower_bound=1,
                          **d)
+    common_flags.require_positive(fv, "lr_init")
+    common_flags.require_fraction(fv, "momentum")
 
 
 class ResNetTask(Task):
@@ -129,10 +133,10 @@ class ResNetTask(Task):
             dali_pipeline.ensure_indexes(files, f.data_idx_dir, dist)
             return dali_pipeline.dataset(files, f.data_idx_dir, f.batch_size, f.image_size,
                                          training, dist.rank, dist.size, dist.local_rank,
-                                         f.seed, f.dali_threads, f.crop_area_min)
+                                         f.seed, f.dali_threads, f.crop_area_min, f.num_classes)
         return tfdata_pipeline.dataset(files, f.batch_size, f.image_size, training, dist.rank,
                                        dist.size, None if f.seed is None else f.seed + dist.rank,
-                                       f.crop_area_min)
+                                       f.crop_area_min, f.num_classes)
 
     def _synthetic(self):
         f = self.flags
@@ -157,6 +161,13 @@ class ResNetTask(Task):
 
     def eval_dataset(self):
         return self._dataset("validation", False)
+
+    def locate_bad_record(self, split):
+        if self.flags.data_dir is None:
+            return None
+        files = self._files("train" if split == "train" else "validation")
+        return input_errors.locate_bad_record(files,
+                                              tfdata_pipeline.record_check(self.flags.num_classes))
 
     # --- inference ----------------------------------------------------------------------
     def predict(self, model, paths):

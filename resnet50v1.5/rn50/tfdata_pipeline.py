@@ -1,16 +1,15 @@
 """ImageNet-layout TFRecords through tf.data, with the same preprocessing as the DALI pipeline.
 
-Records: ``image/encoded`` (JPEG bytes) and ``image/class/label`` (1..num_classes), in files
-named ``train-*`` and ``validation-*``. Labels come out 0-based.
+Records: ``image/encoded`` (JPEG, or PNG/BMP/GIF, which DALI decodes too) and
+``image/class/label`` (1..num_classes), in files named ``train-NNNNN-of-MMMMM`` and
+``validation-NNNNN-of-MMMMM``. Labels come out 0-based; a label outside 1..num_classes stops the
+run (common/input_errors.py then names the file) instead of becoming an all-zero target.
 """
 from __future__ import annotations
 
-import glob
-import os
-
 import tensorflow as tf
 
-from common.errors import DataError
+from common import tfrecord_index
 
 # ImageNet channel statistics on the 0..255 scale, as in NVIDIA's scripts.
 MEAN = (123.68, 116.78, 103.94)
@@ -23,41 +22,70 @@ def eval_resize(size: int) -> int:
 
 
 def record_files(data_dir: str, split: str) -> list[str]:
-    """``split`` is "train" or "validation"."""
-    files = sorted(f for f in glob.glob(os.path.join(data_dir, f"{split}-*"))
-                   if not f.endswith(".idx"))
-    if not files:
-        raise DataError(f"no {split}-* TFRecord files in {data_dir} "
-                        "(prepare them with resnet50v1.5/prepare_dataset.py)")
-    return files
+    """``split`` is "train" or "validation": one complete set of shards."""
+    return tfrecord_index.shard_files(data_dir, split,
+                                      "prepare them with resnet50v1.5/prepare_dataset.py")
 
 
-def _parse(record):
+def parse(record, num_classes: int):
+    """(encoded image, 0-based int32 label); fails on a label outside 1..num_classes."""
     ex = tf.io.parse_single_example(record, {
         "image/encoded": tf.io.FixedLenFeature([], tf.string),
         "image/class/label": tf.io.FixedLenFeature([], tf.int64),
     })
-    return ex["image/encoded"], tf.cast(ex["image/class/label"] - 1, tf.int32)
+    label = ex["image/class/label"]
+    ok = tf.debugging.Assert(
+        (label >= 1) & (label <= num_classes),
+        [tf.strings.format("label {} is outside 1..{}", (label, num_classes))])
+    with tf.control_dependencies([ok]):
+        return tf.identity(ex["image/encoded"]), tf.cast(label - 1, tf.int32)
+
+
+def decode(encoded):
+    """Any image format that DALI also decodes (JPEG, PNG, BMP, GIF's first frame), as RGB."""
+    image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+    image.set_shape([None, None, 3])
+    return image
+
+
+def record_check(num_classes: int):
+    """What a record must pass: it parses, its label is in range, its image decodes in full."""
+    def check(record):
+        encoded, label = parse(record, num_classes)
+        return tf.shape(decode(encoded)), label
+    return check
 
 
 def normalize(image):
     return (tf.cast(image, tf.float32) - MEAN) / STD
 
 
-def train_image(jpeg, size: int, min_area: float = 0.08):
+def train_image(encoded, size: int, min_area: float = 0.08):
     """Random crop (area min_area-100%, aspect 3/4-4/3), resize to size x size, random flip."""
-    begin, crop, _ = tf.image.sample_distorted_bounding_box(
-        tf.image.extract_jpeg_shape(jpeg), bounding_boxes=tf.zeros([1, 0, 4]),
-        min_object_covered=0.0, aspect_ratio_range=(3 / 4, 4 / 3), area_range=(min_area, 1.0),
-        max_attempts=100, use_image_if_no_bounding_boxes=True)
-    image = tf.image.decode_and_crop_jpeg(
-        jpeg, tf.stack([begin[0], begin[1], crop[0], crop[1]]), channels=3)
+    def window(shape):
+        begin, crop, _ = tf.image.sample_distorted_bounding_box(
+            shape, bounding_boxes=tf.zeros([1, 0, 4]), min_object_covered=0.0,
+            aspect_ratio_range=(3 / 4, 4 / 3), area_range=(min_area, 1.0), max_attempts=100,
+            use_image_if_no_bounding_boxes=True)
+        return begin, crop
+
+    def jpeg():  # decodes only the crop: the fast path for the usual case
+        begin, crop = window(tf.image.extract_jpeg_shape(encoded))
+        return tf.image.decode_and_crop_jpeg(
+            encoded, tf.stack([begin[0], begin[1], crop[0], crop[1]]), channels=3)
+
+    def other():
+        image = decode(encoded)
+        begin, crop = window(tf.shape(image))
+        return tf.slice(image, begin, crop)
+
+    image = tf.cond(tf.io.is_jpeg(encoded), jpeg, other)
     image = tf.image.resize(image, (size, size), antialias=True)
     return normalize(tf.image.random_flip_left_right(image))
 
 
-def eval_image(jpeg, size: int):
-    return eval_crop(tf.io.decode_jpeg(jpeg, channels=3), size)
+def eval_image(encoded, size: int):
+    return eval_crop(decode(encoded), size)
 
 
 def eval_crop(image, size: int):
@@ -72,7 +100,8 @@ def eval_crop(image, size: int):
 
 
 def dataset(files, batch_size: int, image_size: int, training: bool, rank: int = 0,
-            world: int = 1, seed: int | None = None, min_area: float = 0.08) -> tf.data.Dataset:
+            world: int = 1, seed: int | None = None, min_area: float = 0.08,
+            num_classes: int = 1000) -> tf.data.Dataset:
     """Batches of (images (N, size, size, 3) float32, labels (N,) int32) for this rank."""
     ds = tf.data.Dataset.from_tensor_slices(list(files))
     shard_files = len(files) >= world
@@ -87,8 +116,9 @@ def dataset(files, batch_size: int, image_size: int, training: bool, rank: int =
     if training:
         ds = ds.shuffle(10_000, seed=seed).repeat()
     def preprocess(record):
-        jpeg, label = _parse(record)
-        image = train_image(jpeg, image_size, min_area) if training else eval_image(jpeg, image_size)
+        encoded, label = parse(record, num_classes)
+        image = (train_image(encoded, image_size, min_area) if training
+                 else eval_image(encoded, image_size))
         return image, label
     ds = ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE, deterministic=not training)
     return ds.batch(batch_size, drop_remainder=training).prefetch(tf.data.AUTOTUNE)

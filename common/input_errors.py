@@ -1,0 +1,74 @@
+"""Input-pipeline failures as one line that says why and names the file.
+
+TensorFlow and DALI report a bad record without saying which file it came from, and DALI's
+reason sits several lines into a message that starts with ``DALI_ERROR_INVALID_OPERATION:``.
+``reason`` pulls the cause out of either. When a pipeline fails, ``locate_bad_record`` re-reads
+the split's records in order with the task's own check (parse, label range, full decode) and
+names the first file and record that fails it: a slow path taken only after a failure.
+"""
+from __future__ import annotations
+
+import re
+import time
+from typing import Callable, Iterator, Optional, Sequence
+
+import tensorflow as tf
+
+from common.errors import DataError
+
+_DALI_OP = re.compile(r"Error in (?:CPU|GPU|MIXED|Mixed) operator `(?:nvidia\.dali\.)?([^`]+)`")
+_DALI_CAUSE = re.compile(r"encountered:\s*\n\s*(.+)")
+_TF_NOISE = re.compile(r"\{\{[^}]*\}\}|\[Op:[^\]]*\]|\s*\[\[\{\{node [^\]]*\]\]"
+                       r"|Error in user-defined function passed to \S+ transformation with "
+                       r"iterator: \S+: |\s+name:\s*$", re.MULTILINE)
+
+
+def reason(message: str) -> str:
+    """The cause in one line, from a TensorFlow or DALI error message."""
+    op, cause = _DALI_OP.search(message), _DALI_CAUSE.search(message)
+    if op and cause:
+        return f"DALI {op.group(1)}: {cause.group(1).strip()}"
+    message = re.sub(r"assertion failed: \[(.*?)\]", r"\1", _TF_NOISE.sub("", message))
+    lines = [ln.strip() for ln in message.splitlines()]
+    lines = [ln for ln in lines if ln and not ln.startswith("Error DALI_ERROR")]
+    return lines[0] if lines else message.strip()[:300]
+
+
+def locate_bad_record(files: Sequence[str], check: Callable[[tf.Tensor], tf.Tensor],
+                      budget_seconds: float = 300.0) -> Optional[str]:
+    """"<file>, record <n>: <why>" for the first record ``check`` fails on, None if none does.
+
+    ``check`` maps a serialized record to any tensor and raises (through tf.debugging asserts or
+    the decode ops themselves) on a bad one. Gives up, saying so, after ``budget_seconds``."""
+    start = time.monotonic()
+    for done, path in enumerate(files):
+        if time.monotonic() - start > budget_seconds:
+            return (f"(not found in the first {done} of {len(files)} files within "
+                    f"{budget_seconds:.0f} s)")
+        n = 0
+        try:
+            for _ in tf.data.TFRecordDataset(path).map(check):  # in order: n is the record
+                n += 1
+        except tf.errors.OpError as e:
+            return f"{path}, record {n}: {reason(e.message)}"
+    return None
+
+
+def batches(dataset, locate: Optional[Callable[[], Optional[str]]] = None) -> Iterator:
+    """Iterates ``dataset``, turning an input-pipeline failure (a corrupt record or image, a label
+    out of range, a DALI read error) into one ``DataError`` line naming the file where it can."""
+    iterator = iter(dataset)
+    while True:
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            return
+        except tf.errors.OpError as e:
+            why = reason(e.message)
+            where = locate() if locate else None
+            del iterator  # stops the pipeline's threads before the error is printed
+            if where and not where.startswith("("):
+                raise DataError(f"cannot read the input data: {where}") from None
+            raise DataError(f"cannot read the input data: {why}{f' {where}' if where else ''}"
+                            ) from None
+        yield batch
