@@ -104,7 +104,7 @@ class Logger:
         enabled: bool = True,
         json_path: Optional[str] = None,
         tensorboard_dir: Optional[str] = None,
-        stream: TextIO = sys.stdout,
+        stream: Optional[TextIO] = None,  # None: whatever sys.stdout is when printing
     ):
         self.enabled = enabled
         self._start = time.time()
@@ -184,7 +184,7 @@ class Logger:
     def print(self, text: str) -> None:
         if self.enabled:
             try:
-                print(text, file=self._stream, flush=True)
+                print(text, file=self._stream or sys.stdout, flush=True)
             except OSError:  # stdout redirected to a full disk: the JSON log and the run go on
                 pass
 

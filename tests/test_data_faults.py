@@ -183,7 +183,8 @@ def test_prepare_again_removes_stale_shards_and_the_loader_refuses_mixed_sets(tm
     before = digests(out)
     # A stale shard of another set copied in by hand is refused, not trained on.
     shutil.copy(out / "train-00000-of-00002", out / "train-00003-of-00004")
-    proc = _run(out, tmp_path, "--num_classes", "10")
+    classes = len((out / "labels.txt").read_text().split())
+    proc = _run(out, tmp_path, "--num_classes", str(classes))
     assert proc.returncode == 1
     assert stderr_last_line(proc) == (
         f"main.py: error: {out} holds train shards of 2 different sets (-of-00002, -of-00004): "
@@ -206,3 +207,29 @@ def test_bad_hyperparameters_stop_with_one_line(tmp_path, capsys, flag, value, m
     assert code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == f"main.py: error: {message}"
     assert not os.listdir(tmp_path)  # stopped before anything was written
+
+
+# The message DALIDataset raised on this machine (DALI 2.4.0) for a truncated JPEG, abridged.
+DALI_MESSAGE = """Error DALI_ERROR_INVALID_OPERATION:
+Critical error in pipeline:
+Error in CPU operator `nvidia.dali.fn.decoders.image_random_crop`,
+which was used in the pipeline definition with the following traceback:
+
+  File "/work/main/resnet50v1.5/rn50/dali_pipeline.py", line 56, in pipeline
+    images = fn.decoders.image_random_crop(
+
+encountered:
+
+nvImageCodec failure: '#3'
+Current pipeline object is no longer valid.
+while executing: daliPipelinePopOutputs(pipeline_handle_, &outputs_h)
+"""
+
+
+def test_the_reason_is_pulled_out_of_dali_and_tensorflow_messages():
+    from common.input_errors import reason
+    assert reason(DALI_MESSAGE) == "DALI fn.decoders.image_random_crop: nvImageCodec failure: '#3'"
+    tf_message = ("{{function_node __wrapped__IteratorGetNext_output_types_2_device_/job:localhost"
+                  "/replica:0/task:0/device:CPU:0}} assertion failed: [label 11 is outside 1..10]"
+                  "\n\t [[{{node Assert/Assert}}]] [Op:IteratorGetNext] name: ")
+    assert reason(tf_message) == "label 11 is outside 1..10"
