@@ -71,6 +71,12 @@ def test_every_mode_end_to_end(tmp_path, digits_records, dali):
     s = runner.run(ResNetTask, base + ["--mode", "train_and_evaluate", "--num_iter", "2"])
     assert s["final_step"] == 12 and s["epochs"] == 2  # 48 images / batch 8 = 6 steps an epoch
     assert s["eval_images"] == 12 and 0 <= s["eval_top1"] <= s["eval_top5"] <= 1
+    tb = os.path.join(out, "tensorboard", "train_and_evaluate")
+    tags = {v.tag for name in os.listdir(tb)
+            for raw in tf.data.TFRecordDataset(os.path.join(tb, name))
+            for v in tf.compat.v1.Event.FromString(raw.numpy()).summary.value}
+    assert {"train/loss", "train/lr", "eval/top1", "eval/top5"} <= tags
+    assert not [t for t in tags if t.startswith("eval/eval_")]
     ev = runner.run(ResNetTask, base + ["--mode", "evaluate"])
     assert ev["eval_top1"] == pytest.approx(s["eval_top1"]) and ev["eval_images"] == 12
     for mode in ("training_benchmark", "inference_benchmark"):
