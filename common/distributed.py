@@ -88,6 +88,19 @@ class Distributed:
             raise DataError(f"{what} failed on rank 0 (see its message)")
         return result
 
+    def allgather(self, arrays: dict) -> dict:
+        """Each array concatenated over ranks along its first axis (sizes may differ)."""
+        if not self.enabled:
+            return dict(arrays)
+        return {k: self.hvd.allgather(tf.convert_to_tensor(v)).numpy()
+                for k, v in sorted(arrays.items())}
+
+    def broadcast_object(self, obj):
+        """Rank 0's picklable ``obj`` on every rank."""
+        if not self.enabled:
+            return obj
+        return self.hvd.broadcast_object(obj, root_rank=0)
+
     def broadcast(self, variables) -> None:
         """Copies rank 0's values into ``variables`` (Keras or TF) on every rank."""
         if self.enabled and variables:

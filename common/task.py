@@ -56,6 +56,20 @@ class Task(abc.ABC):
     def train_loss(self, model: keras.Model, batch) -> tf.Tensor:
         """The float32 scalar to minimise for one batch (regularisation included)."""
 
+    # Evaluation comes in one of two forms. Metrics that are sums (accuracy): ``eval_metrics`` and
+    # ``eval_update``. Metrics that need every prediction at once (COCO AP): ``eval_outputs``
+    # returns per-example tensors, the trainer gathers them from every rank in order, and rank 0
+    # calls ``summarize`` once on the whole split.
+    gathers_eval_outputs = False
+
+    def eval_outputs(self, model: keras.Model, batch) -> Mapping[str, tf.Tensor]:
+        """Per-example tensors (first axis = batch) for ``summarize`` (inside a tf.function)."""
+        raise NotImplementedError
+
+    def summarize(self, outputs: Mapping[str, "np.ndarray"]) -> dict:
+        """The evaluation results from every example's outputs, concatenated over ranks."""
+        raise NotImplementedError
+
     def eval_metrics(self) -> Sequence[keras.metrics.Metric]:
         """Metrics whose variables are sums (totals and counts), so ranks can add them up."""
         return []

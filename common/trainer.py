@@ -191,28 +191,41 @@ class Trainer:
 
     # --- evaluation -----------------------------------------------------------------------
     def evaluate(self, epoch: Optional[int] = None) -> dict:
+        task = self.task
         if self._eval_step is None:
-            task, model, metrics = self.task, self.model, self.metrics
-            self._eval_step = tf.function(lambda batch: task.eval_update(model, batch, metrics),
-                                          jit_compile=self.ctx.precision.xla)
+            model, metrics = self.model, self.metrics
+            fn = ((lambda batch: task.eval_outputs(model, batch)) if task.gathers_eval_outputs
+                  else (lambda batch: task.eval_update(model, batch, metrics)))
+            self._eval_step = tf.function(fn, jit_compile=self.ctx.precision.xla)
         for m in self.metrics:
             m.reset_state()
-        start, items = time.perf_counter(), 0
-        for batch in batches(self.task.eval_dataset(),
-                             lambda: self.task.locate_bad_record("eval")):
-            self._eval_step(batch)
-            items += self.task.items_in(batch)
+        start, items, outputs = time.perf_counter(), 0, []
+        for batch in batches(task.eval_dataset(), lambda: task.locate_bad_record("eval")):
+            out = self._eval_step(batch)
+            if task.gathers_eval_outputs:
+                outputs.append({k: v.numpy() for k, v in out.items()})
+            items += task.items_in(batch)
         seconds = time.perf_counter() - start
-        # Metric variables are totals and counts: adding them up gives the global metric.
-        for m in self.metrics:
-            for var, total in zip(m.variables, self.dist.sum([v.value for v in m.variables])):
-                var.assign(total)
         total_items = int(self.dist.sum([tf.constant(items, tf.int64)])[0])
         if total_items == 0:
             raise DataError("the evaluation data is empty")
-        results = {f"eval_{m.name}": float(m.result()) for m in self.metrics}
-        results[f"eval_{self.task.item_unit}"] = total_items
-        results[f"eval_{self.task.item_unit}_per_s"] = items / seconds
+        if task.gathers_eval_outputs:
+            if self.dist.any(not outputs):  # every rank must take part in the gather
+                raise DataError("a process got no evaluation examples: there are fewer "
+                                "evaluation examples than processes")
+            gathered = self.dist.allgather(
+                {k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]})
+            results = self.dist.broadcast_object(
+                {f"eval_{k}": v for k, v in task.summarize(gathered).items()}
+                if self.dist.is_chief else None)
+        else:
+            # Metric variables are totals and counts: adding them up gives the global metric.
+            for m in self.metrics:
+                for var, total in zip(m.variables, self.dist.sum([v.value for v in m.variables])):
+                    var.assign(total)
+            results = {f"eval_{m.name}": float(m.result()) for m in self.metrics}
+        results[f"eval_{task.item_unit}"] = total_items
+        results[f"eval_{task.item_unit}_per_s"] = items / seconds
         self.log.log((epoch or 0, self.step), results, tb_step=self.step, tb_prefix="eval")
         return results
 

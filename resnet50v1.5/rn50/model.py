@@ -54,22 +54,33 @@ def _bottleneck(x, filters, stride, name, fmt, zero_init_residual):
     return layers.ReLU(name=f"{name}_out")(x)
 
 
-def build_resnet(arch: str = "resnet50", num_classes: int = 1000, image_size: int = 224,
-                 data_format: str = "NHWC", zero_init_residual: bool = False) -> keras.Model:
-    """Images (N, H, W, 3) float32, normalised -> logits (N, num_classes) float32."""
+def resnet_trunk(x, arch: str = "resnet50", fmt: str = "channels_last",
+                 zero_init_residual: bool = False) -> list:
+    """Stem and the four stages on ``x``; returns each stage's output (strides 4, 8, 16, 32).
+    SSD320 takes its C3-C5 from the last three, with these layer names, so that a ResNet
+    checkpoint's trunk loads into it."""
     cfg = ARCHS[arch]
-    fmt = "channels_first" if data_format == "NCHW" else "channels_last"
-    inputs = keras.Input((image_size, image_size, 3), name="images")
-    x = inputs
-    if fmt == "channels_first":  # some cuDNN kernels prefer NCHW; the input pipelines stay NHWC
-        x = layers.Permute((3, 1, 2), name="to_nchw")(x)
     x = _conv_bn(x, cfg.width, 7, 2, "stem", fmt)  # (N, H/2, W/2, w)
     x = layers.MaxPool2D(3, strides=2, padding="same", data_format=fmt, name="stem_pool")(x)
+    outputs = []
     for stage, n in enumerate(cfg.blocks):  # (N, H/4, W/4, 4w) ... (N, H/32, W/32, 32w)
         for block in range(n):
             stride = 2 if block == 0 and stage > 0 else 1
             x = _bottleneck(x, cfg.width * 2 ** stage, stride,
                             f"stage{stage + 1}_block{block + 1}", fmt, zero_init_residual)
+        outputs.append(x)
+    return outputs
+
+
+def build_resnet(arch: str = "resnet50", num_classes: int = 1000, image_size: int = 224,
+                 data_format: str = "NHWC", zero_init_residual: bool = False) -> keras.Model:
+    """Images (N, H, W, 3) float32, normalised -> logits (N, num_classes) float32."""
+    fmt = "channels_first" if data_format == "NCHW" else "channels_last"
+    inputs = keras.Input((image_size, image_size, 3), name="images")
+    x = inputs
+    if fmt == "channels_first":  # some cuDNN kernels prefer NCHW; the input pipelines stay NHWC
+        x = layers.Permute((3, 1, 2), name="to_nchw")(x)
+    x = resnet_trunk(x, arch, fmt, zero_init_residual)[-1]
     x = layers.GlobalAveragePooling2D(data_format=fmt, name="avg_pool")(x)  # (N, 32w)
     logits = layers.Dense(num_classes, dtype="float32", name="logits",
                           kernel_initializer=keras.initializers.RandomNormal(stddev=0.01))(x)

@@ -17,12 +17,10 @@ from __future__ import annotations
 import io
 import os
 import random
-import re
 import sys
-import time
 from typing import Iterable, Sequence
 
-from common import tfrecord_index
+from common import tfrecord_writer
 from common.errors import DataError
 
 IMAGE_EXTENSIONS = (".jpeg", ".jpg", ".png", ".bmp")
@@ -63,7 +61,7 @@ def list_split(src: str, split: str, classes: Sequence[str] | None = None):
     return items, found
 
 
-def _jpeg_bytes(path: str) -> bytes:
+def jpeg_bytes(path: str) -> bytes:
     """The image as JPEG bytes, after decoding it in full: a file that TensorFlow's decoder (what
     training uses) cannot read, such as a truncated JPEG with a valid header, stops here with its
     name. JPEGs are kept as they are; other formats (and CMYK JPEGs) are re-encoded as RGB JPEG."""
@@ -89,18 +87,6 @@ def _jpeg_bytes(path: str) -> bytes:
     return out.getvalue()
 
 
-def _remove_stale(out_dir: str, prefix: str, log) -> None:
-    """Removes an earlier preparation's shards of ``prefix`` (any shard count, and ``*.tmp`` left
-    by an interrupted run) and their index files, so no stale shard is ever trained on."""
-    pattern = re.compile(rf"^{re.escape(prefix)}-\d{{5}}-of-\d{{5}}(\.tmp)?(\.idx)?$")
-    stale = [os.path.join(d, f) for d in (out_dir, os.path.join(out_dir, "idx"))
-             if os.path.isdir(d) for f in os.listdir(d) if pattern.match(f)]
-    for path in stale:
-        os.remove(path)
-    if stale:
-        log(f"{prefix}: removed {len(stale)} file(s) of an earlier preparation")
-
-
 def _example(jpeg: bytes, label: int, name: str):
     import tensorflow as tf
 
@@ -116,33 +102,12 @@ def _example(jpeg: bytes, label: int, name: str):
 
 def write_split(items, classes, out_dir: str, prefix: str, shards: int, seed: int,
                 log=print) -> list[str]:
-    import tensorflow as tf
-
     index = {c: i + 1 for i, c in enumerate(classes)}  # labels 1..N, as in ImageNet TFRecords
     items = list(items)
     random.Random(seed).shuffle(items)  # mix classes across shards
-    shards = max(1, min(shards, len(items)))
-    _remove_stale(out_dir, prefix, log)
-    paths, start, done = [], time.time(), 0
-    for s in range(shards):
-        path = os.path.join(out_dir, f"{prefix}-{s:05d}-of-{shards:05d}")
-        tmp = path + ".tmp"
-        try:
-            with tf.io.TFRecordWriter(tmp) as writer:
-                for image_path, cls in items[s::shards]:
-                    writer.write(_example(_jpeg_bytes(image_path), index[cls], cls))
-                    done += 1
-                    if done % 500 == 0 or done == len(items):
-                        rate = done / (time.time() - start)
-                        log(f"{prefix}: {done}/{len(items)} images ({rate:.0f}/s, "
-                            f"eta {(len(items) - done) / rate:.0f} s)")
-        except BaseException:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            raise
-        os.replace(tmp, path)  # an interrupted run leaves no half-written shard behind
-        paths.append(path)
-    return paths
+    return tfrecord_writer.write_shards(
+        items, lambda item: _example(jpeg_bytes(item[0]), index[item[1]], item[1]), out_dir,
+        prefix, shards, log, unit="images")
 
 
 def prepare(src: str, out_dir: str, train_shards: int, val_shards: int, seed: int = 0,
@@ -152,11 +117,8 @@ def prepare(src: str, out_dir: str, train_shards: int, val_shards: int, seed: in
     os.makedirs(os.path.join(out_dir, "idx"), exist_ok=True)
     with open(os.path.join(out_dir, "labels.txt"), "w") as f:
         f.write("".join(c + "\n" for c in classes))
-    files = (write_split(train, classes, out_dir, "train", train_shards, seed, log)
-             + write_split(val, classes, out_dir, "validation", val_shards, seed, log))
-    for path in files:
-        tfrecord_index.write_index(path, tfrecord_index.index_path(os.path.join(out_dir, "idx"),
-                                                                   path))
+    write_split(train, classes, out_dir, "train", train_shards, seed, log)
+    write_split(val, classes, out_dir, "validation", val_shards, seed, log)
     log(f"wrote {len(train)} train and {len(val)} validation images of {len(classes)} classes "
         f"to {out_dir} (index files in {out_dir}/idx)")
     return {"classes": len(classes), "train": len(train), "validation": len(val)}

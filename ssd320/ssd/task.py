@@ -1,0 +1,231 @@
+"""SSD320 v1.2 on COCO: the model, data, loss and COCO evaluation that the shared loops run.
+
+Recipe defaults are NVIDIA's 8-GPU ones (``ssd320_full_8gpus.config``): batch 32 per GPU,
+momentum 0.9, base learning rate 0.16 at a global batch of 256 scaled linearly with the global
+batch, linear warm-up from 0.43332 x base over 1000 steps then cosine decay to 0 at 12,500 steps
+(warm-up steps scale inversely with the global batch, as NVIDIA's 1- and 4-GPU configs do), L2
+0.0004 as TF-slim applies it (0.0004 x sum(w^2) / 2 on every convolution kernel).
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import flags
+
+from common import flags as common_flags
+from common import input_errors, tfrecord_index
+from common.errors import DataError, UsageError
+from common.schedules import WarmupCosine
+from common.task import Task
+from ssd import anchors as anchor_gen
+from ssd import coco_eval, losses, postprocess, tfdata_pipeline
+from ssd.model import ARCHS, build_ssd, decayed_kernels
+
+COCO_TRAIN_IMAGES = 118_287  # the nominal epoch of synthetic data
+REFERENCE_BATCH = 256  # NVIDIA's 8 x 32: the batch the learning rate and warm-up are given for
+
+
+def define_flags(fv: flags.FlagValues) -> None:
+    d = dict(flag_values=fv)
+    flags.DEFINE_enum("arch", "resnet50", list(ARCHS), "Backbone; resnet_tiny is for tests.", **d)
+    flags.DEFINE_integer("num_classes", None, "Largest category id (default: from the data's "
+                         "label_map.json, else COCO's 90).", lower_bound=1, **d)
+    flags.DEFINE_integer("image_size", 320, "Input resolution (square, a multiple of 32).",
+                         lower_bound=64, upper_bound=2048, **d)
+    flags.DEFINE_float("lr_init", 0.16, "Base learning rate at a global batch of 256 "
+                       "(scaled linearly with the global batch).", **d)
+    flags.DEFINE_float("lr_warmup_ratio", 0.43332, "Warm-up starts at this fraction of the "
+                       "base rate.", lower_bound=0, upper_bound=1, **d)
+    flags.DEFINE_integer("lr_warmup_steps", None, "Warm-up steps (default: 1000 x 256 / global "
+                         "batch).", lower_bound=0, **d)
+    flags.DEFINE_float("momentum", 0.9, "SGD momentum.", **d)
+    flags.DEFINE_float("weight_decay", 0.0004, "TF-slim L2 on convolution kernels.",
+                       lower_bound=0, **d)
+    flags.DEFINE_boolean("freeze_bn", False, "Freeze every batch norm (NVIDIA's config asks for "
+                         "this but its code trains them; the default matches the code).", **d)
+    flags.DEFINE_string("backbone_checkpoint", None, "Initialise the trunk from a "
+                        "resnet50v1.5/main.py checkpoint (a prefix or a --model_dir).", **d)
+    flags.DEFINE_float("score_threshold", 0.3, "predict mode: draw and list detections above "
+                       "this score.", lower_bound=0, upper_bound=1, **d)
+    flags.DEFINE_integer("dali_threads", 4, "DALI CPU worker threads per process.",
+                         lower_bound=1, **d)
+    common_flags.require_positive(fv, "lr_init")
+    common_flags.require_fraction(fv, "momentum")
+    flags.register_validator("image_size", lambda v: v % 32 == 0,
+                             message="--image_size must be a multiple of 32", flag_values=fv)
+
+
+class SSDTask(Task):
+    name = "ssd320"
+    item_unit = "images"
+    flag_defaults = {"batch_size": 32, "num_iter": 12500, "iter_unit": "batch"}
+    define_flags = staticmethod(define_flags)
+    gathers_eval_outputs = True
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        f = self.flags
+        self.label_map = self._read_label_map()
+        if f.num_classes is None:
+            f.num_classes = self.label_map["num_classes"] if self.label_map else 90
+        elif self.label_map and f.num_classes < self.label_map["num_classes"]:
+            raise UsageError(f"--num_classes {f.num_classes} is below the largest category id "
+                             f"{self.label_map['num_classes']} in label_map.json")
+        self.anchors = anchor_gen.generate(f.image_size)  # (A, 4) normalised
+        self.names = {c["id"]: c["name"] for c in (self.label_map or {}).get("categories", [])}
+        self._decayed = []
+
+    def _read_label_map(self):
+        path = os.path.join(self.flags.data_dir or "", "label_map.json")
+        if not self.flags.data_dir or not os.path.exists(path):
+            return None
+        try:
+            with open(path) as f:
+                return json.load(f)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path} is not valid JSON ({e})") from None
+
+    # --- model and optimisation ---------------------------------------------------------
+    def build_model(self):
+        f = self.flags
+        model = build_ssd(f.arch, f.num_classes, f.image_size, f.freeze_bn)
+        self._decayed = decayed_kernels(model)
+        if f.backbone_checkpoint:
+            from ssd.backbone import load_trunk
+            n = load_trunk(model, f.backbone_checkpoint, ARCHS[f.arch].trunk)
+            self.ctx.logger.print(f"initialised {n} trunk layers from {f.backbone_checkpoint}")
+        return model
+
+    def build_optimizer(self, steps_per_epoch, total_steps):
+        f, batch = self.flags, self.ctx.global_batch_size
+        peak = f.lr_init * batch / REFERENCE_BATCH
+        warmup = (f.lr_warmup_steps if f.lr_warmup_steps is not None
+                  else round(1000 * REFERENCE_BATCH / batch))
+        schedule = WarmupCosine(peak, min(warmup, total_steps), total_steps,
+                                warmup_start=f.lr_warmup_ratio * peak)
+        return keras.optimizers.SGD(learning_rate=schedule, momentum=f.momentum)
+
+    def train_loss(self, model, batch):
+        out = model(batch["images"], training=True)
+        loss = losses.detection_loss(out["cls_logits"], out["box_codes"], batch["cls"],
+                                     batch["box"])[0]
+        if self.flags.weight_decay:
+            loss += self.flags.weight_decay * tf.add_n(
+                [tf.nn.l2_loss(tf.cast(w, tf.float32)) for w in self._decayed])
+        return loss
+
+    def detect(self, model, images):
+        out = model(images, training=False)
+        return postprocess.detect(out["cls_logits"], out["box_codes"], tf.constant(self.anchors))
+
+    def eval_outputs(self, model, batch):
+        return {**self.detect(model, batch["images"]), "image_id": batch["image_id"],
+                "height": batch["height"], "width": batch["width"]}
+
+    def summarize(self, outputs):
+        path = os.path.join(self.flags.data_dir, "validation_annotations.json")
+        if not os.path.exists(path):
+            raise DataError(f"{path} is missing: prepare the data with ssd320/prepare_dataset.py")
+        return coco_eval.evaluate(path, coco_eval.to_coco(outputs), outputs["image_id"])
+
+    # --- data ---------------------------------------------------------------------------
+    def _files(self, split):
+        return tfdata_pipeline.record_files(self.flags.data_dir, split)
+
+    def num_train_examples(self):
+        if self.flags.data_dir is None:
+            return COCO_TRAIN_IMAGES
+        return tfrecord_index.count_records(self._files("train"), self.flags.data_idx_dir)
+
+    def _dataset(self, split, training):
+        f, dist = self.flags, self.ctx.dist
+        files = self._files(split)
+        if f.dali:
+            from ssd import dali_pipeline
+            dali_pipeline.ensure_indexes(files, f.data_idx_dir, dist)
+            return dali_pipeline.dataset(files, f.data_idx_dir, f.batch_size, f.image_size,
+                                         training, self.anchors, f.num_classes, dist.rank,
+                                         dist.size, dist.local_rank, f.seed, f.dali_threads)
+        return tfdata_pipeline.dataset(files, f.batch_size, f.image_size, training, self.anchors,
+                                       f.num_classes, dist.rank, dist.size,
+                                       None if f.seed is None else f.seed + dist.rank)
+
+    def _synthetic(self):
+        f, a = self.flags, len(self.anchors)
+        batch = {"images": tf.random.normal((f.batch_size, f.image_size, f.image_size, 3)),
+                 "cls": tf.where(tf.random.uniform((f.batch_size, a)) < 0.01,
+                                 tf.random.uniform((f.batch_size, a), 1, f.num_classes + 1,
+                                                   tf.int32), 0),
+                 "box": tf.random.normal((f.batch_size, a, 4)),
+                 "image_id": tf.range(f.batch_size, dtype=tf.int64),
+                 "height": tf.fill([f.batch_size], tf.constant(f.image_size, tf.int64)),
+                 "width": tf.fill([f.batch_size], tf.constant(f.image_size, tf.int64))}
+        return tf.data.Dataset.from_tensors(batch).repeat()
+
+    def train_dataset(self):
+        return self._synthetic() if self.flags.data_dir is None else self._dataset("train", True)
+
+    def eval_dataset(self):
+        return self._dataset("validation", False)
+
+    def locate_bad_record(self, split):
+        if self.flags.data_dir is None:
+            return None
+        files = self._files("train" if split == "train" else "validation")
+        return input_errors.locate_bad_record(
+            files, tfdata_pipeline.record_check(self.flags.num_classes))
+
+    def items_in(self, batch):
+        return int(batch["images"].shape[0])
+
+    def inference_inputs(self, batch):
+        return batch["images"]
+
+    # --- inference ----------------------------------------------------------------------
+    def predict(self, model, paths):
+        from ssd.draw import draw_detections
+
+        f = self.flags
+        out_dir = os.path.join(f.results_dir, "predictions")
+        os.makedirs(out_dir, exist_ok=True)
+        detect = tf.function(lambda x: self.detect(model, x))
+        records = []
+        for path in paths:
+            try:
+                image = tf.io.decode_image(tf.io.read_file(path), channels=3,
+                                           expand_animations=False)
+            except tf.errors.InvalidArgumentError:
+                raise DataError(f"{path} is not an image TensorFlow can decode") from None
+            h, w = int(image.shape[0]), int(image.shape[1])
+            x = tfdata_pipeline.normalize(tf.image.resize(image, (f.image_size, f.image_size)))
+            det = {k: v[0].numpy() for k, v in detect(x[None]).items()}
+            keep = [k for k in range(int(det["num_detections"])) if det["scores"][k] >= f.score_threshold]
+            boxes = [[round(float(v), 2) for v in det["boxes"][k] * [h, w, h, w]] for k in keep]
+            classes = [int(det["classes"][k]) for k in keep]
+            rec = {"file": path, "boxes_ymin_xmin_ymax_xmax": boxes, "classes": classes,
+                   "names": [self.names.get(c, str(c)) for c in classes],
+                   "scores": [round(float(det["scores"][k]), 4) for k in keep]}
+            png = os.path.join(out_dir, os.path.splitext(os.path.basename(path))[0] + ".png")
+            draw_detections(image.numpy(), rec, png)
+            rec["drawn"] = png
+            records.append(rec)
+        return records
+
+    def export(self, model, export_dir):
+        """A SavedModel whose ``serving_default`` takes normalised (N, S, S, 3) images and
+        returns the post-NMS detections (normalised boxes, scores, category ids, counts)."""
+        size = self.flags.image_size
+        module = tf.Module()
+        module.model = model
+        module.anchors = tf.constant(self.anchors)
+
+        @tf.function(input_signature=[tf.TensorSpec([None, size, size, 3], tf.float32)])
+        def serve(images):
+            out = model(images, training=False)
+            return postprocess.detect(out["cls_logits"], out["box_codes"], module.anchors)
+        module.serve = serve
+        tf.saved_model.save(module, export_dir, signatures={"serving_default": serve})
