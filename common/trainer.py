@@ -172,7 +172,7 @@ class Trainer:
                 end_of_epoch = step % spe == 0
                 if evaluate and (end_of_epoch or step == total_steps):
                     eval_results = self.evaluate(epoch=epoch)
-                    window_start = time.perf_counter()
+                    window_items, window_start = 0, time.perf_counter()  # rates exclude eval
                 saved = None
                 if (end_of_epoch or step == total_steps
                         or (f.save_checkpoint_steps and step % f.save_checkpoint_steps == 0)):
