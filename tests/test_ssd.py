@@ -1,0 +1,188 @@
+"""SSD320 v1.2: exact size, dtypes, pipelines, COCO evaluation, backbone loading, export, and
+every mode end to end on a tiny generated COCO-layout dataset."""
+import json
+import os
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from common import runner
+from conftest import ROOT, run_cli
+from ssd import anchors, coco_eval, dali_pipeline, prepare, shapes, tfdata_pipeline
+from ssd.model import build_ssd
+from ssd.task import SSDTask
+
+MAIN = os.path.join(ROOT, "ssd320", "main.py")
+TINY = ["--arch", "resnet_tiny", "--image_size", "128", "--batch_size", "4", "--display_every",
+        "1", "--lr_warmup_steps", "2"]
+
+
+@pytest.fixture(scope="session")
+def shapes_records(tmp_path_factory):
+    """24 train / 8 val generated images in COCO's layout, prepared by prepare_dataset."""
+    root = tmp_path_factory.mktemp("shapes")
+    shapes.export(str(root / "coco"), train=24, val=8, seed=3)
+    prepare.prepare(str(root / "coco"), str(root / "records"), 2, 1, log=lambda *_: None)
+    return str(root / "records")
+
+
+def _count(variables):
+    return int(sum(np.prod(v.shape) for v in variables))
+
+
+def test_parameter_count_and_structure_of_the_full_model():
+    model = build_ssd("resnet50", num_classes=90, image_size=320)
+    trunk = 25_557_032 - (2048 * 1000 + 1000)  # ResNet-50 v1.5 without its classifier
+    conv3 = 3 * 3 * 256 * 256
+    fpn = (512 + 1024 + 2048 + 3) * 256 + 4 * (conv3 + 2 * 256)  # laterals; P3/P4 smooth, P6, P7
+    towers = 2 * 4 * conv3 + 2 * 4 * 5 * 2 * 256  # shared convs; a batch norm per level
+    heads = (3 * 3 * 256 * 24 + 24) + (3 * 3 * 256 * 6 * 91 + 6 * 91)
+    assert _count(model.trainable_variables) == trunk + fpn + towers + heads == 32_840_570
+    out = model(np.zeros((1, 320, 320, 3), np.float32), training=False)
+    assert out["cls_logits"].shape == (1, 12_804, 91) and out["box_codes"].shape == (1, 12_804, 4)
+    assert len(anchors.generate(320)) == 12_804
+    bias = model.get_layer("class_head").bias.numpy()
+    np.testing.assert_allclose(bias, -np.log(0.99 / 0.01), rtol=1e-6)
+    assert [model.get_layer(f"class_tower{i}_p3_bn").momentum for i in range(4)] == [0.997] * 4
+
+
+@pytest.mark.parametrize("policy, compute", [("float32", "float32"),
+                                             ("mixed_float16", "float16"),
+                                             ("mixed_bfloat16", "bfloat16")])
+def test_outputs_are_float32_under_each_policy(policy, compute):
+    keras.mixed_precision.set_dtype_policy(policy)
+    try:
+        model = build_ssd("resnet_tiny", num_classes=3, image_size=64)
+        out = model(np.random.rand(2, 64, 64, 3).astype("float32"), training=False)
+        assert out["cls_logits"].dtype == tf.float32 and out["box_codes"].dtype == tf.float32
+        conv = model.get_layer("box_tower_conv0")
+        assert conv.compute_dtype == compute and conv.kernel.dtype == "float32"
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+
+
+def test_dali_and_tfdata_agree_on_evaluation_inputs_and_targets(shapes_records):
+    files = tfdata_pipeline.record_files(shapes_records, "validation")
+    anc = anchors.generate(128)
+    a = next(iter(tfdata_pipeline.dataset(files, 8, 128, False, anc, 7)))
+    b = next(iter(dali_pipeline.dataset(files, os.path.join(shapes_records, "idx"), 8, 128,
+                                        False, anc, 7)))
+    for key in ("image_id", "height", "width", "cls"):
+        np.testing.assert_array_equal(a[key].numpy(), b[key].numpy())
+    assert (a["cls"].numpy() > 0).sum() > 8  # the images have matched anchors
+    np.testing.assert_allclose(a["box"].numpy(), b["box"].numpy(), atol=1e-5)
+    diff = np.abs(a["images"].numpy() - b["images"].numpy())
+    assert diff.mean() < 0.05 and np.percentile(diff, 99) < 0.3, diff.mean()
+
+
+def test_training_targets_keep_boxes_consistent_with_the_crop_and_flip(shapes_records):
+    files = tfdata_pipeline.record_files(shapes_records, "train")
+    anc = anchors.generate(128)
+    ds = tfdata_pipeline.dataset(files, 4, 128, True, anc, 7, seed=0)
+    for batch in ds.take(3):
+        cls, codes = batch["cls"].numpy(), batch["box"].numpy()
+        assert (cls > 0).any() and np.isfinite(codes).all()
+        assert not codes[cls == 0].any()  # codes only where an anchor is matched
+
+
+def test_coco_evaluation_equals_pycocotools_run_directly(shapes_records):
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+    gt_path = os.path.join(shapes_records, "validation_annotations.json")
+    gt = json.load(open(gt_path))
+    rng = np.random.default_rng(0)
+    dets = [{"image_id": a["image_id"], "category_id": a["category_id"],
+             "bbox": [v + rng.normal(0, 2) for v in a["bbox"]], "score": float(rng.uniform())}
+            for a in gt["annotations"]]
+    dets += [{"image_id": gt["images"][0]["id"], "category_id": 1, "bbox": [1, 1, 20, 20],
+              "score": 0.9}]  # a false positive
+    ours = coco_eval.evaluate(gt_path, dets, [im["id"] for im in gt["images"]])
+    coco = COCO(gt_path)
+    ev = COCOeval(coco, coco.loadRes(dets), "bbox")
+    ev.evaluate(), ev.accumulate(), ev.summarize()
+    assert [ours[k] for k in coco_eval.STATS] == [float(v) for v in ev.stats]
+    assert 0.3 < ours["AP50"] <= 1
+
+
+@pytest.mark.parametrize("dali", [False, True])
+def test_every_mode_end_to_end(tmp_path, shapes_records, dali):
+    out = str(tmp_path)
+    base = ["main.py", *TINY, "--data_dir", shapes_records, "--results_dir", out]
+    if dali:
+        base.append("--dali")
+    s = runner.run(SSDTask, base + ["--mode", "train_and_evaluate", "--iter_unit", "epoch",
+                                    "--num_iter", "1"])
+    assert s["final_step"] == 6 and s["eval_images"] == 8  # 24 images / batch 4
+    assert all(-1 <= s[f"eval_{k}"] <= 1 for k in coco_eval.STATS)
+    ev = runner.run(SSDTask, base + ["--mode", "evaluate"])
+    assert ev["eval_AP"] == pytest.approx(s["eval_AP"]) and ev["eval_images"] == 8
+    for mode in ("training_benchmark", "inference_benchmark"):
+        b = runner.run(SSDTask, base + ["--mode", mode, "--iter_unit", "batch", "--num_iter",
+                                        "3", "--warmup_steps", "1"])
+        assert b["timed_steps"] == 2 and b["throughput_images_per_s"] > 0
+
+
+def test_predict_draws_and_the_export_gives_the_same_detections(tmp_path, shapes_records):
+    out = str(tmp_path)
+    base = ["main.py", *TINY, "--data_dir", shapes_records, "--results_dir", out]
+    runner.run(SSDTask, base + ["--mode", "train", "--iter_unit", "batch", "--num_iter", "2"])
+    images = os.path.join(os.path.dirname(shapes_records), "coco", "val2017")
+    s = runner.run(SSDTask, base + ["--mode", "predict", "--to_predict", images,
+                                    "--score_threshold", "0", "--export_dir",
+                                    str(tmp_path / "export")])
+    assert s["predictions"] == 8
+    preds = json.load(open(tmp_path / "predictions.json"))
+    assert all(os.path.exists(p["drawn"]) for p in preds)
+    first = preds[0]
+    assert len(first["boxes_ymin_xmin_ymax_xmax"]) == len(first["scores"]) == 100
+    assert set(first["names"]) <= {c["name"] for c in shapes.CATEGORIES}
+    served = tf.saved_model.load(str(tmp_path / "export")).signatures["serving_default"]
+    image = tf.io.decode_image(tf.io.read_file(first["file"]), channels=3)
+    x = tfdata_pipeline.normalize(tf.image.resize(image, (128, 128)))[None]
+    det = served(x)
+    h, w = image.shape[:2]
+    np.testing.assert_allclose(det["boxes"][0].numpy() * [h, w, h, w],
+                               first["boxes_ymin_xmin_ymax_xmax"], atol=0.02)
+    np.testing.assert_allclose(det["scores"][0].numpy(), first["scores"], atol=1e-4)
+    assert list(det["classes"][0].numpy()) == first["classes"]
+
+
+def test_backbone_checkpoint_of_resnet50v15_loads_into_the_trunk(tmp_path):
+    from rn50.task import ResNetTask
+    rn_dir = tmp_path / "rn"
+    runner.run(ResNetTask, ["main.py", "--mode", "train", "--arch", "resnet_tiny",
+                            "--num_classes", "10", "--image_size", "32", "--batch_size", "4",
+                            "--iter_unit", "batch", "--num_iter", "1", "--results_dir",
+                            str(rn_dir)])
+    reader = tf.train.load_checkpoint(str(rn_dir / "checkpoints" / "ckpt-1"))
+    trainer = runner.setup(SSDTask, ["main.py", *TINY, "--mode", "train",
+                                     "--backbone_checkpoint", str(rn_dir / "checkpoints"),
+                                     "--results_dir", str(tmp_path / "ssd")])
+    trainer.log.close()
+    # Every trunk weight equals a tensor of the checkpoint (read here without our loader).
+    values = {tuple(np.asarray(reader.get_tensor(n)).ravel()[:4])
+              for n in reader.get_variable_to_shape_map() if "OPTIMIZER_SLOT" not in n}
+    for name in ("stem_conv", "stage2_block1_2_conv", "stage4_block1_3_bn"):
+        for w in trainer.model.get_layer(name).weights:
+            assert tuple(np.asarray(w).ravel()[:4]) in values, (name, w.path)
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/mpirun"), reason="MPI is not installed")
+def test_two_process_evaluation_gives_the_same_ap_as_one(tmp_path, shapes_records):
+    out = str(tmp_path / "r")
+    base = [*TINY, "--data_dir", shapes_records, "--results_dir", out]
+    runner.run(SSDTask, ["main.py", *base, "--mode", "train", "--iter_unit", "batch",
+                         "--num_iter", "3"])
+    one = runner.run(SSDTask, ["main.py", *base, "--mode", "evaluate"])
+    proc = run_cli(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2",
+                    sys.executable, MAIN, *base, "--mode", "evaluate", "--log_filename",
+                    "two.json"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    from common.dllogger import read_records
+    two = [r for r in read_records(os.path.join(out, "two.json")) if r.get("step") == []][-1]
+    assert two["data"]["world_size"] == 2 and two["data"]["eval_images"] == 8
+    for k in coco_eval.STATS:
+        assert two["data"][f"eval_{k}"] == pytest.approx(one[f"eval_{k}"], abs=1e-6), k
