@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any, Mapping, Optional, Sequence
 
 import keras
+import numpy as np
 import tensorflow as tf
 from absl import flags
 
@@ -66,7 +67,7 @@ class Task(abc.ABC):
         """Per-example tensors (first axis = batch) for ``summarize`` (inside a tf.function)."""
         raise NotImplementedError
 
-    def summarize(self, outputs: Mapping[str, "np.ndarray"]) -> dict:
+    def summarize(self, outputs: Mapping[str, np.ndarray]) -> dict:
         """The evaluation results from every example's outputs, concatenated over ranks."""
         raise NotImplementedError
 

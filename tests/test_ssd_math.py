@@ -1,7 +1,6 @@
 """SSD320's anchors, box coder, matcher, focal loss and NMS against the reference values and
 straightforward numpy versions written here."""
 import numpy as np
-import pytest
 import tensorflow as tf
 
 from ssd import anchors, box_coder, losses, postprocess, targets

@@ -6,44 +6,10 @@ Served to TensorFlow through ``nvidia.dali.plugin.tf.DALIDataset``.
 """
 from __future__ import annotations
 
-import os
-
 import tensorflow as tf
 
 from common import tfrecord_index
-from common.errors import DataError
 from rn50.tfdata_pipeline import MEAN, STD, eval_resize
-
-
-def ensure_indexes(files, idx_dir: str, dist) -> None:
-    """Builds missing index files and rebuilds those that do not describe their TFRecord
-    (empty, garbled, truncated, stale) on rank 0, or stops every rank with one line."""
-    problems = tfrecord_index.invalid_indexes(files, idx_dir)
-
-    def build():
-        try:
-            os.makedirs(idx_dir, exist_ok=True)
-            for path in problems:
-                tfrecord_index.write_index(path, tfrecord_index.index_path(idx_dir, path))
-        except OSError as e:
-            raise DataError(f"--dali needs index files in {idx_dir} and they cannot be written "
-                            f"({e.strerror}); make them with prepare_dataset.py or set "
-                            "--data_idx_dir") from None
-        missing = [p for p, why in problems.items() if why == "missing"]
-        stale = {p: why for p, why in problems.items() if why != "missing"}
-        if missing:
-            print(f"dali: built {len(missing)} missing index file(s) in {idx_dir}", flush=True)
-        for path, why in stale.items():
-            print(f"dali: rebuilt {os.path.basename(path)}.idx in {idx_dir}: it was {why}",
-                  flush=True)
-
-    if problems:
-        dist.on_chief(build, "building the DALI index files")
-    still = tfrecord_index.invalid_indexes(files, idx_dir)
-    if still:
-        path, why = next(iter(still.items()))
-        raise DataError(f"DALI index file {tfrecord_index.index_path(idx_dir, path)} is {why} "
-                        "(is --data_idx_dir on a shared file system?)")
 
 
 def _build_pipeline(files, idx_files, training, image_size, shard_id, num_shards, gpu, min_area):

@@ -130,7 +130,7 @@ class ResNetTask(Task):
         files = self._files(split)
         if f.dali:
             from rn50 import dali_pipeline
-            dali_pipeline.ensure_indexes(files, f.data_idx_dir, dist)
+            tfrecord_index.ensure_indexes(files, f.data_idx_dir, dist)
             return dali_pipeline.dataset(files, f.data_idx_dir, f.batch_size, f.image_size,
                                          training, dist.rank, dist.size, dist.local_rank,
                                          f.seed, f.dali_threads, f.crop_area_min, f.num_classes)

@@ -22,41 +22,9 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from common import runner  # noqa: E402
+from common.mfu import forward_flops, matmul_ceiling  # noqa: E402
 from rn50.model import build_resnet  # noqa: E402
 from rn50.task import ResNetTask  # noqa: E402
-
-
-def matmul_ceiling(n=2048, reps=20) -> float:
-    """Float32 FLOP/s of a large matmul: the practical compute ceiling of this machine."""
-    a = tf.random.normal((n, n))
-    b = tf.random.normal((n, n), stddev=n ** -0.5)  # keeps the chain's scale steady
-
-    @tf.function
-    def chain():
-        x = a
-        for _ in range(reps):  # each product feeds the next: nothing can be computed once
-            x = tf.linalg.matmul(x, b)
-        return x[0, 0]
-    chain().numpy()  # trace and warm up
-    best = 0.0
-    for _ in range(3):
-        t0 = time.perf_counter()
-        chain().numpy()
-        best = max(best, 2 * n ** 3 * reps / (time.perf_counter() - t0))
-    return best
-
-
-def forward_flops(model) -> int:
-    """Multiply-adds x 2 of every convolution and dense layer for one image."""
-    total = 0
-    for layer in model.layers:
-        if isinstance(layer, keras.layers.Conv2D):
-            _, h, w, c_out = layer.output.shape
-            kh, kw = layer.kernel_size
-            total += 2 * h * w * c_out * kh * kw * layer.kernel.shape[2]
-        elif isinstance(layer, keras.layers.Dense):
-            total += 2 * layer.kernel.shape[0] * layer.kernel.shape[1]
-    return total
 
 
 def ours(batch, steps, warmup, xla=False) -> float:

@@ -10,30 +10,9 @@ PRECISION=${1:?usage: train.sh amp|tf32|fp32 GPUS [xla|noxla] [flags]}
 GPUS=${2:?usage: train.sh amp|tf32|fp32 GPUS [xla|noxla] [flags]}
 XLA=${3:-noxla}
 shift $(( $# < 3 ? $# : 3 ))
-
-case "$PRECISION" in
-  amp) flags=(--amp) ;;
-  tf32) flags=(--tf32) ;;
-  fp32) flags=(--no_tf32) ;;
-  *) echo "train.sh: error: precision must be amp, tf32 or fp32, not $PRECISION" >&2; exit 2 ;;
-esac
-case "$XLA" in
-  xla) flags+=(--xla) ;;
-  noxla) ;;
-  *) echo "train.sh: error: the third argument must be xla or noxla, not $XLA" >&2; exit 2 ;;
-esac
-
+data=()
 DATA_DIR=${DATA_DIR-/data/imagenet}  # set but empty: synthetic data (benchmarks)
-if [ -n "$DATA_DIR" ]; then flags+=(--data_dir "$DATA_DIR" --dali); fi
-
-launch=()
-if [ "$GPUS" -gt 1 ]; then
-  if [ "${LAUNCHER:-mpirun}" = horovodrun ]; then
-    launch=(horovodrun -np "$GPUS" -H "localhost:$GPUS")
-  else
-    launch=(mpirun --allow-run-as-root --bind-to socket -np "$GPUS")
-  fi
-fi
-exec "${launch[@]}" python "$here/main.py" --mode train_and_evaluate --iter_unit epoch \
-  --num_iter "${EPOCHS:-90}" --batch_size "${BATCH_SIZE:-256}" \
-  --results_dir "${RESULTS_DIR:-/results}" "${flags[@]}" "$@"
+if [ -n "$DATA_DIR" ]; then data=(--data_dir "$DATA_DIR" --dali); fi
+exec bash "$here/../scripts/launch.sh" "$here/main.py" "$PRECISION" "$GPUS" "$XLA" \
+  --mode train_and_evaluate --iter_unit epoch --num_iter "${EPOCHS:-90}" \
+  --batch_size "${BATCH_SIZE:-256}" --results_dir "${RESULTS_DIR:-/results}" "${data[@]}" "$@"

@@ -15,7 +15,6 @@ from __future__ import annotations
 import tensorflow as tf
 
 from common import tfrecord_index
-from rn50.dali_pipeline import ensure_indexes  # noqa: F401  (the same index checks)
 from rn50.tfdata_pipeline import MEAN, STD
 from ssd import tfdata_pipeline
 

@@ -12,7 +12,6 @@ import json
 import os
 
 import keras
-import numpy as np
 import tensorflow as tf
 from absl import flags
 
@@ -146,7 +145,7 @@ class SSDTask(Task):
         files = self._files(split)
         if f.dali:
             from ssd import dali_pipeline
-            dali_pipeline.ensure_indexes(files, f.data_idx_dir, dist)
+            tfrecord_index.ensure_indexes(files, f.data_idx_dir, dist)
             return dali_pipeline.dataset(files, f.data_idx_dir, f.batch_size, f.image_size,
                                          training, self.anchors, f.num_classes, dist.rank,
                                          dist.size, dist.local_rank, f.seed, f.dali_threads)

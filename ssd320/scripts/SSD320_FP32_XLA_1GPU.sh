@@ -1,0 +1,3 @@
+#!/usr/bin/env bash
+# SSD320 v1.2, NVIDIA recipe, FP32 + XLA on 1 GPU(s). DATA_DIR, RESULTS_DIR, BACKBONE and extra flags as in train.sh.
+exec bash "$(dirname "$0")/train.sh" fp32 1 xla "$@"

@@ -1,0 +1,70 @@
+#!/usr/bin/env python
+"""SSD320 training and inference throughput on this machine, FP32 and AMP side by side, with
+MFU: model FLOP/s (3x the forward FLOPs for training) over the matmul ceiling of the compute
+dtype (float32, or bfloat16 for AMP on a CPU) measured in the same process. Rounds alternate
+precisions, so drift on a noisy machine hits both alike; the median round is reported.
+
+    python ssd320/scripts/benchmark.py --batch_size 8 --steps 8 --warmup 2 --rounds 2
+"""
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+
+_here = os.path.dirname(os.path.abspath(__file__))
+_model_dir = os.path.dirname(_here)
+_root = os.path.dirname(_model_dir)
+sys.path[:0] = [_model_dir, _root, os.path.join(_root, "resnet50v1.5")]
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import tensorflow as tf  # noqa: E402
+
+from common import runner  # noqa: E402
+from common.mfu import forward_flops, matmul_ceiling  # noqa: E402
+from ssd.model import build_ssd  # noqa: E402
+from ssd.task import SSDTask  # noqa: E402
+
+PRECISIONS = {"fp32": ([], tf.float32), "amp": (["--amp"], tf.bfloat16)}
+
+
+def one(mode, precision, args) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        s = runner.run(SSDTask, ["main.py", "--mode", mode, "--image_size", str(args.image_size),
+                                 "--batch_size", str(args.batch_size), "--iter_unit", "batch",
+                                 "--num_iter", str(args.steps + args.warmup), "--warmup_steps",
+                                 str(args.warmup), "--display_every", "1000", "--results_dir",
+                                 tmp, *PRECISIONS[precision][0]])
+    return s["throughput_images_per_s"]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--image_size", type=int, default=320)
+    p.add_argument("--batch_size", type=int, default=8)
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=2)
+    args = p.parse_args()
+    flops = forward_flops(build_ssd("resnet50", 90, args.image_size))
+    ceilings = {name: matmul_ceiling(dtype) for name, (_, dtype) in PRECISIONS.items()}
+    rates = {(m, p): [] for m in ("training_benchmark", "inference_benchmark") for p in PRECISIONS}
+    for _ in range(args.rounds):
+        for mode, precision in rates:
+            rates[(mode, precision)].append(one(mode, precision, args))
+    print(f"\nforward GFLOP/image at {args.image_size}: {flops / 1e9:.1f}; matmul ceilings: "
+          + ", ".join(f"{p} {c / 1e9:.0f} GFLOP/s" for p, c in ceilings.items()))
+    print(f"| mode (batch {args.batch_size}) | precision | images/s (median of {args.rounds}) "
+          "| rounds | MFU | speed-up vs FP32 |")
+    print("|---|---|---|---|---|---|")
+    for (mode, precision), r in rates.items():
+        med = statistics.median(r)
+        base = statistics.median(rates[(mode, "fp32")])
+        mult = 3 if mode == "training_benchmark" else 1
+        print(f"| {mode.split('_')[0]} | {precision} | {med:.2f} | "
+              f"{', '.join(f'{v:.2f}' for v in r)} | {mult * flops * med / ceilings[precision]:.0%} "
+              f"| {med / base:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
