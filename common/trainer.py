@@ -193,10 +193,15 @@ class Trainer:
     def evaluate(self, epoch: Optional[int] = None) -> dict:
         task = self.task
         if self._eval_step is None:
-            model, metrics = self.model, self.metrics
-            fn = ((lambda batch: task.eval_outputs(model, batch)) if task.gathers_eval_outputs
-                  else (lambda batch: task.eval_update(model, batch, metrics)))
-            self._eval_step = tf.function(fn, jit_compile=self.ctx.precision.xla)
+            model, metrics, xla = self.model, self.metrics, self.ctx.precision.xla
+            if task.gathers_eval_outputs:
+                # Only the forward pass goes to XLA: post-processing such as NMS has no XLA kernel.
+                forward = tf.function(lambda x: model(x, training=False), jit_compile=xla)
+                self._eval_step = tf.function(
+                    lambda batch: task.eval_outputs(lambda x, training=False: forward(x), batch))
+            else:
+                self._eval_step = tf.function(lambda batch: task.eval_update(model, batch, metrics),
+                                              jit_compile=xla)
         for m in self.metrics:
             m.reset_state()
         start, items, outputs = time.perf_counter(), 0, []

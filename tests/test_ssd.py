@@ -186,3 +186,43 @@ def test_two_process_evaluation_gives_the_same_ap_as_one(tmp_path, shapes_record
     assert two["data"]["world_size"] == 2 and two["data"]["eval_images"] == 8
     for k in coco_eval.STATS:
         assert two["data"][f"eval_{k}"] == pytest.approx(one[f"eval_{k}"], abs=1e-6), k
+
+
+@pytest.mark.parametrize("fault, message", [
+    ("outside", "has bbox [100.0, 5.0, 500.0, 20.0] outside its"),
+    ("category", "has category 99, which is not listed"),
+    ("image", "refers to image 12345, which is not listed"),
+])
+def test_prepare_refuses_bad_annotations_with_one_line(tmp_path, fault, message):
+    root = tmp_path / "coco"
+    shapes.export(str(root), train=3, val=2, seed=5)
+    path = root / "annotations" / "instances_train2017.json"
+    coco = json.load(open(path))
+    ann = coco["annotations"][0]
+    if fault == "outside":
+        ann["bbox"] = [100.0, 5.0, 500.0, 20.0]
+    elif fault == "category":
+        ann["category_id"] = 99
+    else:
+        ann["image_id"] = 12345
+    json.dump(coco, open(path, "w"))
+    proc = run_cli([sys.executable, os.path.join(ROOT, "ssd320", "prepare_dataset.py"),
+                    str(root), str(tmp_path / "out")])
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"prepare_dataset.py: error: {path}: annotation {ann['id']} ")
+    assert message in last
+
+
+def test_image_size_must_be_a_multiple_of_32(capsys):
+    assert runner.main(SSDTask, ["main.py", "--image_size", "300"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == \
+        "main.py: error: flag --image_size=300: --image_size must be a multiple of 32"
+
+
+def test_xla_trains_and_evaluates(tmp_path, shapes_records):
+    """--xla compiles the train step and the forward pass; NMS (no XLA kernel) stays outside."""
+    s = runner.run(SSDTask, ["main.py", *TINY, "--data_dir", shapes_records, "--results_dir",
+                             str(tmp_path), "--mode", "train_and_evaluate", "--iter_unit",
+                             "batch", "--num_iter", "2", "--xla"])
+    assert s["final_step"] == 2 and s["eval_images"] == 8 and 0 <= s["eval_AP50"] <= 1
