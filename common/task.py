@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import keras
 import numpy as np
 import tensorflow as tf
 from absl import flags
 
+from common import input_errors, tfrecord_index
 from common.distributed import Distributed
 from common.dllogger import Logger
 from common.precision import Precision
@@ -111,3 +112,30 @@ class Task(abc.ABC):
 
     def export(self, model: keras.Model, export_dir: str) -> None:
         model.export(export_dir, format="tf_saved_model", verbose=False)
+
+
+class RecordTask(Task):
+    """A task whose data are sharded TFRecords (``train-*``, ``validation-*``) written by its
+    ``prepare_dataset.py``: the file sets, the epoch size and the bad-record locator, once."""
+    prepare_script = "prepare_dataset.py"  # named in the error when no records are found
+    synthetic_epoch = 1  # examples in a nominal epoch of synthetic data (no --data_dir)
+
+    def record_check(self) -> Callable[[tf.Tensor], tf.Tensor]:
+        """What a serialized record must pass (parse, label range, decode): raises if bad."""
+        raise NotImplementedError
+
+    def record_files(self, split: str) -> list[str]:
+        """``split``: "train" or "validation"; one complete set of shards."""
+        return tfrecord_index.shard_files(self.flags.data_dir, split,
+                                          f"prepare them with {self.prepare_script}")
+
+    def num_train_examples(self) -> int:
+        if self.flags.data_dir is None:
+            return self.synthetic_epoch
+        return tfrecord_index.count_records(self.record_files("train"), self.flags.data_idx_dir)
+
+    def locate_bad_record(self, split: str) -> Optional[str]:
+        if self.flags.data_dir is None:
+            return None
+        files = self.record_files("train" if split == "train" else "validation")
+        return input_errors.locate_bad_record(files, self.record_check())

@@ -92,7 +92,8 @@ def test_coco_evaluation_equals_pycocotools_run_directly(shapes_records):
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
     gt_path = os.path.join(shapes_records, "validation_annotations.json")
-    gt = json.load(open(gt_path))
+    with open(gt_path) as f:
+        gt = json.load(f)
     rng = np.random.default_rng(0)
     dets = [{"image_id": a["image_id"], "category_id": a["category_id"],
              "bbox": [v + rng.normal(0, 2) for v in a["bbox"]], "score": float(rng.uniform())}
@@ -134,7 +135,8 @@ def test_predict_draws_and_the_export_gives_the_same_detections(tmp_path, shapes
                                     "--score_threshold", "0", "--export_dir",
                                     str(tmp_path / "export")])
     assert s["predictions"] == 8
-    preds = json.load(open(tmp_path / "predictions.json"))
+    with open(tmp_path / "predictions.json") as f:
+        preds = json.load(f)
     assert all(os.path.exists(p["drawn"]) for p in preds)
     first = preds[0]
     assert len(first["boxes_ymin_xmin_ymax_xmax"]) == len(first["scores"]) == 100
@@ -197,7 +199,8 @@ def test_prepare_refuses_bad_annotations_with_one_line(tmp_path, fault, message)
     root = tmp_path / "coco"
     shapes.export(str(root), train=3, val=2, seed=5)
     path = root / "annotations" / "instances_train2017.json"
-    coco = json.load(open(path))
+    with open(path) as f:
+        coco = json.load(f)
     ann = coco["annotations"][0]
     if fault == "outside":
         ann["bbox"] = [100.0, 5.0, 500.0, 20.0]
@@ -205,7 +208,8 @@ def test_prepare_refuses_bad_annotations_with_one_line(tmp_path, fault, message)
         ann["category_id"] = 99
     else:
         ann["image_id"] = 12345
-    json.dump(coco, open(path, "w"))
+    with open(path, "w") as f:
+        json.dump(coco, f)
     proc = run_cli([sys.executable, os.path.join(ROOT, "ssd320", "prepare_dataset.py"),
                     str(root), str(tmp_path / "out")])
     assert proc.returncode == 1 and "Traceback" not in proc.stderr

@@ -15,9 +15,9 @@ import tensorflow as tf
 from absl import flags
 
 from common import flags as common_flags
-from common import input_errors, tfrecord_index
+from common import tfrecord_index
 from common.errors import DataError, UsageError
-from common.task import Task
+from common.task import RecordTask
 from rn50 import tfdata_pipeline
 from rn50.model import ARCHS, build_resnet
 from rn50.schedules import build_schedule
@@ -55,11 +55,13 @@ def define_flags(fv: flags.FlagValues) -> None:
     common_flags.require_fraction(fv, "momentum")
 
 
-class ResNetTask(Task):
+class ResNetTask(RecordTask):
     name = "resnet50v1.5"
     item_unit = "images"
     flag_defaults = {"batch_size": 256, "num_iter": 90, "iter_unit": "epoch"}
     define_flags = staticmethod(define_flags)
+    prepare_script = "resnet50v1.5/prepare_dataset.py"
+    synthetic_epoch = IMAGENET_TRAIN_IMAGES
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -117,17 +119,12 @@ class ResNetTask(Task):
             m.update_state(labels, logits)
 
     # --- data ---------------------------------------------------------------------------
-    def _files(self, split):
-        return tfdata_pipeline.record_files(self.flags.data_dir, split)
-
-    def num_train_examples(self):
-        if self.flags.data_dir is None:
-            return IMAGENET_TRAIN_IMAGES
-        return tfrecord_index.count_records(self._files("train"), self.flags.data_idx_dir)
+    def record_check(self):
+        return tfdata_pipeline.record_check(self.flags.num_classes)
 
     def _dataset(self, split, training):
         f, dist = self.flags, self.ctx.dist
-        files = self._files(split)
+        files = self.record_files(split)
         if f.dali:
             from rn50 import dali_pipeline
             tfrecord_index.ensure_indexes(files, f.data_idx_dir, dist)
@@ -161,13 +158,6 @@ class ResNetTask(Task):
 
     def eval_dataset(self):
         return self._dataset("validation", False)
-
-    def locate_bad_record(self, split):
-        if self.flags.data_dir is None:
-            return None
-        files = self._files("train" if split == "train" else "validation")
-        return input_errors.locate_bad_record(files,
-                                              tfdata_pipeline.record_check(self.flags.num_classes))
 
     # --- inference ----------------------------------------------------------------------
     def predict(self, model, paths):

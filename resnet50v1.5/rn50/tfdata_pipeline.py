@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from common import tfrecord_index
+from common import record_reader, tfrecord_index
 
 # ImageNet channel statistics on the 0..255 scale, as in NVIDIA's scripts.
 MEAN = (123.68, 116.78, 103.94)
@@ -103,18 +103,8 @@ def dataset(files, batch_size: int, image_size: int, training: bool, rank: int =
             world: int = 1, seed: int | None = None, min_area: float = 0.08,
             num_classes: int = 1000) -> tf.data.Dataset:
     """Batches of (images (N, size, size, 3) float32, labels (N,) int32) for this rank."""
-    ds = tf.data.Dataset.from_tensor_slices(list(files))
-    shard_files = len(files) >= world
-    if shard_files:
-        ds = ds.shard(world, rank)
-    if training:
-        ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
-    ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=min(len(files), 8),
-                       num_parallel_calls=tf.data.AUTOTUNE, deterministic=not training)
-    if not shard_files:
-        ds = ds.shard(world, rank)
-    if training:
-        ds = ds.shuffle(10_000, seed=seed).repeat()
+    ds = record_reader.rank_records(files, training, rank, world, seed)
+
     def preprocess(record):
         encoded, label = parse(record, num_classes)
         image = (train_image(encoded, image_size, min_area) if training

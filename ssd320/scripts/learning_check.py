@@ -21,9 +21,8 @@ _root = os.path.dirname(_model_dir)
 sys.path[:0] = [_model_dir, _root, os.path.join(_root, "resnet50v1.5")]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from common import dllogger, runner  # noqa: E402
+from common import dllogger  # noqa: E402
 from ssd import shapes  # noqa: E402
-from ssd.task import SSDTask  # noqa: E402
 
 PRECISIONS = {"fp32": [], "amp": ["--amp"]}
 RECIPE = ["--arch", "resnet_tiny", "--image_size", "128", "--batch_size", "16",
@@ -40,13 +39,15 @@ def prepare(root: str) -> str:
 
 
 def train(records: str, results: str, precision: str, steps: int, seed: int) -> dict:
-    summary = runner.run(SSDTask, ["main.py", "--mode", "train_and_evaluate", *RECIPE,
-                                   "--iter_unit", "batch", "--num_iter", str(steps),
-                                   "--seed", str(seed), "--data_dir", records,
-                                   "--results_dir", results, *PRECISIONS[precision]])
-    evals = [r for r in dllogger.read_records(os.path.join(results, "log.json"))
-             if r["type"] == "LOG" and isinstance(r.get("step"), list) and len(r["step"]) == 2
-             and "eval_AP50" in r["data"]]
+    """One run of main.py, the command line a user would type; results read from its log."""
+    subprocess.run([sys.executable, os.path.join(_model_dir, "main.py"), "--mode",
+                    "train_and_evaluate", *RECIPE, "--iter_unit", "batch", "--num_iter",
+                    str(steps), "--seed", str(seed), "--data_dir", records, "--results_dir",
+                    results, *PRECISIONS[precision]], check=True, stdout=subprocess.DEVNULL)
+    records_ = dllogger.read_records(os.path.join(results, "log.json"))
+    summary = [r for r in records_ if r.get("step") == []][-1]["data"]
+    evals = [r for r in records_ if r["type"] == "LOG" and isinstance(r.get("step"), list)
+             and len(r["step"]) == 2 and "eval_AP50" in r["data"]]
     return {"summary": summary, "curve": [(r["step"][1], r["data"]["eval_AP50"]) for r in evals]}
 
 

@@ -16,10 +16,10 @@ import tensorflow as tf
 from absl import flags
 
 from common import flags as common_flags
-from common import input_errors, tfrecord_index
+from common import tfrecord_index
 from common.errors import DataError, UsageError
 from common.schedules import WarmupCosine
-from common.task import Task
+from common.task import RecordTask
 from ssd import anchors as anchor_gen
 from ssd import coco_eval, losses, postprocess, tfdata_pipeline
 from ssd.model import ARCHS, build_ssd, decayed_kernels
@@ -58,11 +58,13 @@ def define_flags(fv: flags.FlagValues) -> None:
                              message="--image_size must be a multiple of 32", flag_values=fv)
 
 
-class SSDTask(Task):
+class SSDTask(RecordTask):
     name = "ssd320"
     item_unit = "images"
     flag_defaults = {"batch_size": 32, "num_iter": 12500, "iter_unit": "batch"}
     define_flags = staticmethod(define_flags)
+    prepare_script = "ssd320/prepare_dataset.py"
+    synthetic_epoch = COCO_TRAIN_IMAGES
     gathers_eval_outputs = True
 
     def __init__(self, ctx):
@@ -132,17 +134,12 @@ class SSDTask(Task):
         return coco_eval.evaluate(path, coco_eval.to_coco(outputs), outputs["image_id"])
 
     # --- data ---------------------------------------------------------------------------
-    def _files(self, split):
-        return tfdata_pipeline.record_files(self.flags.data_dir, split)
-
-    def num_train_examples(self):
-        if self.flags.data_dir is None:
-            return COCO_TRAIN_IMAGES
-        return tfrecord_index.count_records(self._files("train"), self.flags.data_idx_dir)
+    def record_check(self):
+        return tfdata_pipeline.record_check(self.flags.num_classes)
 
     def _dataset(self, split, training):
         f, dist = self.flags, self.ctx.dist
-        files = self._files(split)
+        files = self.record_files(split)
         if f.dali:
             from ssd import dali_pipeline
             tfrecord_index.ensure_indexes(files, f.data_idx_dir, dist)
@@ -170,13 +167,6 @@ class SSDTask(Task):
 
     def eval_dataset(self):
         return self._dataset("validation", False)
-
-    def locate_bad_record(self, split):
-        if self.flags.data_dir is None:
-            return None
-        files = self._files("train" if split == "train" else "validation")
-        return input_errors.locate_bad_record(
-            files, tfdata_pipeline.record_check(self.flags.num_classes))
 
     def items_in(self, batch):
         return int(batch["images"].shape[0])

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from common import tfrecord_index
+from common import record_reader, tfrecord_index
 from rn50.tfdata_pipeline import MEAN, STD, decode
 from ssd import targets
 
@@ -107,18 +107,7 @@ def dataset(files, batch_size: int, image_size: int, training: bool, anchors, nu
             rank: int = 0, world: int = 1, seed: int | None = None) -> tf.data.Dataset:
     """Batches of the dicts above for this rank; training repeats, evaluation is one pass."""
     anchors = tf.constant(anchors)
-    ds = tf.data.Dataset.from_tensor_slices(list(files))
-    shard_files = len(files) >= world
-    if shard_files:
-        ds = ds.shard(world, rank)
-    if training:
-        ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
-    ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=min(len(files), 8),
-                       num_parallel_calls=tf.data.AUTOTUNE, deterministic=not training)
-    if not shard_files:
-        ds = ds.shard(world, rank)
-    if training:
-        ds = ds.shuffle(2048, seed=seed).repeat()
+    ds = record_reader.rank_records(files, training, rank, world, seed, shuffle_buffer=2048)
     ds = ds.map(lambda r: preprocess(parse(r, num_classes), image_size, training, anchors),
                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=not training)
     return ds.batch(batch_size, drop_remainder=training).prefetch(tf.data.AUTOTUNE)

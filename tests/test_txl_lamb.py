@@ -1,0 +1,48 @@
+"""Transformer-XL's LAMB against a numpy version of NVIDIA's formula."""
+import os
+import sys
+
+import keras
+import numpy as np
+
+from conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "transformerxl"))
+
+from txl.lamb import NvidiaLamb  # noqa: E402
+
+
+def _reference(ws, grads, lr, steps, b1=0.9, b2=0.999, eps=1e-6, wd=0.01, clip=10.0):
+    ws = [w.astype(np.float64) for w in ws]
+    ms, vs = [np.zeros_like(w) for w in ws], [np.zeros_like(w) for w in ws]
+    for t in range(steps):
+        for i, w in enumerate(ws):
+            g = grads[t][i]
+            ms[i] = b1 * ms[i] + (1 - b1) * g
+            vs[i] = b2 * vs[i] + (1 - b2) * g * g
+            step = ms[i] / (np.sqrt(vs[i]) + eps) + wd * w
+            wn, sn = min(np.linalg.norm(w), clip), np.linalg.norm(step)
+            ratio = wn / sn if wn > 0 and sn > 0 else 1.0
+            ws[i] = w - lr * ratio * step
+    return ws
+
+
+def test_lamb_matches_nvidias_formula_including_the_clip_and_zero_norms():
+    rng = np.random.default_rng(0)
+    init = [rng.normal(0, 1, (5, 7)), rng.normal(0, 30, (40,)),  # |w| > 10: the clip applies
+            np.zeros((3,))]  # |w| = 0: ratio 1
+    grads = [[rng.normal(0, 1, w.shape) for w in init] for _ in range(4)]
+    variables = [keras.Variable(w.astype("float32")) for w in init]
+    opt = NvidiaLamb(learning_rate=0.05)
+    for g in grads:
+        opt.apply([x.astype("float32") for x in g], variables)
+    for got, want in zip(variables, _reference(init, grads, 0.05, 4)):
+        np.testing.assert_allclose(got.numpy(), want, rtol=2e-5, atol=1e-6)
+
+
+def test_differs_from_keras_lamb_which_has_bias_correction_and_no_clip():
+    w = np.full((4,), 20.0, np.float32)
+    a, b = keras.Variable(w), keras.Variable(w)
+    NvidiaLamb(0.1).apply([np.ones(4, np.float32)], [a])
+    keras.optimizers.Lamb(0.1, epsilon=1e-6).apply([np.ones(4, np.float32)], [b])
+    assert not np.allclose(a.numpy(), b.numpy())
