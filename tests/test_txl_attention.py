@@ -1,0 +1,76 @@
+"""Transformer-XL's relative attention against a reference written with explicit relative
+positions (no shift trick), and the memory property: a segment scored with the previous one in
+memory equals scoring both together where the spans match."""
+import os
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "transformerxl"))
+
+from txl.attention import (RelPartialLearnableAttention, attention_mask,  # noqa: E402
+                           positional_embedding)
+
+
+def _reference(layer, h, mem, clamp_len, same_length):
+    """Attention computed pair by pair from the distance M + i - j."""
+    h, mem = h.astype(np.float64), mem.astype(np.float64)
+    b, q, dm = h.shape
+    m = mem.shape[1]
+    n, d = layer.n_head, layer.d_head
+    wqkv, wr, wo = (np.asarray(layer.qkv.kernel), np.asarray(layer.r_net.kernel),
+                    np.asarray(layer.o_net.kernel))
+    rw, rr = np.asarray(layer.r_w_bias), np.asarray(layer.r_r_bias)
+    cat = np.concatenate([mem, h], axis=1)
+    qkv = (cat @ wqkv).reshape(b, m + q, 3, n, d)
+    qs, ks, vs = qkv[:, m:, 0], qkv[:, :, 1], qkv[:, :, 2]
+    inv = 1.0 / (10000 ** (np.arange(0, dm, 2) / dm))
+    out = np.zeros((b, q, n, d))
+    for i in range(q):
+        for hd in range(n):
+            scores = np.full((b, m + q), -np.inf)
+            for j in range(m + q):
+                if j > i + m or (same_length and j < i):
+                    continue
+                dist = m + i - j
+                if clamp_len > 0:
+                    dist = min(dist, clamp_len)
+                r = (np.concatenate([np.sin(dist * inv), np.cos(dist * inv)]) @ wr).reshape(n, d)
+                scores[:, j] = ((qs[:, i, hd] + rw[hd]) * ks[:, j, hd]).sum(-1) + \
+                    ((qs[:, i, hd] + rr[hd]) * r[hd]).sum(-1)
+            p = np.exp((scores - scores.max(-1, keepdims=True)) / np.sqrt(d))
+            p /= p.sum(-1, keepdims=True)
+            out[:, i, hd] = (p[:, :, None] * vs[:, :, hd]).sum(1)
+    y = out.reshape(b, q, n * d) @ wo + h
+    mu, var = y.mean(-1, keepdims=True), y.var(-1, keepdims=True)
+    return (y - mu) / np.sqrt(var + 1e-12)  # the layer norm's gamma 1 and beta 0 at init
+
+
+@pytest.mark.parametrize("mlen, clamp_len, same_length", [(0, -1, False), (3, -1, False),
+                                                          (4, 2, False), (3, -1, True)])
+def test_relative_attention_equals_explicit_positions(mlen, clamp_len, same_length):
+    rng = np.random.default_rng(0)
+    b, q, dm = 2, 5, 16
+    layer = RelPartialLearnableAttention(n_head=2, d_head=8, init_std=0.3)
+    h = rng.normal(size=(b, q, dm)).astype(np.float32)
+    mem = rng.normal(size=(b, mlen, dm)).astype(np.float32)
+    pos = positional_embedding(mlen + q, dm, clamp_len)
+    got = layer(h, mem, pos, attention_mask(q, mlen, same_length)).numpy()
+    np.testing.assert_allclose(got, _reference(layer, h, mem, clamp_len, same_length),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_a_segment_with_the_previous_in_memory_equals_both_scored_together():
+    rng = np.random.default_rng(1)
+    layer = RelPartialLearnableAttention(n_head=2, d_head=4, init_std=0.3)
+    x = rng.normal(size=(1, 8, 8)).astype(np.float32)
+    empty = np.zeros((1, 0, 8), np.float32)
+    both = layer(x, empty, positional_embedding(8, 8), attention_mask(8, 0)).numpy()
+    second = layer(x[:, 4:], x[:, :4], positional_embedding(8, 8), attention_mask(4, 4)).numpy()
+    np.testing.assert_allclose(second, both[:, 4:], rtol=1e-5, atol=1e-5)
+    assert tf.reduce_all(attention_mask(2, 1, same_length=True) ==
+                         tf.constant([[False, False, True], [True, False, False]]))
