@@ -1,0 +1,51 @@
+"""The tied adaptive softmax: normalised, equal to a full softmax without cutoffs, and its NLL
+equal to the log-probabilities it defines."""
+import os
+import sys
+
+import numpy as np
+import tensorflow as tf
+
+from conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "transformerxl"))
+
+from txl.adaptive_softmax import AdaptiveSoftmax  # noqa: E402
+
+
+def _layer(vocab, cutoffs, d, seed=0):
+    rng = np.random.default_rng(seed)
+    layer = AdaptiveSoftmax(vocab, cutoffs)
+    h = rng.normal(size=(7, d)).astype(np.float32)
+    table = rng.normal(size=(vocab, d)).astype(np.float32)
+    layer.build(h.shape)
+    for w in layer.weights:  # non-zero biases and cluster weights, so they are exercised
+        w.assign(rng.normal(size=w.shape).astype(np.float32))
+    return layer, h, table
+
+
+def test_log_probabilities_sum_to_one_over_the_vocabulary():
+    layer, h, table = _layer(50, (10, 20, 35), 8)
+    logp = layer.log_prob(h, table).numpy()
+    assert logp.shape == (7, 50)
+    np.testing.assert_allclose(np.exp(logp).sum(-1), 1.0, rtol=1e-5)
+
+
+def test_without_cutoffs_it_is_a_full_softmax():
+    layer, h, table = _layer(30, (), 6)
+    full = tf.nn.log_softmax(h @ table.T + layer.bias.numpy()).numpy()
+    np.testing.assert_allclose(layer.log_prob(h, table).numpy(), full, rtol=1e-5, atol=1e-6)
+
+
+def test_nll_equals_the_log_probability_of_each_target():
+    layer, h, table = _layer(50, (10, 20, 35), 8)
+    targets = np.array([0, 9, 10, 19, 20, 34, 49])  # both ends of every cluster
+    nll = layer(h, table, targets).numpy()
+    logp = layer.log_prob(h, table).numpy()
+    np.testing.assert_allclose(nll, -logp[np.arange(7), targets], rtol=1e-5, atol=1e-5)
+
+
+def test_parameters_beside_the_embedding_at_wikitext103_size():
+    layer = AdaptiveSoftmax(267_735, (19_997, 39_997, 199_997))
+    layer.build((None, 512))
+    assert sum(int(np.prod(w.shape)) for w in layer.weights) == 267_735 + 3 * 512 + 3
