@@ -57,7 +57,7 @@ def _build_pipeline(files, idx_files, training, image_size, shard_id, num_shards
                            interp_type=types.INTERP_LINEAR, antialias=False)
         images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="HWC",
                                           mean=list(MEAN), std=list(STD))
-        count = fn.cast(fn.shapes(labels), dtype=types.INT32)  # (1,)
+        count = fn.cast(labels.shape(), dtype=types.INT32)  # (1,)
         boxes = fn.pad(boxes, axes=(0,), shape=(MAX_BOXES,), fill_value=0.0)
         labels = fn.pad(labels, axes=(0,), shape=(MAX_BOXES,), fill_value=0)
         meta = fn.cat(r["image/id"], r["image/height"], r["image/width"])  # (3,) int64

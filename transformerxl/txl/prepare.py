@@ -1,0 +1,110 @@
+"""A corpus in WikiText-103's layout -> vocabulary and token streams, with no pickle.
+
+Input: ``CORPUS_DIR/{train,valid,test}.txt``. As NVIDIA's (and kimiyoung's) ``vocabulary.py``:
+the vocabulary comes from ``train.txt`` alone, split on whitespace with case kept and no minimum
+frequency; ``<eos>`` is index 0, then every symbol by descending frequency (ties in order of
+first appearance); every line, empty ones included, ends with ``<eos>``. A word of valid or test
+that train never has maps to ``<unk>``: WikiText writes ``<unk>`` in its text, so it already has
+an index; any other corpus gets ``<unk>`` appended at the end of the vocabulary, and the count
+of such words is reported.
+
+Output in ``OUT_DIR``: ``vocab.txt`` (one symbol a line, in index order), ``{train,valid,test}
+.npy`` (int32 token ids) and ``corpus-info.json`` (vocabulary size, token counts, unknowns).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import sys
+import time
+from typing import Iterable
+
+import numpy as np
+
+from common.errors import DataError
+
+SPLITS = ("train", "valid", "test")
+EOS, UNK = "<eos>", "<unk>"
+
+
+def _lines(path: str, log, every: int = 200_000):
+    start = time.time()
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if n % every == 0:
+                log(f"{os.path.basename(path)}: {n:,} lines ({n / (time.time() - start):,.0f}/s)")
+            yield line.split()
+
+
+def build_vocab(train_path: str, log=print) -> list[str]:
+    counts = collections.Counter()
+    for words in _lines(train_path, log):
+        counts.update(words)
+    counts.pop(EOS, None)  # a literal "<eos>" in the text is the end-of-line symbol
+    return [EOS] + [w for w, _ in counts.most_common()]
+
+
+def encode(path: str, index: dict, unk: int | None, log=print) -> tuple[np.ndarray, int]:
+    """(int32 ids of every word and end-of-line, number of words not in the vocabulary)."""
+    ids, unknown = [], 0
+    for words in _lines(path, log):
+        for w in words:
+            i = index.get(w)
+            if i is None:
+                unknown += 1
+                i = unk
+            ids.append(i)
+        ids.append(0)
+    return np.asarray(ids, dtype=np.int32), unknown
+
+
+def prepare(corpus_dir: str, out_dir: str, log=print) -> dict:
+    paths = {s: os.path.join(corpus_dir, f"{s}.txt") for s in SPLITS}
+    missing = [p for p in paths.values() if not os.path.isfile(p)]
+    if missing:
+        raise DataError(f"{missing[0]} does not exist (expected train.txt, valid.txt and "
+                        f"test.txt in {corpus_dir})")
+    try:
+        vocab = build_vocab(paths["train"], log)
+        if len(vocab) < 2:
+            raise DataError(f"{paths['train']} has no words")
+        index = {w: i for i, w in enumerate(vocab)}
+        unk = index.get(UNK)
+        streams, unknown = {}, {}
+        for split in SPLITS:
+            # Words outside the vocabulary can only occur in valid and test.
+            streams[split], unknown[split] = encode(paths[split], index,
+                                                    unk if unk is not None else len(vocab), log)
+    except UnicodeDecodeError as e:
+        raise DataError(f"the corpus is not UTF-8 text ({e.reason} at byte {e.start})") from None
+    if any(unknown.values()) and unk is None:
+        vocab.append(UNK)  # index len(vocab) before the append, as encoded above
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "vocab.txt"), "w", encoding="utf-8") as f:
+        f.write("".join(w + "\n" for w in vocab))
+    for split, ids in streams.items():
+        np.save(os.path.join(out_dir, f"{split}.npy"), ids)
+    info = {"vocab_size": len(vocab), "tokens": {s: int(len(v)) for s, v in streams.items()},
+            "unknown_words": unknown}
+    with open(os.path.join(out_dir, "corpus-info.json"), "w") as f:
+        json.dump(info, f, indent=1)
+    log(f"vocabulary {len(vocab):,}; tokens " + ", ".join(
+        f"{s} {n:,}" for s, n in info["tokens"].items())
+        + (f"; words not in train: {unknown['valid']:,} valid, {unknown['test']:,} test"
+           if any(unknown.values()) else ""))
+    return info
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("corpus_dir", help="folder with train.txt, valid.txt and test.txt")
+    p.add_argument("out_dir", help="where the vocabulary and token streams go")
+    args = p.parse_args(argv)
+    try:
+        prepare(args.corpus_dir, args.out_dir)
+    except DataError as e:
+        print(f"prepare_dataset.py: error: {e}", file=sys.stderr)
+        return 1
+    return 0
