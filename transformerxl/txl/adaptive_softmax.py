@@ -9,7 +9,6 @@ cluster logits, zero-initialised. With cutoffs (19997, 39997, 199997) at 267,735
 """
 from __future__ import annotations
 
-import keras
 import tensorflow as tf
 from keras import layers
 
