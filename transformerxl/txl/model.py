@@ -1,0 +1,107 @@
+"""Transformer-XL base as NVIDIA's TF1 ``model.py`` builds it (notes C.1-C.3), batch-major.
+
+tokens (B, Q) -> embedding x sqrt(d_model) -> dropout -> n_layer x [relative attention with the
+layer's memory -> position-wise feed-forward], each a post-layer-norm residual block (epsilon
+1e-12, in float32) -> dropout -> tied adaptive softmax. The memory of layer l is that layer's
+*input* for the last ``mem_len`` positions, with no gradient; it starts as zeros of length
+``mem_len`` (attended to, as in NVIDIA's code), or empty when ``mem_len`` is 0.
+
+At d_model 512, 16 layers, 8 x 64 heads, d_inner 2048, 267,735 words and cutoffs
+(19997, 39997, 199997) the model has 191,965,658 parameters.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import keras
+import tensorflow as tf
+from keras import layers
+
+from txl.adaptive_softmax import AdaptiveSoftmax
+from txl.attention import RelPartialLearnableAttention, attention_mask, positional_embedding
+
+WT103_CUTOFFS = (19997, 39997, 199997)
+
+
+@dataclasses.dataclass(frozen=True)
+class TXLConfig:
+    vocab_size: int
+    n_layer: int = 16
+    d_model: int = 512
+    n_head: int = 8
+    d_head: int = 64
+    d_inner: int = 2048
+    cutoffs: tuple = WT103_CUTOFFS
+    dropout: float = 0.1
+    dropatt: float = 0.0
+    mem_len: int = 192
+    clamp_len: int = -1
+    same_length: bool = False
+    init_std: float = 0.02
+
+
+class PositionwiseFF(layers.Layer):
+    def __init__(self, d_model, d_inner, dropout, init_std, **kwargs):
+        super().__init__(**kwargs)
+        init = keras.initializers.RandomNormal(stddev=init_std)
+        self.inner = layers.Dense(d_inner, activation="relu", kernel_initializer=init, name="ff1")
+        self.out = layers.Dense(d_model, kernel_initializer=init, name="ff2")
+        self.drop1, self.drop2 = layers.Dropout(dropout), layers.Dropout(dropout)
+        self.norm = layers.LayerNormalization(epsilon=1e-12, dtype="float32", name="norm")
+
+    def call(self, x, training=None):
+        y = self.drop2(self.out(self.drop1(self.inner(x), training=training)), training=training)
+        return self.norm(tf.cast(y, tf.float32) + tf.cast(x, tf.float32))
+
+
+class TransformerXL(keras.Model):
+    def __init__(self, cfg: TXLConfig, **kwargs):
+        super().__init__(**kwargs)
+        self.cfg = cfg
+        cutoffs = tuple(c for c in cfg.cutoffs if c < cfg.vocab_size)  # tiny vocabularies
+        self.embedding = layers.Embedding(
+            cfg.vocab_size, cfg.d_model, name="embedding",
+            embeddings_initializer=keras.initializers.RandomNormal(stddev=cfg.init_std))
+        self.drop = layers.Dropout(cfg.dropout)
+        self.attn = [RelPartialLearnableAttention(cfg.n_head, cfg.d_head, cfg.dropatt, cfg.dropout,
+                                                  cfg.init_std, name=f"layer{i}_attn")
+                     for i in range(cfg.n_layer)]
+        self.ff = [PositionwiseFF(cfg.d_model, cfg.d_inner, cfg.dropout, cfg.init_std,
+                                  name=f"layer{i}_ff") for i in range(cfg.n_layer)]
+        self.softmax = AdaptiveSoftmax(cfg.vocab_size, cutoffs, name="adaptive_softmax")
+
+    def initial_mems(self, batch_size: int):
+        """n_layer zero memories (B, mem_len, d_model), float32."""
+        return [tf.zeros((batch_size, self.cfg.mem_len, self.cfg.d_model))
+                for _ in range(self.cfg.n_layer)]
+
+    def hidden(self, tokens, mems, training=None):
+        """(final hidden states (B, Q, D) float32, new memories) for one segment."""
+        cfg = self.cfg
+        q, m = tokens.shape[1], mems[0].shape[1]
+        x = self.embedding(tokens) * tf.cast(cfg.d_model ** 0.5, self.embedding.compute_dtype)
+        x = self.drop(x, training=training)
+        pos = self.drop(positional_embedding(m + q, cfg.d_model, cfg.clamp_len),
+                        training=training)
+        mask = attention_mask(q, m, cfg.same_length)
+        new_mems = []
+        for attn, ff, mem in zip(self.attn, self.ff, mems):
+            cat = tf.concat([tf.cast(mem, tf.float32), tf.cast(x, tf.float32)], axis=1)
+            new_mems.append(tf.stop_gradient(cat[:, max(0, m + q - cfg.mem_len):]))
+            x = ff(attn(x, mem, pos, mask, training=training), training=training)
+        return self.drop(x, training=training), new_mems
+
+    def call(self, tokens, mems, targets, training=None):
+        """(NLL (B, Q) float32 of ``targets``, new memories)."""
+        h, new_mems = self.hidden(tokens, mems, training=training)
+        b, q = tf.shape(h)[0], tf.shape(h)[1]
+        nll = self.softmax(tf.reshape(h, [b * q, -1]), self.embedding.embeddings,
+                           tf.reshape(targets, [-1]))
+        return tf.reshape(nll, [b, q]), new_mems
+
+    def log_prob(self, tokens, mems):
+        """(log-probabilities (B, Q, vocab) of the next word, new memories): for generation."""
+        h, new_mems = self.hidden(tokens, mems, training=False)
+        b, q = tf.shape(h)[0], tf.shape(h)[1]
+        lp = self.softmax.log_prob(tf.reshape(h, [b * q, -1]), self.embedding.embeddings)
+        return tf.reshape(lp, [b, q, -1]), new_mems
