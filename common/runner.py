@@ -52,14 +52,16 @@ def setup(task_cls: Type[Task], argv: Sequence[str]) -> Trainer:
     logger.metadata(f"{task_cls.item_unit}_per_s", unit=f"{task_cls.item_unit}/s", fmt=":.1f")
     logger.metadata("lr", unit=None, fmt=":.6f")
     logger.parameters({**flags.as_dict(fv), "world_size": dist.size,
-                       "global_batch_size": fv.batch_size * dist.size, **prec.describe()})
+                       "global_batch_size": fv.batch_size * dist.size * fv.batch_chunk,
+                       **prec.describe()})
     logger.print(
         f"precision: policy {prec.policy} (amp: {prec.sources['amp']}), loss scale "
         f"{prec.loss_scale or 'none'}, tf32 {'on' if prec.tf32 else 'off'} "
         f"({prec.sources['tf32']}), xla {'on' if prec.xla else 'off'}"
         + (f", {precision.XLA_ENV}={prec.xla_env_flags}" if prec.xla_env_flags else ""))
-    logger.print(f"processes: {dist.size}, batch {fv.batch_size} per process, "
-                 f"global batch {fv.batch_size * dist.size}")
+    chunks = f" x {fv.batch_chunk} accumulated" if fv.batch_chunk > 1 else ""
+    logger.print(f"processes: {dist.size}, batch {fv.batch_size}{chunks} per process, "
+                 f"global batch {fv.batch_size * dist.size * fv.batch_chunk}")
     ctx = RunContext(flags=fv, dist=dist, precision=prec, logger=logger)
     try:
         return Trainer(task_cls(ctx), ctx)

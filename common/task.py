@@ -29,7 +29,7 @@ class RunContext:
 
     @property
     def global_batch_size(self) -> int:
-        return self.flags.batch_size * self.dist.size
+        return self.flags.batch_size * self.dist.size * self.flags.batch_chunk
 
 
 class Task(abc.ABC):

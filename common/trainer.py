@@ -90,11 +90,21 @@ class Trainer:
         model, opt, task, xla = self.model, self.optimizer, self.task, self.ctx.precision.xla
         fp16_allreduce = self.flags.fp16_allreduce
 
-        def gradients(batch):
-            with tf.GradientTape() as tape:
-                loss = task.train_loss(model, batch)
-                scaled = opt.scale_loss(loss) if self.loss_scaled else loss
-            return loss, tape.gradient(scaled, model.trainable_variables)
+        def gradients(micro_batches):
+            """Mean loss and mean gradients over the step's micro-batches (--batch_chunk)."""
+            total, acc = 0.0, None
+            for batch in micro_batches:  # unrolled: k is fixed for the run
+                with tf.GradientTape() as tape:
+                    loss = task.train_loss(model, batch)
+                    scaled = opt.scale_loss(loss) if self.loss_scaled else loss
+                grads = tape.gradient(scaled, model.trainable_variables)
+                acc = grads if acc is None else [
+                    a if g is None else g if a is None else a + g for a, g in zip(acc, grads)]
+                total += loss
+            k = len(micro_batches)
+            if k > 1:
+                acc = [None if g is None else g / k for g in acc]
+            return total / k, acc
 
         def apply(grads):
             opt.apply(grads, model.trainable_variables)
@@ -102,8 +112,8 @@ class Trainer:
 
         if not self.dist.enabled:
             @tf.function(jit_compile=xla)
-            def step(batch):
-                loss, grads = gradients(batch)
+            def step(micro_batches):
+                loss, grads = gradients(micro_batches)
                 apply(grads)
                 return loss
             return step
@@ -112,11 +122,15 @@ class Trainer:
         apply_c = tf.function(apply, jit_compile=xla)
 
         @tf.function
-        def step(batch):
-            loss, grads = gradients_c(batch)
+        def step(micro_batches):
+            loss, grads = gradients_c(micro_batches)
             apply_c(self.dist.allreduce_gradients(grads, fp16_compression=fp16_allreduce))
             return loss
         return step
+
+    def _step_batches(self, data) -> tuple:
+        """The micro-batches of one optimizer step: --batch_chunk consecutive batches."""
+        return tuple(next(data) for _ in range(self.flags.batch_chunk))
 
     def _compiled_train_step(self):
         """The train step, traced once and reused by training and the benchmark."""
@@ -152,10 +166,10 @@ class Trainer:
         with GracefulStop() as stop:
             for step in range(start + 1, total_steps + 1):
                 t0 = time.perf_counter()
-                batch = next(data)
-                loss = float(step_fn(batch))  # waits for the step: per-step NaN check
+                micro = self._step_batches(data)
+                loss = float(step_fn(micro))  # waits for the step: per-step NaN check
                 t1 = time.perf_counter()
-                items = self.task.items_in(batch) * self.dist.size
+                items = sum(self.task.items_in(b) for b in micro) * self.dist.size
                 if step - start > f.warmup_steps or total_steps - start <= f.warmup_steps:
                     timed_items, timed_seconds = timed_items + items, timed_seconds + (t1 - t0)
                 window_items += items
@@ -243,18 +257,19 @@ class Trainer:
         times = []
         last = time.perf_counter()
         for i in range(1, f.num_iter + 1):
-            batch = next(data)
-            loss = float(step_fn(batch))
+            micro = self._step_batches(data)
+            loss = float(step_fn(micro))
             now = time.perf_counter()
             if i > f.warmup_steps:
                 times.append(now - last)
             last = now
             if i % f.display_every == 0 or i == f.num_iter:
-                rate = self.task.items_in(batch) * self.dist.size / times[-1] if times else 0.0
+                rate = (sum(self.task.items_in(b) for b in micro) * self.dist.size / times[-1]
+                        if times else 0.0)
                 self.log.log((0, i), {"loss": loss, f"{unit}_per_s": rate,
                                       "warmup": i <= f.warmup_steps},
                              progress=(i, f.num_iter), tb_step=i)
-        items_per_step = self.task.items_in(batch) * self.dist.size
+        items_per_step = sum(self.task.items_in(b) for b in micro) * self.dist.size
         return {**benchmark.throughput(times, items_per_step, unit),
                 **benchmark.latency(times), "global_batch_size": items_per_step}
 
