@@ -1,10 +1,11 @@
 """The train / evaluate / predict / benchmark loops, written once for every model.
 
 One step does, in this order: forward -> loss (float32) -> loss scale (float16 only) ->
-gradients -> allreduce across ranks -> unscale, skip if not finite, clip, apply (the Keras
-``LossScaleOptimizer`` and the optimizer's own clipping) -> step += 1. With ``--xla`` the
-computation is compiled with ``jit_compile``; Horovod's allreduce stays outside the compiled
-parts because its ops have no XLA kernels on a CPU build.
+gradients, averaged over the step's ``--batch_chunk`` micro-batches -> allreduce across ranks
+-> unscale, skip if not finite, clip, apply (the Keras ``LossScaleOptimizer`` and the
+optimizer's own clipping) -> step += 1. With ``--xla`` the computation is compiled with
+``jit_compile``; Horovod's allreduce stays outside the compiled parts because its ops have no
+XLA kernels on a CPU build.
 """
 from __future__ import annotations
 

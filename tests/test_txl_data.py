@@ -1,0 +1,44 @@
+"""Transformer-XL's training batches: rows continue across steps, and ranks and micro-batches
+split the rows of the single-process batch without overlap."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from common.errors import DataError
+from conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "transformerxl"))
+
+from txl import tfdata_pipeline  # noqa: E402
+
+TOKENS = np.arange(1000, dtype=np.int32)  # token i is i: positions are easy to read
+
+
+def _take(ds, n):
+    return [(x.numpy(), y.numpy()) for x, y in ds.take(n)]
+
+
+def test_each_row_continues_the_previous_steps_row():
+    batches = _take(tfdata_pipeline.dataset(TOKENS, batch_size=4, tgt_len=10, repeat=False), 5)
+    for (x0, y0), (x1, _) in zip(batches, batches[1:]):
+        np.testing.assert_array_equal(x1[:, 0], x0[:, -1] + 1)  # next step starts where it ended
+        np.testing.assert_array_equal(y0, x0 + 1)  # targets are the inputs shifted by one
+    np.testing.assert_array_equal(batches[0][0][:, 0], [0, 250, 500, 750])  # 4 streams of 250
+
+
+def test_ranks_and_micro_batches_split_the_single_process_rows():
+    single = _take(tfdata_pipeline.dataset(TOKENS, batch_size=8, tgt_len=10), 3)
+    k, world = 2, 2
+    per_rank = [_take(tfdata_pipeline.dataset(TOKENS, 2, 10, rank=r, world=world, batch_chunk=k),
+                      3 * k) for r in range(world)]
+    for t in range(3):
+        rows = np.concatenate([per_rank[r][t * k + c][0] for r in range(world) for c in range(k)])
+        np.testing.assert_array_equal(rows, single[t][0])
+
+
+def test_too_little_text_stops_with_one_line():
+    with pytest.raises(DataError, match="cannot make 600 streams"):
+        tfdata_pipeline.dataset(TOKENS, batch_size=600, tgt_len=10)
+    assert tfdata_pipeline.steps_per_epoch(1000, 4, 10) == 24
