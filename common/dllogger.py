@@ -128,7 +128,8 @@ class Logger:
 
     def metadata(self, metric: str, unit: Optional[str] = None, fmt: str = ":.4f", **extra) -> None:
         if self.enabled:
-            self._record(type="METADATA", metric=metric, metadata={"unit": unit, "format": fmt, **extra})
+            self._record(type="METADATA", metric=metric,
+                         metadata={"unit": unit, "format": fmt, **extra})
 
     def parameters(self, params: Mapping) -> None:
         if not self.enabled:

@@ -23,9 +23,10 @@ def _define_common(fv: flags.FlagValues) -> None:
     flags.DEFINE_enum("mode", "train_and_evaluate", MODES, "What to run.", **d)
     flags.DEFINE_integer("batch_size", 32, "Batch size per GPU (per process); the global batch "
                          "is this times the number of processes.", lower_bound=1, **d)
-    flags.DEFINE_integer("batch_chunk", 1, "Gradient accumulation: each optimizer step averages the "
-                         "gradients of this many consecutive --batch_size batches (the global "
-                         "batch is batch_size x processes x batch_chunk).", lower_bound=1, **d)
+    flags.DEFINE_integer("batch_chunk", 1, "Gradient accumulation: each optimizer step "
+                         "averages the gradients of this many consecutive --batch_size batches "
+                         "(the global batch is batch_size x processes x batch_chunk).",
+                         lower_bound=1, **d)
     flags.DEFINE_integer("num_iter", 1, "How long to train or benchmark, in --iter_unit.",
                          lower_bound=1, **d)
     flags.DEFINE_enum("iter_unit", "epoch", ("epoch", "batch"), "Unit of --num_iter.", **d)

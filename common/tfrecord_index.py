@@ -128,8 +128,8 @@ def shard_files(data_dir: str, split: str, hint: str) -> list[str]:
         raise DataError(f"no {split}-NNNNN-of-NNNNN TFRecord files in {data_dir} ({hint})")
     if len(sets) > 1:
         counts = ", ".join(f"-of-{n:05d}" for n in sorted(sets))
-        raise DataError(f"{data_dir} holds {split} shards of {len(sets)} different sets ({counts}): "
-                        "remove the stale ones or prepare the data again")
+        raise DataError(f"{data_dir} holds {split} shards of {len(sets)} different sets "
+                        f"({counts}): remove the stale ones or prepare the data again")
     (count, shards), = sets.items()
     missing = sorted(set(range(count)) - {i for i, _ in shards})
     if missing:

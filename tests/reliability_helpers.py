@@ -1,4 +1,4 @@
-"""Helpers for the fault tests: checksums of a tree, and tmpfs mounts for full or read-only disks."""
+"""Helpers for the fault tests: checksums of a tree, tmpfs mounts for full or read-only disks."""
 import contextlib
 import hashlib
 import os

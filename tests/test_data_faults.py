@@ -27,7 +27,8 @@ def _jpegs(n=8):
     files = tfdata_pipeline.record_files(_jpegs.records, "train")
     out = []
     for raw in tf.data.TFRecordDataset(files).take(n):
-        ex = tf.io.parse_single_example(raw, {"image/encoded": tf.io.FixedLenFeature([], tf.string)})
+        ex = tf.io.parse_single_example(
+            raw, {"image/encoded": tf.io.FixedLenFeature([], tf.string)})
         out.append(ex["image/encoded"].numpy())
     return out
 
@@ -100,7 +101,8 @@ def test_bad_dali_index_is_rebuilt_and_the_epoch_has_its_full_length(tmp_path, d
     s = runner.run(ResNetTask, ["main.py", "--mode", "train", *TINY, "--dali", "--data_dir",
                                 str(data), "--num_iter", "1", "--results_dir", str(tmp_path / "r")])
     assert s["final_step"] == 6  # 48 images / batch 8: no shard half-read
-    assert f"dali: rebuilt train-00000-of-00003.idx in {data}/idx: it was " in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"dali: rebuilt train-00000-of-00003.idx in {data}/idx: it was " in out
     assert tfrecord_index.read_index(str(idx)) == tfrecord_index.scan(
         str(data / "train-00000-of-00003"))
 

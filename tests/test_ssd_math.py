@@ -9,7 +9,8 @@ from ssd import anchors, box_coder, losses, postprocess, targets
 def test_anchor_count_and_first_p3_anchors_match_tf_od():
     a = anchors.generate(320)
     assert a.shape == (12_804, 4)
-    assert [anchors.level_anchors(320, l).shape[0] for l in range(3, 8)] == [9600, 2400, 600, 150, 54]
+    per_level = [anchors.level_anchors(320, level).shape[0] for level in range(3, 8)]
+    assert per_level == [9600, 2400, 600, 150, 54]
     first = a[:6] * 320  # pixels, aspect-ratio-major then scale
     expected = [[-12, -12, 20, 20], [-18.63, -18.63, 26.63, 26.63], [-7.31, -18.63, 15.31, 26.63],
                 [-12, -28, 20, 36], [-18.63, -7.31, 26.63, 15.31], [-28, -12, 36, 20]]

@@ -50,4 +50,5 @@ def test_missing_split_stops_with_one_line(tmp_path):
     (tmp_path / "c" / "train.txt").write_text("a\n")
     proc = run_cli([sys.executable, PREPARE, str(tmp_path / "c"), str(tmp_path / "out")])
     assert proc.returncode == 1
-    assert stderr_last_line(proc).startswith(f"prepare_dataset.py: error: {tmp_path / 'c'}/valid.txt")
+    assert stderr_last_line(proc).startswith(
+        f"prepare_dataset.py: error: {tmp_path / 'c'}/valid.txt")

@@ -63,7 +63,8 @@ def _fpn(c3, c4, c5, depth):
         return layers.Conv2D(depth, kernel, strides=stride, padding="same", use_bias=bias,
                              kernel_initializer=_FPN_INIT, name=name)(x)
 
-    lat = {lvl: conv(c, 1, 1, f"fpn_lateral_p{lvl}", True) for lvl, c in ((3, c3), (4, c4), (5, c5))}
+    lat = {lvl: conv(c, 1, 1, f"fpn_lateral_p{lvl}", True)
+           for lvl, c in ((3, c3), (4, c4), (5, c5))}
     p5 = lat[5]  # (N, S/32, S/32, d): no smoothing, no activation
     td4 = layers.Add(name="fpn_merge_p4")([layers.UpSampling2D(2, name="fpn_up_p4")(p5), lat[4]])
     td3 = layers.Add(name="fpn_merge_p3")([layers.UpSampling2D(2, name="fpn_up_p3")(td4), lat[3]])

@@ -192,7 +192,8 @@ class SSDTask(RecordTask):
             h, w = int(image.shape[0]), int(image.shape[1])
             x = tfdata_pipeline.normalize(tf.image.resize(image, (f.image_size, f.image_size)))
             det = {k: v[0].numpy() for k, v in detect(x[None]).items()}
-            keep = [k for k in range(int(det["num_detections"])) if det["scores"][k] >= f.score_threshold]
+            keep = [k for k in range(int(det["num_detections"]))
+                    if det["scores"][k] >= f.score_threshold]
             boxes = [[round(float(v), 2) for v in det["boxes"][k] * [h, w, h, w]] for k in keep]
             classes = [int(det["classes"][k]) for k in keep]
             rec = {"file": path, "boxes_ymin_xmin_ymax_xmax": boxes, "classes": classes,
