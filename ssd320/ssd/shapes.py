@@ -111,3 +111,15 @@ def export(root: str, train: int = 400, val: int = 100, seed: int = 0, **size) -
             json.dump({"images": images, "annotations": annotations,
                        "categories": CATEGORIES}, f)
     return {"train": train, "val": val}
+
+
+if __name__ == "__main__":
+    import argparse
+
+    p = argparse.ArgumentParser(description="Writes the generated shapes dataset in COCO's layout.")
+    p.add_argument("root")
+    p.add_argument("--train", type=int, default=600)
+    p.add_argument("--val", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args()
+    print(export(a.root, a.train, a.val, a.seed))
