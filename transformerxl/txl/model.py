@@ -75,6 +75,10 @@ class TransformerXL(keras.Model):
         return [tf.zeros((batch_size, self.cfg.mem_len, self.cfg.d_model))
                 for _ in range(self.cfg.n_layer)]
 
+    def empty_mems(self, batch_size: int):
+        """n_layer memories of length 0, which grow up to mem_len (generation starts so)."""
+        return [tf.zeros((batch_size, 0, self.cfg.d_model)) for _ in range(self.cfg.n_layer)]
+
     def hidden(self, tokens, mems, training=None):
         """(final hidden states (B, Q, D) float32, new memories) for one segment."""
         cfg = self.cfg

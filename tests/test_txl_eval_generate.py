@@ -1,0 +1,61 @@
+"""Transformer-XL's evaluation protocol (segments, perplexity) and generation with memory."""
+import math
+import os
+import sys
+
+import numpy as np
+import tensorflow as tf
+
+from conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "transformerxl"))
+
+from txl import evaluation  # noqa: E402
+from txl.generate import generate  # noqa: E402
+from txl.model import TransformerXL, TXLConfig  # noqa: E402
+
+
+def test_segments_cover_each_stream_in_order_with_a_shorter_last_one():
+    tokens = np.arange(16 * 150 + 7, dtype=np.int32)  # 7 tokens of remainder are dropped
+    segs = list(evaluation.segments(tokens, batch_size=16, tgt_len=64))
+    assert [x.shape for x, _ in segs] == [(16, 64), (16, 64), (16, 21)]  # 149 = 64 + 64 + 21
+    x = np.concatenate([s[0] for s in segs], axis=1)
+    y = np.concatenate([s[1] for s in segs], axis=1)
+    np.testing.assert_array_equal(x[:, 0], np.arange(16) * 150)
+    np.testing.assert_array_equal(y, x + 1)
+
+
+def test_perplexity_weighs_segments_equally_as_nvidia_does():
+    out = evaluation.perplexities([2.0, 4.0], [64, 16])
+    assert out["ppl"] == math.exp(3.0)
+    assert out["ppl_token_weighted"] == math.exp((2 * 64 + 4 * 16) / 80) and out["tokens"] == 80
+
+
+def _model(mem_len):
+    tf.keras.utils.set_random_seed(0)
+    cfg = TXLConfig(vocab_size=30, n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32,
+                    cutoffs=(10,), dropout=0.0, mem_len=mem_len)
+    model = TransformerXL(cfg)
+    model(tf.zeros((1, 2), tf.int32), model.initial_mems(1), tf.zeros((1, 2), tf.int32))
+    return model
+
+
+def test_greedy_generation_with_memory_equals_rescoring_the_whole_text():
+    model = _model(mem_len=32)  # longer than the text: nothing leaves the memory
+    prompt, scores = [3, 7, 1, 4], []
+    new = generate(model, prompt, 6, scores=scores)
+    text = list(prompt)
+    for token, lp in zip(new, scores):  # no memory: the whole text scored again each time
+        logp, _ = model.log_prob(tf.constant([text], tf.int32), model.empty_mems(1))
+        np.testing.assert_allclose(lp, logp[0, -1].numpy(), rtol=1e-4, atol=1e-5)
+        assert token == int(np.argmax(logp[0, -1]))
+        text.append(token)
+
+
+def test_sampling_with_top_k_1_is_greedy_and_sampling_is_seeded():
+    model = _model(mem_len=8)
+    greedy = generate(model, [1, 2], 5)
+    assert generate(model, [1, 2], 5, greedy=False, top_k=1, seed=3) == greedy
+    a = generate(model, [1, 2], 8, greedy=False, temperature=2.0, seed=5)
+    assert a == generate(model, [1, 2], 8, greedy=False, temperature=2.0, seed=5)
+    assert all(0 <= t < 30 for t in a)
