@@ -34,6 +34,19 @@ def reason(message: str) -> str:
     return lines[0] if lines else message.strip()[:300]
 
 
+def checked_range(values, low: int, high: int, what: str):
+    """``values`` as they are, once a check has passed that fails the pipeline on the first one
+    outside low..high with "<what> <value> is outside <low>..<high>" (what ``reason`` reports)."""
+    values = tf.convert_to_tensor(values)
+    flat = tf.concat([tf.reshape(values, [-1]), tf.fill([1], tf.cast(low, values.dtype))], 0)
+    bad = (flat < low) | (flat > high)  # the appended in-range value keeps argmax defined
+    first = tf.gather(flat, tf.argmax(tf.cast(bad, tf.int32)))
+    ok = tf.debugging.Assert(tf.logical_not(tf.reduce_any(bad)), [
+        tf.strings.format(f"{what} {{}} is outside {low}..{high}", first)])
+    with tf.control_dependencies([ok]):
+        return tf.identity(values)
+
+
 def locate_bad_record(files: Sequence[str], check: Callable[[tf.Tensor], tf.Tensor],
                       budget_seconds: float = 300.0) -> Optional[str]:
     """"<file>, record <n>: <why>" for the first record ``check`` fails on, None if none does.

@@ -235,3 +235,13 @@ def test_the_reason_is_pulled_out_of_dali_and_tensorflow_messages():
                   "/replica:0/task:0/device:CPU:0}} assertion failed: [label 11 is outside 1..10]"
                   "\n\t [[{{node Assert/Assert}}]] [Op:IteratorGetNext] name: ")
     assert reason(tf_message) == "label 11 is outside 1..10"
+
+
+def test_checked_range_accepts_no_values_and_reports_the_first_bad_one():
+    from common.input_errors import checked_range, reason
+    assert checked_range(tf.zeros([0], tf.int32), 1, 7, "class").shape == (0,)
+    np.testing.assert_array_equal(checked_range([1, 7], 1, 7, "class"), [1, 7])
+    ds = tf.data.Dataset.from_tensors([3, 0, 9]).map(lambda v: checked_range(v, 1, 7, "class"))
+    with pytest.raises(tf.errors.InvalidArgumentError) as e:  # as in a pipeline: a graph
+        next(iter(ds))
+    assert reason(e.value.message) == "class 0 is outside 1..7"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from common import tfrecord_index
+from common.input_errors import checked_range
 from rn50.tfdata_pipeline import MEAN, STD, eval_resize
 
 
@@ -46,16 +47,6 @@ def _build_pipeline(files, idx_files, training, image_size, shard_id, num_shards
     return pipeline
 
 
-def _checked(labels, num_classes: int):
-    """The labels (0-based), or an error like tf.data's for one outside 1..num_classes."""
-    bad = tf.reduce_any((labels < 0) | (labels >= num_classes))
-    first = tf.gather(labels, tf.argmax(tf.cast((labels < 0) | (labels >= num_classes), tf.int32)))
-    ok = tf.debugging.Assert(
-        tf.logical_not(bad), [tf.strings.format("label {} is outside 1..{}", (first + 1, num_classes))])
-    with tf.control_dependencies([ok]):
-        return tf.identity(labels)
-
-
 def dataset(files, idx_dir: str, batch_size: int, image_size: int, training: bool, rank: int = 0,
             world: int = 1, local_rank: int = 0, seed: int | None = None,
             num_threads: int = 4, min_area: float = 0.08,
@@ -74,7 +65,9 @@ def dataset(files, idx_dir: str, batch_size: int, image_size: int, training: boo
             pipeline=pipe, batch_size=batch_size, device_id=device_id,
             output_shapes=((batch_size, image_size, image_size, 3), (batch_size,)),
             output_dtypes=(tf.float32, tf.int32))
-    ds = ds.map(lambda images, labels: (images, _checked(labels, num_classes)))
+    # Labels leave DALI 0-based: checked as the 1-based ids the records hold.
+    ds = ds.map(lambda images, labels: (
+        images, checked_range(labels + 1, 1, num_classes, "label") - 1))
     if training:
         return ds
     # One pass over this rank's shard: DALI pads the last batch, so cut the padding off.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from common import record_reader, tfrecord_index
+from common.input_errors import checked_range
 
 # ImageNet channel statistics on the 0..255 scale, as in NVIDIA's scripts.
 MEAN = (123.68, 116.78, 103.94)
@@ -33,12 +34,8 @@ def parse(record, num_classes: int):
         "image/encoded": tf.io.FixedLenFeature([], tf.string),
         "image/class/label": tf.io.FixedLenFeature([], tf.int64),
     })
-    label = ex["image/class/label"]
-    ok = tf.debugging.Assert(
-        (label >= 1) & (label <= num_classes),
-        [tf.strings.format("label {} is outside 1..{}", (label, num_classes))])
-    with tf.control_dependencies([ok]):
-        return tf.identity(ex["image/encoded"]), tf.cast(label - 1, tf.int32)
+    label = checked_range(ex["image/class/label"], 1, num_classes, "label")
+    return ex["image/encoded"], tf.cast(label - 1, tf.int32)
 
 
 def decode(encoded):
