@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 from google.protobuf import text_format
 
-from common.errors import DataError, TrainingError
+from common.errors import DataError, TrainingError, one_line
 
 PREFIX = "ckpt"
 _INDEX = re.compile(rf"^{PREFIX}-(\d+)\.index$")
@@ -55,8 +55,7 @@ def unreadable(prefix: str) -> Optional[str]:
         for name in reader.get_variable_to_shape_map():
             reader.get_tensor(name)  # checks the tensor's CRC: a truncated .data file fails here
     except _READ_ERRORS as e:
-        reason = getattr(e, "message", None) or str(e) or type(e).__name__
-        return f"{type(e).__name__}: {reason.splitlines()[0][:200]}"
+        return f"{type(e).__name__}: {_first_line(e)[:200]}"
     return None
 
 
@@ -240,6 +239,5 @@ def _collect_quietly() -> None:
 
 
 def _first_line(e: BaseException) -> str:
-    text = getattr(e, "message", None) or str(e) or type(e).__name__
-    text = re.sub(r"\{\{[^}]*\}\}|\[Op:[^\]]*\]", "", text).strip()
-    return text.splitlines()[0][:300] if text else type(e).__name__
+    text = getattr(e, "message", None) or str(e)
+    return one_line(text)[:300] if text.strip() else type(e).__name__

@@ -14,24 +14,18 @@ from typing import Callable, Iterator, Optional, Sequence
 
 import tensorflow as tf
 
-from common.errors import DataError
+from common.errors import DataError, one_line
 
 _DALI_OP = re.compile(r"Error in (?:CPU|GPU|MIXED|Mixed) operator `(?:nvidia\.dali\.)?([^`]+)`")
 _DALI_CAUSE = re.compile(r"encountered:\s*\n\s*(.+)")
-_TF_NOISE = re.compile(r"\{\{[^}]*\}\}|\[Op:[^\]]*\]|\s*\[\[\{\{node [^\]]*\]\]"
-                       r"|Error in user-defined function passed to \S+ transformation with "
-                       r"iterator: \S+: |\s+name:\s*$", re.MULTILINE)
-
 
 def reason(message: str) -> str:
     """The cause in one line, from a TensorFlow or DALI error message."""
     op, cause = _DALI_OP.search(message), _DALI_CAUSE.search(message)
     if op and cause:
         return f"DALI {op.group(1)}: {cause.group(1).strip()}"
-    message = re.sub(r"assertion failed: \[(.*?)\]", r"\1", _TF_NOISE.sub("", message))
-    lines = [ln.strip() for ln in message.splitlines()]
-    lines = [ln for ln in lines if ln and not ln.startswith("Error DALI_ERROR")]
-    return lines[0] if lines else message.strip()[:300]
+    return one_line("\n".join(ln for ln in message.splitlines()
+                               if not ln.lstrip().startswith("Error DALI_ERROR")))
 
 
 def checked_range(values, low: int, high: int, what: str):
