@@ -168,9 +168,8 @@ class CheckpointStore:
             raise DataError(f"checkpoint {prefix} does not fit this model ({mismatch}): "
                             "resume with the flags it was trained with, or use another "
                             "--model_dir")
-        names = {n for n, _ in tf.train.list_variables(prefix)}
         if self._loss_scale is not None:
-            if any(n.startswith("loss_scale/") for n in names):
+            if any(n.startswith("loss_scale/") for n, _ in tf.train.list_variables(prefix)):
                 tf.train.Checkpoint(loss_scale=self._loss_scale).restore(prefix).expect_partial()
             else:
                 self.log(f"{os.path.basename(prefix)} holds no float16 loss scale (it was "

@@ -64,42 +64,44 @@ def read_index(idx_file: str) -> list[tuple[int, int]]:
     return entries
 
 
-def index_problem(tfrecord: str, idx_file: str) -> Optional[str]:
-    """Why ``idx_file`` does not describe ``tfrecord`` (None when it does, or a short reason)."""
+def _checked_index(tfrecord: str, idx_file: str):
+    """(the index's entries, None) when ``idx_file`` describes ``tfrecord``, else (None, why)."""
     if not os.path.exists(idx_file):
-        return "missing"
+        return None, "missing"
     try:
         entries = read_index(idx_file)
     except (ValueError, UnicodeDecodeError) as e:
-        return f"not an index file ({e})"
+        return None, f"not an index file ({e})"
     size = os.path.getsize(tfrecord)
     if not entries:
-        return "empty" if size else None
+        return (entries, None) if not size else (None, "empty")
     expected = 0
     for offset, length in entries:
         if offset != expected or length < 16:
-            return "stale or garbled (its offsets do not follow each other)"
+            return None, "stale or garbled (its offsets do not follow each other)"
         expected = offset + length
     if expected != size:
-        return f"stale or truncated (it covers {expected} of the file's {size} bytes)"
+        return None, f"stale or truncated (it covers {expected} of the file's {size} bytes)"
     with open(tfrecord, "rb") as f:
         for offset, length in {entries[0], entries[len(entries) // 2], entries[-1]}:
             f.seek(offset)
             (data_len,) = struct.unpack("<Q", f.read(8))
             if data_len + 16 != length:
-                return "stale (a record header disagrees with it)"
-    return None
+                return None, "stale (a record header disagrees with it)"
+    return entries, None
+
+
+def index_problem(tfrecord: str, idx_file: str) -> Optional[str]:
+    """Why ``idx_file`` does not describe ``tfrecord`` (None when it does, or a short reason)."""
+    return _checked_index(tfrecord, idx_file)[1]
 
 
 def count_records(files: Sequence[str], idx_dir: str | None = None) -> int:
     """Records in ``files``, from their index files where those are valid, else by scanning."""
     total = 0
     for path in files:
-        idx = index_path(idx_dir, path) if idx_dir else None
-        if idx and index_problem(path, idx) is None:
-            total += len(read_index(idx))
-        else:
-            total += len(scan(path))
+        entries = _checked_index(path, index_path(idx_dir, path))[0] if idx_dir else None
+        total += len(entries if entries is not None else scan(path))
     return total
 
 
