@@ -133,6 +133,10 @@ class Trainer:
         """The micro-batches of one optimizer step: --batch_chunk consecutive batches."""
         return tuple(next(data) for _ in range(self.flags.batch_chunk))
 
+    def _global_items(self, micro_batches) -> int:
+        """Items one optimizer step processes over every rank (for throughput)."""
+        return sum(self.task.items_in(b) for b in micro_batches) * self.dist.size
+
     def _compiled_train_step(self):
         """The train step, traced once and reused by training and the benchmark."""
         if self._train_step is None:
@@ -170,7 +174,7 @@ class Trainer:
                 micro = self._step_batches(data)
                 loss = float(step_fn(micro))  # waits for the step: per-step NaN check
                 t1 = time.perf_counter()
-                items = sum(self.task.items_in(b) for b in micro) * self.dist.size
+                items = self._global_items(micro)
                 if step - start > f.warmup_steps or total_steps - start <= f.warmup_steps:
                     timed_items, timed_seconds = timed_items + items, timed_seconds + (t1 - t0)
                 window_items += items
@@ -265,12 +269,11 @@ class Trainer:
                 times.append(now - last)
             last = now
             if i % f.display_every == 0 or i == f.num_iter:
-                rate = (sum(self.task.items_in(b) for b in micro) * self.dist.size / times[-1]
-                        if times else 0.0)
+                rate = self._global_items(micro) / times[-1] if times else 0.0
                 self.log.log((0, i), {"loss": loss, f"{unit}_per_s": rate,
                                       "warmup": i <= f.warmup_steps},
                              progress=(i, f.num_iter), tb_step=i)
-        items_per_step = sum(self.task.items_in(b) for b in micro) * self.dist.size
+        items_per_step = self._global_items(micro)
         return {**benchmark.throughput(times, items_per_step, unit),
                 **benchmark.latency(times), "global_batch_size": items_per_step}
 
