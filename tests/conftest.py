@@ -1,4 +1,5 @@
 """Shared fixtures: import paths for all three models, a real tiny dataset, a CLI runner."""
+import contextlib
 import os
 import subprocess
 import sys
@@ -14,6 +15,17 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Tiny ResNet settings used by the end-to-end tests: same code paths, seconds per run.
 TINY = ["--arch", "resnet_tiny", "--num_classes", "10", "--image_size", "32", "--batch_size", "8",
         "--lr_warmup_epochs", "0", "--display_every", "1"]
+
+
+@contextlib.contextmanager
+def dtype_policy(name: str):
+    """Keras' global dtype policy set to ``name`` inside the block, float32 again after it."""
+    import keras
+    keras.mixed_precision.set_dtype_policy(name)
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
 
 
 def run_cli(args, timeout=300, env=None, **kw):

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from common import runner
-from conftest import RN50, TINY, run_cli
+from conftest import RN50, TINY, dtype_policy, run_cli
 from rn50 import dali_pipeline, digits, prepare, tfdata_pipeline
 from rn50.model import build_resnet
 from rn50.task import ResNetTask
@@ -36,16 +36,13 @@ def test_parameter_count_equals_reference_resnet50_v15():
                                              ("mixed_float16", "float16"),
                                              ("mixed_bfloat16", "bfloat16")])
 def test_shapes_and_dtypes_under_each_policy(policy, compute):
-    keras.mixed_precision.set_dtype_policy(policy)
-    try:
+    with dtype_policy(policy):
         model = build_resnet("resnet_tiny", num_classes=10, image_size=64, zero_init_residual=True)
         logits = model(np.random.rand(2, 64, 64, 3).astype("float32"), training=False)
         assert logits.shape == (2, 10) and logits.dtype == tf.float32  # classifier in float32
         conv = model.get_layer("stage1_block1_2_conv")
         assert conv.compute_dtype == compute and conv.kernel.dtype == "float32"
         assert not np.any(model.get_layer("stage1_block1_3_bn").gamma.numpy())  # zero-init
-    finally:
-        keras.mixed_precision.set_dtype_policy("float32")
 
 
 def test_dali_and_tfdata_eval_preprocessing_agree(tmp_path):

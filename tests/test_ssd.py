@@ -4,13 +4,12 @@ import json
 import os
 import sys
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from common import runner
-from conftest import ROOT, run_cli
+from conftest import ROOT, dtype_policy, run_cli
 from ssd import anchors, coco_eval, dali_pipeline, prepare, shapes, tfdata_pipeline
 from ssd.model import build_ssd
 from ssd.task import SSDTask
@@ -53,15 +52,12 @@ def test_parameter_count_and_structure_of_the_full_model():
                                              ("mixed_float16", "float16"),
                                              ("mixed_bfloat16", "bfloat16")])
 def test_outputs_are_float32_under_each_policy(policy, compute):
-    keras.mixed_precision.set_dtype_policy(policy)
-    try:
+    with dtype_policy(policy):
         model = build_ssd("resnet_tiny", num_classes=3, image_size=64)
         out = model(np.random.rand(2, 64, 64, 3).astype("float32"), training=False)
         assert out["cls_logits"].dtype == tf.float32 and out["box_codes"].dtype == tf.float32
         conv = model.get_layer("box_tower_conv0")
         assert conv.compute_dtype == compute and conv.kernel.dtype == "float32"
-    finally:
-        keras.mixed_precision.set_dtype_policy("float32")
 
 
 def test_dali_and_tfdata_agree_on_evaluation_inputs_and_targets(shapes_records):

@@ -2,12 +2,11 @@
 import os
 import sys
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ROOT
+from conftest import ROOT, dtype_policy
 
 sys.path.insert(0, os.path.join(ROOT, "transformerxl"))
 
@@ -44,8 +43,7 @@ def test_a_segment_with_the_previous_in_memory_equals_both_scored_together():
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_mixed_precision_keeps_the_loss_and_layer_norm_in_float32(policy):
-    keras.mixed_precision.set_dtype_policy(policy)
-    try:
+    with dtype_policy(policy):
         model = TransformerXL(TXLConfig(vocab_size=60, mem_len=4, **TINY))
         x = tf.zeros((2, 5), tf.int32)
         nll, mems = model(x, model.initial_mems(2), x)
@@ -54,5 +52,3 @@ def test_mixed_precision_keeps_the_loss_and_layer_norm_in_float32(policy):
         assert model.attn[0].norm.compute_dtype == "float32"
         assert model.embedding.embeddings.dtype == "float32"
         assert np.isfinite(nll.numpy()).all()
-    finally:
-        keras.mixed_precision.set_dtype_policy("float32")
