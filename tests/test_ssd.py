@@ -2,6 +2,7 @@
 every mode end to end on a tiny generated COCO-layout dataset."""
 import json
 import os
+import shutil
 import sys
 
 import numpy as np
@@ -168,7 +169,7 @@ def test_backbone_checkpoint_of_resnet50v15_loads_into_the_trunk(tmp_path):
             assert tuple(np.asarray(w).ravel()[:4]) in values, (name, w.path)
 
 
-@pytest.mark.skipif(not os.path.exists("/usr/bin/mpirun"), reason="MPI is not installed")
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="MPI is not installed")
 def test_two_process_evaluation_gives_the_same_ap_as_one(tmp_path, shapes_records):
     out = str(tmp_path / "r")
     base = [*TINY, "--data_dir", shapes_records, "--results_dir", out]
