@@ -58,6 +58,31 @@ class Task(abc.ABC):
     def train_loss(self, model: keras.Model, batch) -> tf.Tensor:
         """The float32 scalar to minimise for one batch (regularisation included)."""
 
+    # --- state carried from one step to the next (Transformer-XL's memory) ------------------
+    # A stateless model (the default) ignores all of this. A stateful one returns its starting
+    # state from ``initial_state`` and overrides the ``*_with_state`` methods; the trainer keeps
+    # one state per micro-batch of a training step (each owns its rows of the data), one for an
+    # evaluation pass and one for the inference benchmark, and passes it from step to step.
+    # Training states restart from ``initial_state`` at every epoch's first step and when a run
+    # resumes (checkpoints hold weights and optimizer, not the state).
+    def initial_state(self, purpose: str):
+        """None (stateless), or a nest of tensors: the state a "train", "eval" or "infer"
+        stream starts from."""
+        return None
+
+    def train_loss_with_state(self, model: keras.Model, batch, state):
+        """(loss, the state the next step of these rows starts from)."""
+        return self.train_loss(model, batch), state
+
+    def eval_update_with_state(self, model: keras.Model, batch, metrics, state):
+        """``eval_update`` for stateful models: returns the next batch's state."""
+        self.eval_update(model, batch, metrics)
+        return state
+
+    def infer(self, model: keras.Model, inputs, state):
+        """(outputs, next state) of one inference batch, for the inference benchmark."""
+        return model(inputs, training=False), state
+
     # Evaluation comes in one of two forms. Metrics that are sums (accuracy): ``eval_metrics`` and
     # ``eval_update``. Metrics that need every prediction at once (COCO AP): ``eval_outputs``
     # returns per-example tensors, the trainer gathers them from every rank in order, and rank 0
@@ -89,6 +114,12 @@ class Task(abc.ABC):
     def train_dataset(self) -> tf.data.Dataset:
         """This rank's shard of the training data: batches of ``--batch_size``, repeating."""
 
+    def train_dataset_at(self, step: int) -> tf.data.Dataset:
+        """The training data of a run that resumes after ``step`` optimizer steps. Shuffled data
+        need not continue where they stopped (the default); ordered data (a language model's
+        streams) start at the batch the step would have read next."""
+        return self.train_dataset()
+
     def eval_dataset(self) -> tf.data.Dataset:
         """This rank's shard of the evaluation data, one pass."""
         raise NotImplementedError(f"{self.name} has no evaluation data")
@@ -105,6 +136,10 @@ class Task(abc.ABC):
     def inference_inputs(self, batch):
         """The model inputs of a batch, for the inference benchmark."""
         return batch[0]
+
+    def inference_dataset(self) -> tf.data.Dataset:
+        """Batches for the inference benchmark: evaluation data if any, else synthetic."""
+        return self.eval_dataset().repeat() if self.flags.data_dir else self.train_dataset()
 
     # --- inference ----------------------------------------------------------------------
     def predict(self, model: keras.Model, paths: Sequence[str]) -> list[dict]:

@@ -3,7 +3,8 @@
 One step does, in this order: forward -> loss (float32) -> loss scale (float16 only) ->
 gradients, averaged over the step's ``--batch_chunk`` micro-batches -> allreduce across ranks
 -> unscale, skip if not finite, clip, apply (the Keras ``LossScaleOptimizer`` and the
-optimizer's own clipping) -> step += 1. With ``--xla`` the computation is compiled with
+optimizer's own clipping) -> step += 1. A stateful task's state (Transformer-XL's memory) goes
+into each micro-batch's forward pass and its next value comes out of the step. With ``--xla`` the computation is compiled with
 ``jit_compile``; Horovod's allreduce stays outside the compiled parts because its ops have no
 XLA kernels on a CPU build.
 """
@@ -91,21 +92,23 @@ class Trainer:
         model, opt, task, xla = self.model, self.optimizer, self.task, self.ctx.precision.xla
         fp16_allreduce = self.flags.fp16_allreduce
 
-        def gradients(micro_batches):
-            """Mean loss and mean gradients over the step's micro-batches (--batch_chunk)."""
-            total, acc = 0.0, None
-            for batch in micro_batches:  # unrolled: k is fixed for the run
+        def gradients(micro_batches, states):
+            """Mean loss and mean gradients over the step's micro-batches (--batch_chunk), and
+            each micro-batch's next state."""
+            total, acc, new_states = 0.0, None, []
+            for batch, state in zip(micro_batches, states):  # unrolled: k is fixed for the run
                 with tf.GradientTape() as tape:
-                    loss = task.train_loss(model, batch)
+                    loss, state = task.train_loss_with_state(model, batch, state)
                     scaled = opt.scale_loss(loss) if self.loss_scaled else loss
                 grads = tape.gradient(scaled, model.trainable_variables)
                 acc = grads if acc is None else [
                     a if g is None else g if a is None else a + g for a, g in zip(acc, grads)]
                 total += loss
+                new_states.append(state)
             k = len(micro_batches)
             if k > 1:
                 acc = [None if g is None else g / k for g in acc]
-            return total / k, acc
+            return total / k, acc, tuple(new_states)
 
         def apply(grads):
             opt.apply(grads, model.trainable_variables)
@@ -113,25 +116,29 @@ class Trainer:
 
         if not self.dist.enabled:
             @tf.function(jit_compile=xla)
-            def step(micro_batches):
-                loss, grads = gradients(micro_batches)
+            def step(micro_batches, states):
+                loss, grads, states = gradients(micro_batches, states)
                 apply(grads)
-                return loss
+                return loss, states
             return step
 
         gradients_c = tf.function(gradients, jit_compile=xla)
         apply_c = tf.function(apply, jit_compile=xla)
 
         @tf.function
-        def step(micro_batches):
-            loss, grads = gradients_c(micro_batches)
+        def step(micro_batches, states):
+            loss, grads, states = gradients_c(micro_batches, states)
             apply_c(self.dist.allreduce_gradients(grads, fp16_compression=fp16_allreduce))
-            return loss
+            return loss, states
         return step
 
     def _step_batches(self, data) -> tuple:
         """The micro-batches of one optimizer step: --batch_chunk consecutive batches."""
         return tuple(next(data) for _ in range(self.flags.batch_chunk))
+
+    def _initial_train_states(self) -> tuple:
+        """Each micro-batch's starting state (all None for a stateless model)."""
+        return tuple(self.task.initial_state("train") for _ in range(self.flags.batch_chunk))
 
     def _global_items(self, micro_batches) -> int:
         """Items one optimizer step processes over every rank (for throughput)."""
@@ -164,15 +171,20 @@ class Trainer:
             self.log.print(f"already trained to step {start} (target {total_steps}): nothing to do")
             return {**summary, "final_step": start}
         step_fn = self._compiled_train_step()
-        data = batches(self.task.train_dataset(), lambda: self.task.locate_bad_record("train"))
+        data = batches(self.task.train_dataset_at(start),
+                       lambda: self.task.locate_bad_record("train"))
         spe = self.steps_per_epoch
+        states = None
         timed_items, timed_seconds, eval_results = 0, 0.0, {}
         window_items, window_start = 0, time.perf_counter()
         with GracefulStop() as stop:
             for step in range(start + 1, total_steps + 1):
                 t0 = time.perf_counter()
+                if states is None or (step - 1) % spe == 0:  # a run's or an epoch's first step
+                    states = self._initial_train_states()
                 micro = self._step_batches(data)
-                loss = float(step_fn(micro))  # waits for the step: per-step NaN check
+                loss, states = step_fn(micro, states)
+                loss = float(loss)  # waits for the step: per-step NaN check
                 t1 = time.perf_counter()
                 items = self._global_items(micro)
                 if step - start > f.warmup_steps or total_steps - start <= f.warmup_steps:
@@ -219,15 +231,18 @@ class Trainer:
                 self._eval_step = tf.function(
                     lambda batch: task.eval_outputs(lambda x, training=False: forward(x), batch))
             else:
-                self._eval_step = tf.function(lambda batch: task.eval_update(model, batch, metrics),
-                                              jit_compile=xla)
+                self._eval_step = tf.function(
+                    lambda batch, state: task.eval_update_with_state(model, batch, metrics, state),
+                    jit_compile=xla)
         for m in self.metrics:
             m.reset_state()
         start, items, outputs = time.perf_counter(), 0, []
+        state = task.initial_state("eval")
         for batch in batches(task.eval_dataset(), lambda: task.locate_bad_record("eval")):
-            out = self._eval_step(batch)
             if task.gathers_eval_outputs:
-                outputs.append({k: v.numpy() for k, v in out.items()})
+                outputs.append({k: v.numpy() for k, v in self._eval_step(batch).items()})
+            else:
+                state = self._eval_step(batch, state)
             items += task.items_in(batch)
         seconds = time.perf_counter() - start
         total_items = int(self.dist.sum([tf.constant(items, tf.int64)])[0])
@@ -259,11 +274,12 @@ class Trainer:
         step_fn = self._compiled_train_step()
         self.dist.broadcast(self._state())
         data = batches(self.task.train_dataset(), lambda: self.task.locate_bad_record("train"))
-        times = []
+        times, states = [], self._initial_train_states()
         last = time.perf_counter()
         for i in range(1, f.num_iter + 1):
             micro = self._step_batches(data)
-            loss = float(step_fn(micro))
+            loss, states = step_fn(micro, states)
+            loss = float(loss)
             now = time.perf_counter()
             if i > f.warmup_steps:
                 times.append(now - last)
@@ -279,15 +295,16 @@ class Trainer:
 
     def benchmark_inference(self) -> dict:
         f, unit = self.flags, self.task.item_unit
-        model = self.model
-        infer = tf.function(lambda x: model(x, training=False), jit_compile=self.ctx.precision.xla)
-        data = batches(self.task.eval_dataset().repeat() if f.data_dir
-                       else self.task.train_dataset())
-        times = []
+        model, task = self.model, self.task
+        infer = tf.function(lambda x, state: task.infer(model, x, state),
+                            jit_compile=self.ctx.precision.xla)
+        data = batches(task.inference_dataset())
+        times, state = [], task.initial_state("infer")
         for i in range(1, f.num_iter + 1):
-            inputs = self.task.inference_inputs(next(data))
+            inputs = task.inference_inputs(next(data))
             t0 = time.perf_counter()
-            tf.nest.map_structure(lambda t: t.numpy(), infer(inputs))
+            outputs, state = infer(inputs, state)
+            tf.nest.map_structure(lambda t: t.numpy(), outputs)
             if i > f.warmup_steps:
                 times.append(time.perf_counter() - t0)
         items = int(tf.nest.flatten(inputs)[0].shape[0])
