@@ -49,3 +49,19 @@ def test_parameters_beside_the_embedding_at_wikitext103_size():
     layer = AdaptiveSoftmax(267_735, (19_997, 39_997, 199_997))
     layer.build((None, 512))
     assert sum(int(np.prod(w.shape)) for w in layer.weights) == 267_735 + 3 * 512 + 3
+
+
+def test_padding_to_multiples_of_8_leaves_the_loss_unchanged():
+    """AMP pads every softmax (here 11, 10, 15 and 13 outputs) to a multiple of 8 rows; the
+    padded rows take no probability and no variable changes shape."""
+    layer, h, table = _layer(50, (10, 20, 35), 8)
+    padded = AdaptiveSoftmax(50, (10, 20, 35), pad_multiple=8)
+    padded.build(h.shape)
+    for a, b in zip(padded.weights, layer.weights):
+        assert a.shape == b.shape
+        a.assign(b)
+    targets = np.arange(0, 50, 3, dtype=np.int32)[:7]
+    np.testing.assert_allclose(padded(h, table, targets).numpy(),
+                               layer(h, table, targets).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(padded.log_prob(h, table).numpy(),
+                               layer.log_prob(h, table).numpy(), rtol=1e-6, atol=1e-6)

@@ -5,7 +5,13 @@ and a word of tail cluster k has log p = head log p(cluster k) + log softmax wit
 Weights: every word's output vector is its embedding row (tied). Biases: one per word (each
 cluster's its own, zero-initialised) plus ``cluster_W`` (clusters, D) and ``cluster_b`` for the
 cluster logits, zero-initialised. With cutoffs (19997, 39997, 199997) at 267,735 words that is
-267,735 + 3 x 512 + 3 parameters beside the embedding. Everything here runs in float32.
+267,735 + 3 x 512 + 3 parameters beside the embedding.
+
+Precision: the logits' matmuls run in ``matmul_dtype`` (the policy's compute type: float16 or
+bfloat16 under AMP); biases, log-softmax and the loss are float32. With ``pad_multiple`` 8 (AMP)
+each softmax's output size is padded to a multiple of 8 for tensor cores (the last cluster's
+67,738 words become 67,744) by zero weight rows whose logits get a -1e30 bias: they take no
+probability, so the loss is unchanged and no padded variable is stored.
 """
 from __future__ import annotations
 
@@ -14,9 +20,11 @@ from keras import layers
 
 
 class AdaptiveSoftmax(layers.Layer):
-    def __init__(self, vocab_size: int, cutoffs=(), **kwargs):
+    def __init__(self, vocab_size: int, cutoffs=(), matmul_dtype="float32", pad_multiple: int = 1,
+                 **kwargs):
         super().__init__(dtype="float32", **kwargs)
         self.vocab_size = vocab_size
+        self.matmul_dtype, self.pad_multiple = tf.as_dtype(matmul_dtype), pad_multiple
         self.cutoffs = [int(c) for c in cutoffs]
         if self.cutoffs != sorted(set(self.cutoffs)) or (self.cutoffs and not
                                                           0 < self.cutoffs[0] and
@@ -37,22 +45,32 @@ class AdaptiveSoftmax(layers.Layer):
             self.cluster_b = self.add_weight(name="cluster_b", shape=(self.n_clusters,),
                                              initializer="zeros")
 
+    def _log_softmax(self, h, weight, bias):
+        """log softmax(h W^T + b) over W's rows, padded to ``pad_multiple`` rows on the way."""
+        n = weight.shape[0]
+        extra = -n % self.pad_multiple
+        if extra:
+            weight = tf.pad(weight, [[0, extra], [0, 0]])
+            bias = tf.concat([bias, tf.fill([extra], -1e30)], axis=0)
+        logits = tf.matmul(tf.cast(h, self.matmul_dtype), tf.cast(weight, self.matmul_dtype),
+                           transpose_b=True)
+        logp = tf.nn.log_softmax(tf.cast(logits, tf.float32) + bias, axis=-1)
+        return logp[:, :n] if extra else logp
+
     def _head_logp(self, h, table):
         c0 = self.bounds[1]
-        logits = tf.matmul(h, table[:c0], transpose_b=True) + self.bias[:c0]
+        weight, bias = table[:c0], self.bias[:c0]
         if self.n_clusters:
-            logits = tf.concat([logits, tf.matmul(h, self.cluster_w, transpose_b=True)
-                                + self.cluster_b], axis=-1)
-        return tf.nn.log_softmax(logits, axis=-1)  # (N, c0 + clusters)
+            weight = tf.concat([weight, tf.cast(self.cluster_w, weight.dtype)], axis=0)
+            bias = tf.concat([bias, self.cluster_b], axis=0)
+        return self._log_softmax(h, weight, bias)  # (N, c0 + clusters)
 
     def _tail_logp(self, h, table, k):
         lo, hi = self.bounds[k + 1], self.bounds[k + 2]
-        return tf.nn.log_softmax(tf.matmul(h, table[lo:hi], transpose_b=True)
-                                 + self.bias[lo:hi], axis=-1)
+        return self._log_softmax(h, table[lo:hi], self.bias[lo:hi])
 
     def log_prob(self, h, table):
         """(N, vocab) log-probabilities of every word (for tests and generation)."""
-        h, table = tf.cast(h, tf.float32), tf.cast(table, tf.float32)
         head = self._head_logp(h, table)
         c0 = self.bounds[1]
         parts = [head[:, :c0]]
@@ -63,7 +81,6 @@ class AdaptiveSoftmax(layers.Layer):
     def call(self, h, table, targets):
         """Negative log-likelihood (N,) of ``targets`` (N,) int, computing each tail cluster's
         softmax only for the tokens that fall in it."""
-        h, table = tf.cast(h, tf.float32), tf.cast(table, tf.float32)
         targets = tf.cast(targets, tf.int32)
         head = self._head_logp(h, table)
         c0 = self.bounds[1]

@@ -38,6 +38,7 @@ class TXLConfig:
     clamp_len: int = -1
     same_length: bool = False
     init_std: float = 0.02
+    pad_multiple: int = 1  # 8 under AMP: softmax sizes padded for tensor cores (loss unchanged)
 
 
 class PositionwiseFF(layers.Layer):
@@ -68,36 +69,44 @@ class TransformerXL(keras.Model):
                      for i in range(cfg.n_layer)]
         self.ff = [PositionwiseFF(cfg.d_model, cfg.d_inner, cfg.dropout, cfg.init_std,
                                   name=f"layer{i}_ff") for i in range(cfg.n_layer)]
-        self.softmax = AdaptiveSoftmax(cfg.vocab_size, cutoffs, name="adaptive_softmax")
+        self.softmax = AdaptiveSoftmax(cfg.vocab_size, cutoffs,
+                                       matmul_dtype=self.embedding.compute_dtype,
+                                       pad_multiple=cfg.pad_multiple, name="adaptive_softmax")
 
-    def initial_mems(self, batch_size: int):
+    def initial_mems(self, batch_size: int, mem_len: int | None = None):
         """n_layer zero memories (B, mem_len, d_model), float32."""
-        return [tf.zeros((batch_size, self.cfg.mem_len, self.cfg.d_model))
+        mem_len = self.cfg.mem_len if mem_len is None else mem_len
+        return [tf.zeros((batch_size, mem_len, self.cfg.d_model))
                 for _ in range(self.cfg.n_layer)]
 
     def empty_mems(self, batch_size: int):
         """n_layer memories of length 0, which grow up to mem_len (generation starts so)."""
         return [tf.zeros((batch_size, 0, self.cfg.d_model)) for _ in range(self.cfg.n_layer)]
 
-    def hidden(self, tokens, mems, training=None):
-        """(final hidden states (B, Q, D) float32, new memories) for one segment."""
+    def hidden(self, tokens, mems, training=None, mem_len=None, clamp_len=None,
+               same_length=None):
+        """(final hidden states (B, Q, D) float32, new memories) for one segment. ``mem_len``,
+        ``clamp_len`` and ``same_length`` override the configuration's (evaluation uses its
+        own: NVIDIA's 640, 400 and True)."""
         cfg = self.cfg
+        mem_len = cfg.mem_len if mem_len is None else mem_len
+        clamp_len = cfg.clamp_len if clamp_len is None else clamp_len
+        same_length = cfg.same_length if same_length is None else same_length
         q, m = tokens.shape[1], mems[0].shape[1]
         x = self.embedding(tokens) * tf.cast(cfg.d_model ** 0.5, self.embedding.compute_dtype)
         x = self.drop(x, training=training)
-        pos = self.drop(positional_embedding(m + q, cfg.d_model, cfg.clamp_len),
-                        training=training)
-        mask = attention_mask(q, m, cfg.same_length)
+        pos = self.drop(positional_embedding(m + q, cfg.d_model, clamp_len), training=training)
+        mask = attention_mask(q, m, same_length)
         new_mems = []
         for attn, ff, mem in zip(self.attn, self.ff, mems):
             cat = tf.concat([tf.cast(mem, tf.float32), tf.cast(x, tf.float32)], axis=1)
-            new_mems.append(tf.stop_gradient(cat[:, max(0, m + q - cfg.mem_len):]))
+            new_mems.append(tf.stop_gradient(cat[:, max(0, m + q - mem_len):]))
             x = ff(attn(x, mem, pos, mask, training=training), training=training)
         return self.drop(x, training=training), new_mems
 
-    def call(self, tokens, mems, targets, training=None):
-        """(NLL (B, Q) float32 of ``targets``, new memories)."""
-        h, new_mems = self.hidden(tokens, mems, training=training)
+    def call(self, tokens, mems, targets, training=None, **overrides):
+        """(NLL (B, Q) float32 of ``targets``, new memories); ``overrides`` as ``hidden``'s."""
+        h, new_mems = self.hidden(tokens, mems, training=training, **overrides)
         b, q = tf.shape(h)[0], tf.shape(h)[1]
         nll = self.softmax(tf.reshape(h, [b * q, -1]), self.embedding.embeddings,
                            tf.reshape(targets, [-1]))
