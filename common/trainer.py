@@ -105,6 +105,9 @@ class Trainer:
                     a if g is None else g if a is None else a + g for a, g in zip(acc, grads)]
                 total += loss
                 new_states.append(state)
+            # Sparse gradients (an embedding lookup's) become dense, as Horovod's sparse_as_dense:
+            # one fused allreduce, and a tied embedding's two gradients add without a concat.
+            acc = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in acc]
             k = len(micro_batches)
             if k > 1:
                 acc = [None if g is None else g / k for g in acc]
@@ -301,15 +304,15 @@ class Trainer:
         data = batches(task.inference_dataset())
         times, state = [], task.initial_state("infer")
         for i in range(1, f.num_iter + 1):
-            inputs = task.inference_inputs(next(data))
+            batch = next(data)
+            inputs = task.inference_inputs(batch)
             t0 = time.perf_counter()
             outputs, state = infer(inputs, state)
             tf.nest.map_structure(lambda t: t.numpy(), outputs)
             if i > f.warmup_steps:
                 times.append(time.perf_counter() - t0)
-        items = int(tf.nest.flatten(inputs)[0].shape[0])
-        return {**benchmark.throughput(times, items, unit), **benchmark.latency(times),
-                "batch_size": items}
+        return {**benchmark.throughput(times, task.items_in(batch), unit),
+                **benchmark.latency(times), "batch_size": int(tf.nest.flatten(inputs)[0].shape[0])}
 
     # --- inference ------------------------------------------------------------------------
     def predict(self, paths) -> dict:

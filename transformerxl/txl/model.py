@@ -41,6 +41,17 @@ class TXLConfig:
     pad_multiple: int = 1  # 8 under AMP: softmax sizes padded for tensor cores (loss unchanged)
 
 
+def _length(x):
+    return x.shape[1] if x.shape[1] is not None else tf.shape(x)[1]
+
+
+def _first_kept(klen, mem_len):
+    """Where the new memory starts in the keys: the last ``mem_len`` of ``klen`` are kept."""
+    if isinstance(klen, int):
+        return max(0, klen - mem_len)
+    return tf.maximum(0, klen - mem_len)
+
+
 class PositionwiseFF(layers.Layer):
     def __init__(self, d_model, d_inner, dropout, init_std, **kwargs):
         super().__init__(**kwargs)
@@ -92,7 +103,7 @@ class TransformerXL(keras.Model):
         mem_len = cfg.mem_len if mem_len is None else mem_len
         clamp_len = cfg.clamp_len if clamp_len is None else clamp_len
         same_length = cfg.same_length if same_length is None else same_length
-        q, m = tokens.shape[1], mems[0].shape[1]
+        q, m = _length(tokens), _length(mems[0])  # static when known (exported: dynamic)
         x = self.embedding(tokens) * tf.cast(cfg.d_model ** 0.5, self.embedding.compute_dtype)
         x = self.drop(x, training=training)
         pos = self.drop(positional_embedding(m + q, cfg.d_model, clamp_len), training=training)
@@ -100,13 +111,15 @@ class TransformerXL(keras.Model):
         new_mems = []
         for attn, ff, mem in zip(self.attn, self.ff, mems):
             cat = tf.concat([tf.cast(mem, tf.float32), tf.cast(x, tf.float32)], axis=1)
-            new_mems.append(tf.stop_gradient(cat[:, max(0, m + q - mem_len):]))
+            new_mems.append(tf.stop_gradient(cat[:, _first_kept(m + q, mem_len):]))
             x = ff(attn(x, mem, pos, mask, training=training), training=training)
         return self.drop(x, training=training), new_mems
 
-    def call(self, tokens, mems, targets, training=None, **overrides):
-        """(NLL (B, Q) float32 of ``targets``, new memories); ``overrides`` as ``hidden``'s."""
-        h, new_mems = self.hidden(tokens, mems, training=training, **overrides)
+    def call(self, tokens, mems, targets, training=None, mem_len=None, clamp_len=None,
+             same_length=None):
+        """(NLL (B, Q) float32 of ``targets``, new memories); overrides as ``hidden``'s."""
+        h, new_mems = self.hidden(tokens, mems, training=training, mem_len=mem_len,
+                                  clamp_len=clamp_len, same_length=same_length)
         b, q = tf.shape(h)[0], tf.shape(h)[1]
         nll = self.softmax(tf.reshape(h, [b * q, -1]), self.embedding.embeddings,
                            tf.reshape(targets, [-1]))

@@ -17,12 +17,22 @@ import tensorflow as tf
 from common.errors import DataError
 
 
+def layout(total: int, rows: int, tgt_len: int) -> tuple[int, int]:
+    """(stream length, steps per epoch) of ``total`` tokens cut into ``rows`` streams."""
+    length = total // rows
+    if length < 2:
+        raise DataError(f"{total:,} tokens cannot make {rows} streams of 2 tokens or more: "
+                        "lower --batch_size or --batch_chunk, or use more text")
+    steps = (length - 1) // tgt_len
+    if steps < 1:
+        raise DataError(f"streams of {length} tokens are shorter than one segment of "
+                        f"--tgt_len {tgt_len} plus one")
+    return length, steps
+
+
 def streams(tokens: np.ndarray, rows: int) -> np.ndarray:
     """(rows, L) contiguous streams of the token stream."""
-    length = len(tokens) // rows
-    if length < 2:
-        raise DataError(f"{len(tokens):,} tokens cannot make {rows} streams of 2 tokens or more: "
-                        "lower --batch_size or --batch_chunk, or use more text")
+    length = layout(len(tokens), rows, 1)[0]
     return np.asarray(tokens[:rows * length], np.int32).reshape(rows, length)
 
 
@@ -31,16 +41,15 @@ def steps_per_epoch(tokens: int, rows: int, tgt_len: int) -> int:
 
 
 def dataset(tokens: np.ndarray, batch_size: int, tgt_len: int, rank: int = 0, world: int = 1,
-            batch_chunk: int = 1, repeat: bool = True) -> tf.data.Dataset:
+            batch_chunk: int = 1, repeat: bool = True, first_step: int = 0) -> tf.data.Dataset:
     """(inputs (batch_size, tgt_len), targets (batch_size, tgt_len)) int32 micro-batches in the
-    order the trainer consumes them: step 0's micro-batches 0..k-1, then step 1's, ..."""
+    order the trainer consumes them: step 0's micro-batches 0..k-1, then step 1's, ...;
+    ``first_step`` > 0 starts where a resumed run continues (within the epoch)."""
     rows_per_rank = batch_size * batch_chunk
-    all_rows = streams(tokens, rows_per_rank * world)
-    mine = tf.constant(all_rows[rank * rows_per_rank:(rank + 1) * rows_per_rank])  # (R, L)
-    steps = (all_rows.shape[1] - 1) // tgt_len
-    if steps < 1:
-        raise DataError(f"streams of {all_rows.shape[1]} tokens are shorter than one segment of "
-                        f"--tgt_len {tgt_len} plus one")
+    length, steps = layout(len(tokens), rows_per_rank * world, tgt_len)
+    lo = rank * rows_per_rank * length
+    mine = tf.constant(np.asarray(tokens[lo:lo + rows_per_rank * length], np.int32)
+                       .reshape(rows_per_rank, length))  # (R, L)
 
     def micro_batch(i):
         t, c = i // batch_chunk, i % batch_chunk
@@ -48,4 +57,6 @@ def dataset(tokens: np.ndarray, batch_size: int, tgt_len: int, rank: int = 0, wo
         return block[:, :-1], block[:, 1:]
 
     ds = tf.data.Dataset.range(steps * batch_chunk).map(micro_batch)
-    return ds.repeat() if repeat else ds
+    if repeat:
+        ds = ds.repeat()
+    return ds.skip((first_step % steps) * batch_chunk) if first_step else ds
