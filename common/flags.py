@@ -45,6 +45,8 @@ def _define_common(fv: flags.FlagValues) -> None:
     flags.DEFINE_integer("save_checkpoint_steps", 0, "Also checkpoint every N steps "
                          "(always at epoch ends, at the end and on a graceful stop).",
                          lower_bound=0, **d)
+    flags.DEFINE_integer("eval_every", 0, "train_and_evaluate: also evaluate every N steps "
+                         "(always at epoch ends and at the end).", lower_bound=0, **d)
     flags.DEFINE_integer("keep_checkpoints", 5, "Keep the last N checkpoints.", lower_bound=1, **d)
     # Precision (common/precision.py decides; None means "not given on the command line").
     flags.DEFINE_boolean("amp", None, "Automatic mixed precision (also "

