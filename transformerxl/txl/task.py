@@ -329,7 +329,9 @@ class TransformerXLTask(Task):
         ``score`` (also given targets) -> the NLL (B, Q) and the new memory."""
         cfg = self.cfg
         module = tf.Module()
-        module.model = model
+        # The variables, not the Keras model: saving the model would trace its own default
+        # signature, which a call with memories and targets does not have.
+        module.weights = [v.value for v in model.variables]
         tokens = tf.TensorSpec([None, None], tf.int32, name="tokens")
         mems = tf.TensorSpec([cfg.n_layer, None, None, cfg.d_model], tf.float32, name="mems")
 

@@ -1,0 +1,213 @@
+"""Transformer-XL through main.py's code path: every mode on a tiny configuration, the DALI and
+tf.data pipelines training identically, --batch_chunk with memory equal to a larger batch,
+resuming at the exact step, the exported SavedModel, and one-line errors."""
+import itertools
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from common import runner
+from conftest import ROOT, run_cli, stderr_last_line
+
+sys.path.insert(0, os.path.join(ROOT, "transformerxl"))
+
+from txl.task import TransformerXLTask  # noqa: E402
+
+MAIN = os.path.join(ROOT, "transformerxl", "main.py")
+TINY = ["--n_layer", "2", "--d_model", "32", "--n_head", "2", "--d_head", "16",
+        "--d_inner", "64", "--tgt_len", "8", "--mem_len", "8", "--eval_tgt_len", "8",
+        "--eval_mem_len", "16", "--eval_clamp_len", "12", "--eval_batch_size", "4",
+        "--batch_size", "4", "--cutoffs", "20,60", "--dropout", "0", "--seed", "3",
+        "--lr_warmup_steps", "2", "--display_every", "1"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """A prepared corpus of simple generated sentences (about 6,000 train tokens)."""
+    root = tmp_path_factory.mktemp("txl_corpus")
+    rng = np.random.default_rng(0)
+    subjects = "the king | a fool | my lord | the queen | her brother | this ghost".split(" | ")
+    verbs = "sees | loves | fears | speaks to | follows | waits for".split(" | ")
+    objects = "the night | his sword | the castle | a letter | our friend | the sea".split(" | ")
+
+    def text(lines):
+        return "".join(" " + " ".join(f"{rng.choice(subjects)} {rng.choice(verbs)} "
+                                      f"{rng.choice(objects)} ." for _ in range(3)) + " \n"
+                       for _ in range(lines))
+    for split, lines in (("train", 450), ("valid", 40), ("test", 40)):
+        (root / f"{split}.txt").write_text(text(lines))
+    proc = run_cli([sys.executable, os.path.join(ROOT, "transformerxl", "prepare_dataset.py"),
+                    str(root), str(root / "prepared")])
+    assert proc.returncode == 0, proc.stderr
+    return str(root / "prepared")
+
+
+def _run(args, data, out):
+    return runner.run(TransformerXLTask, ["main.py", *TINY, "--data_dir", data,
+                                          "--results_dir", str(out), *args])
+
+
+def _state(model_dir):
+    """Every tensor of the newest checkpoint: weights, optimizer moments, step."""
+    reader = tf.train.load_checkpoint(model_dir)
+    return {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map()
+            if k not in ("_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter/.ATTRIBUTES/VARIABLE_VALUE")}
+
+
+def _losses(results_dir):
+    with open(os.path.join(results_dir, "log.json")) as f:
+        records = [json.loads(line[5:]) for line in f if line.startswith("DLLL ")]
+    return [r["data"]["loss"] for r in records
+            if r["type"] == "LOG" and len(r.get("step") or []) == 2 and "loss" in r["data"]]
+
+
+def test_every_mode_on_a_tiny_configuration(tmp_path, corpus):
+    s = _run(["--mode", "train_and_evaluate", "--iter_unit", "batch", "--num_iter", "12",
+              "--eval_every", "6"], corpus, tmp_path)
+    assert s["final_step"] == 12 and np.isfinite(s["final_loss"])
+    # NVIDIA's protocol: 4 streams of the valid split in segments of 8 (the last shorter).
+    valid = np.load(os.path.join(corpus, "valid.npy"))
+    assert s["eval_tokens"] == (len(valid) // 4 - 1) * 4
+    assert 1 < s["eval_ppl"] < 200 and 1 < s["eval_ppl_token_weighted"] < 200
+
+    ev = _run(["--mode", "evaluate", "--eval_split", "valid"], corpus, tmp_path)
+    assert ev["eval_ppl"] == pytest.approx(s["eval_ppl"], rel=1e-5)
+    test = _run(["--mode", "evaluate"], corpus, tmp_path)  # evaluate defaults to the test split
+    assert test["eval_tokens"] == (len(np.load(os.path.join(corpus, "test.npy"))) // 4 - 1) * 4
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("the king sees\nmy lord follows the\n")
+    for extra in ([], ["--sample", "--temperature", "0.8", "--top_k", "5"]):
+        p = _run(["--mode", "predict", "--to_predict", str(prompts), "--gen_len", "6", *extra],
+                 corpus, tmp_path)
+        assert p["predictions"] == 2
+        with open(tmp_path / "predictions.json") as f:
+            preds = json.load(f)
+        assert [r["prompt"] for r in preds] == ["the king sees", "my lord follows the"]
+        assert all(len(r["continuation"].split()) == 6 == len(r["token_ids"]) for r in preds)
+
+    for mode in ("training_benchmark", "inference_benchmark"):
+        b = _run(["--mode", mode, "--iter_unit", "batch", "--num_iter", "4",
+                  "--warmup_steps", "1"], corpus, tmp_path / mode)
+        assert b["timed_steps"] == 3 and b["throughput_tokens_per_s"] > 0
+        assert b["latency_p50_ms"] <= b["latency_p99_ms"]
+
+
+def test_export_scores_and_continues_like_the_model(tmp_path, corpus):
+    _run(["--mode", "train", "--iter_unit", "batch", "--num_iter", "3"], corpus, tmp_path)
+    export = tmp_path / "export"
+    _run(["--mode", "evaluate", "--export_dir", str(export)], corpus, tmp_path)
+    loaded = tf.saved_model.load(str(export))
+    trainer = runner.setup(TransformerXLTask, ["main.py", *TINY, "--data_dir", corpus,
+                                                "--results_dir", str(tmp_path), "--mode",
+                                                "evaluate"])
+    trainer.restore(required=True)
+    model = trainer.model
+    tokens = tf.constant(np.load(os.path.join(corpus, "test.npy"))[:20].reshape(2, 10))
+    empty = tf.zeros((2, 2, 0, 32))
+    served = loaded.signatures["serving_default"](tokens=tokens, mems=empty)
+    logp, mems = model.log_prob(tokens, model.empty_mems(2))
+    np.testing.assert_allclose(served["log_probs"].numpy(), logp[:, -1].numpy(), atol=1e-5)
+    assert served["mems"].shape == (2, 2, 8, 32)  # memory kept to --mem_len
+    scored = loaded.signatures["score"](tokens=tokens[:, :-1], targets=tokens[:, 1:],
+                                        mems=tf.stack(model.initial_mems(2)))
+    nll, _ = model(tokens[:, :-1], model.initial_mems(2), tokens[:, 1:], training=False)
+    np.testing.assert_allclose(scored["nll"].numpy(), nll.numpy(), rtol=1e-5)
+    assert (export / "vocab.txt").read_text().split("\n")[0] == "<eos>"
+
+
+def test_dali_trains_exactly_as_tfdata(tmp_path, corpus):
+    args = ["--mode", "train", "--iter_unit", "batch", "--num_iter", "5"]
+    _run(args, corpus, tmp_path / "tfdata")
+    _run(args + ["--dali"], corpus, tmp_path / "dali")
+    np.testing.assert_allclose(_losses(tmp_path / "dali"), _losses(tmp_path / "tfdata"),
+                               rtol=1e-6)
+
+
+def test_batch_chunk_with_memory_equals_one_batch_k_times_larger(tmp_path, corpus):
+    """Two micro-batches of 4 rows, each carrying its own memory, against one batch of 8 rows,
+    over 6 steps: the same losses and the same weights."""
+    base = ["--mode", "train", "--iter_unit", "batch", "--num_iter", "6"]
+    _run(base + ["--batch_size", "8"], corpus, tmp_path / "one")
+    _run(base + ["--batch_size", "4", "--batch_chunk", "2"], corpus, tmp_path / "chunked")
+    np.testing.assert_allclose(_losses(tmp_path / "chunked"), _losses(tmp_path / "one"),
+                               rtol=1e-5)
+    one, chunked = (_state(str(tmp_path / d / "checkpoints")) for d in ("one", "chunked"))
+    assert one.keys() == chunked.keys() and len(one) > 50
+    for k in one:
+        np.testing.assert_allclose(chunked[k], one[k], rtol=1e-4, atol=1e-6, err_msg=k)
+
+
+def _stop_after(monkeypatch, steps):
+    """The run stops after ``steps`` steps, as SIGTERM would make it (checkpoint, exit 0)."""
+    from common.graceful_stop import GracefulStop
+    calls = itertools.count(1)
+    monkeypatch.setattr(GracefulStop, "should_stop", lambda self, dist: next(calls) >= steps)
+
+
+def test_resume_continues_at_the_exact_step(tmp_path, corpus, monkeypatch):
+    """Two epochs in one run equal one epoch, a stop, and a resumed second epoch: weights,
+    optimizer and data position all continue (memory restarts at every epoch in both). A
+    resume within an epoch continues at the exact step and data position, with fresh memory."""
+    short = ["--tgt_len", "48", "--batch_size", "8"]  # epochs of a few steps
+    spe = _run(short + ["--mode", "train", "--iter_unit", "batch", "--num_iter", "1"], corpus,
+               tmp_path / "probe")
+    epoch = int(round(1 / spe["epochs"]))
+    assert 3 <= epoch <= 30
+    args = short + ["--mode", "train", "--iter_unit", "epoch", "--num_iter", "2"]
+    _run(args, corpus, tmp_path / "straight")
+    with monkeypatch.context() as m:
+        _stop_after(m, epoch)
+        s = _run(args, corpus, tmp_path / "resumed")
+    assert s["final_step"] == epoch and s["stopped_by_signal"]
+    s = _run(args, corpus, tmp_path / "resumed")
+    assert s["start_step"] == epoch and s["final_step"] == 2 * epoch
+    straight, resumed = (_state(str(tmp_path / d / "checkpoints"))
+                         for d in ("straight", "resumed"))
+    for k in straight:
+        np.testing.assert_allclose(resumed[k], straight[k], rtol=1e-5, atol=1e-7, err_msg=k)
+    np.testing.assert_allclose(_losses(tmp_path / "resumed"), _losses(tmp_path / "straight"),
+                               rtol=1e-5)
+
+    with monkeypatch.context() as m:  # within an epoch: the same step and data, fresh memory
+        _stop_after(m, 2)
+        _run(args, corpus, tmp_path / "mid")
+    s = _run(args, corpus, tmp_path / "mid")
+    assert s["start_step"] == 2 and s["final_step"] == 2 * epoch
+    mid = _losses(tmp_path / "mid")
+    straight_losses = _losses(tmp_path / "straight")
+    assert len(mid) == len(straight_losses)
+    np.testing.assert_allclose(mid[:2], straight_losses[:2], rtol=1e-6)
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--div_val", "4"], "--div_val: only 1 is implemented"),
+    (["--mode", "predict", "--to_predict", "x"], "--mode predict needs --data_dir"),
+    (["--mode", "inference_benchmark", "--eval_batch_size", "3", "--iter_unit", "batch",
+      "--num_iter", "3", "--warmup_steps", "1"], None),
+    (["--lr", "0"], "--lr must be greater than 0"),
+])
+def test_bad_flags_stop_with_one_line(tmp_path, extra, message):
+    proc = run_cli([sys.executable, MAIN, *TINY, "--vocab_size", "100", "--results_dir",
+                    str(tmp_path), *extra])
+    if message is None:  # an odd evaluation batch on one process is fine
+        assert proc.returncode == 0, proc.stderr
+        return
+    assert proc.returncode == 2, proc.stderr
+    assert message in stderr_last_line(proc)
+
+
+def test_corrupt_token_file_is_named(tmp_path, corpus):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for name in ("vocab.txt", "valid.npy", "test.npy", "corpus-info.json"):
+        (bad / name).write_bytes(open(os.path.join(corpus, name), "rb").read())
+    np.save(bad / "train.npy", np.array([1, 2, 10 ** 6], np.int32))
+    proc = run_cli([sys.executable, MAIN, *TINY, "--data_dir", str(bad), "--results_dir",
+                    str(tmp_path / "out"), "--mode", "train"])
+    assert proc.returncode == 1
+    assert "train.npy: token id 1000000 is outside the" in stderr_last_line(proc)

