@@ -174,10 +174,7 @@ class TransformerXLTask(Task):
         """A split's token ids (memory-mapped), checked against the vocabulary once."""
         if split not in self._tokens:
             if self.flags.data_dir is None:
-                rng = np.random.default_rng(0 if split == "train" else 1)
-                rows = max(self.ctx.global_batch_size, self.flags.eval_batch_size)
-                n = rows * (max(self.flags.tgt_len, self.flags.eval_tgt_len) * 50 + 1)
-                self._tokens[split] = rng.integers(0, self.cfg.vocab_size, n, dtype=np.int32)
+                self._tokens[split] = self._synthetic(split)
             else:
                 path = self._path(f"{split}.npy")
                 try:
@@ -192,6 +189,16 @@ class TransformerXLTask(Task):
                                     "another corpus?)")
                 self._tokens[split] = ids
         return self._tokens[split]
+
+    def _synthetic(self, split: str) -> np.ndarray:
+        """Random tokens with Zipf's law over the vocabulary (p of rank r ~ 1 / r), the shape of
+        real text's word frequencies: the adaptive softmax's tails see a natural share of the
+        tokens (uniform tokens would put most of them in the largest tail). 50 steps' worth."""
+        rng = np.random.default_rng(0 if split == "train" else 1)
+        rows = max(self.ctx.global_batch_size, self.flags.eval_batch_size)
+        n = rows * (max(self.flags.tgt_len, self.flags.eval_tgt_len) * 50 + 1)
+        p = 1.0 / np.arange(1, self.cfg.vocab_size + 1)
+        return rng.choice(self.cfg.vocab_size, size=n, p=p / p.sum()).astype(np.int32)
 
     # --- model and optimisation ---------------------------------------------------------
     def build_model(self):

@@ -1,0 +1,94 @@
+#!/usr/bin/env python
+"""Transformer-XL training and inference throughput on this machine, FP32 and AMP side by side,
+with MFU: model FLOP/s (3x the forward FLOPs for training; txl/flops.py) over the matmul ceiling
+of the compute dtype (float32, or bfloat16 for AMP on a CPU) measured in the same process.
+Rounds alternate precisions, so drift on a noisy machine hits both alike; the median round is
+reported. Data are synthetic Zipfian tokens over the WikiText-103 vocabulary (see the task), so
+the adaptive softmax's tail clusters see a natural share of the tokens.
+
+    python transformerxl/scripts/benchmark.py --batch_size 4 --steps 5 --warmup 2 --rounds 2
+"""
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+
+_here = os.path.dirname(os.path.abspath(__file__))
+_model_dir = os.path.dirname(_here)
+_root = os.path.dirname(_model_dir)
+sys.path[:0] = [_model_dir, _root]
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import tensorflow as tf  # noqa: E402
+
+from common import runner  # noqa: E402
+from common.mfu import matmul_ceiling  # noqa: E402
+from txl.flops import cluster_fractions, forward_flops_per_token  # noqa: E402
+from txl.task import TransformerXLTask  # noqa: E402
+
+PRECISIONS = {"fp32": ([], tf.float32), "amp": (["--amp"], tf.bfloat16)}
+MODES = ("training_benchmark", "inference_benchmark")
+
+
+def flags(mode, precision, args, results):
+    return ["main.py", "--mode", mode, "--batch_size", str(args.batch_size), "--eval_batch_size",
+            str(args.eval_batch_size), "--iter_unit", "batch", "--num_iter",
+            str(args.steps + args.warmup), "--warmup_steps", str(args.warmup),
+            "--display_every", "1000", "--results_dir", results, *PRECISIONS[precision][0]]
+
+
+def one(mode, precision, args) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        s = runner.run(TransformerXLTask, flags(mode, precision, args, tmp))
+    return s["throughput_tokens_per_s"]
+
+
+def flops_per_token(args) -> dict:
+    """Forward FLOPs per token in training and in inference (evaluation segments)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = runner.setup(TransformerXLTask, flags("training_benchmark", "fp32", args, tmp))
+        task, cfg, f = trainer.task, trainer.task.cfg, trainer.flags
+        bounds = [0, *[c for c in cfg.cutoffs if c < cfg.vocab_size], cfg.vocab_size]
+        fractions = cluster_fractions(task.tokens("train")[1:], bounds)
+        trainer.log.close()
+        return {"train": forward_flops_per_token(cfg, f.tgt_len, f.mem_len, f.batch_size,
+                                                 fractions),
+                "infer": forward_flops_per_token(cfg, f.eval_tgt_len, f.eval_mem_len,
+                                                 f.eval_batch_size, fractions),
+                "fractions": fractions}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--batch_size", type=int, default=4, help="training rows (tgt_len 192)")
+    p.add_argument("--eval_batch_size", type=int, default=16, help="inference rows (64 tokens, "
+                   "640 memory)")
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=2)
+    args = p.parse_args()
+    fl = flops_per_token(args)
+    ceilings = {name: matmul_ceiling(dtype) for name, (_, dtype) in PRECISIONS.items()}
+    rates = {(m, p): [] for m in MODES for p in PRECISIONS}
+    for _ in range(args.rounds):
+        for mode, precision in rates:
+            rates[(mode, precision)].append(one(mode, precision, args))
+    print(f"\nforward MFLOP/token: training {fl['train'] / 1e6:.1f}, inference "
+          f"{fl['infer'] / 1e6:.1f} (tail cluster shares "
+          + ", ".join(f"{x:.3f}" for x in fl["fractions"]) + "); matmul ceilings: "
+          + ", ".join(f"{p} {c / 1e9:.0f} GFLOP/s" for p, c in ceilings.items()))
+    print(f"| mode | precision | tokens/s (median of {args.rounds}) | rounds | MFU "
+          "| speed-up vs FP32 |")
+    print("|---|---|---|---|---|---|")
+    for (mode, precision), r in rates.items():
+        med = statistics.median(r)
+        base = statistics.median(rates[(mode, "fp32")])
+        model_flops = 3 * fl["train"] if mode == "training_benchmark" else fl["infer"]
+        print(f"| {mode.split('_')[0]} | {precision} | {med:.0f} | "
+              f"{', '.join(f'{v:.0f}' for v in r)} | {model_flops * med / ceilings[precision]:.0%} "
+              f"| {med / base:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
