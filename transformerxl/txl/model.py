@@ -41,6 +41,17 @@ class TXLConfig:
     pad_multiple: int = 1  # 8 under AMP: softmax sizes padded for tensor cores (loss unchanged)
 
 
+@tf.custom_gradient
+def _lookup(table, ids):
+    """``tf.gather(table, ids)`` whose gradient is dense (Horovod's ``sparse_as_dense`` at the
+    source): the tied table's gradients from the lookup and from the softmax then add as two
+    dense tensors, instead of TensorFlow concatenating both into one huge IndexedSlices (the
+    out-of-memory kimiyoung/transformer-xl#120 reports)."""
+    def grad(dy):
+        return tf.math.unsorted_segment_sum(dy, ids, tf.shape(table)[0]), None
+    return tf.gather(table, ids), grad
+
+
 def _length(x):
     return x.shape[1] if x.shape[1] is not None else tf.shape(x)[1]
 
@@ -74,6 +85,7 @@ class TransformerXL(keras.Model):
         self.embedding = layers.Embedding(
             cfg.vocab_size, cfg.d_model, name="embedding",
             embeddings_initializer=keras.initializers.RandomNormal(stddev=cfg.init_std))
+        self.embedding.build((None, None))  # read through _lookup, never called
         self.drop = layers.Dropout(cfg.dropout)
         self.attn = [RelPartialLearnableAttention(cfg.n_head, cfg.d_head, cfg.dropatt, cfg.dropout,
                                                   cfg.init_std, name=f"layer{i}_attn")
@@ -104,7 +116,9 @@ class TransformerXL(keras.Model):
         clamp_len = cfg.clamp_len if clamp_len is None else clamp_len
         same_length = cfg.same_length if same_length is None else same_length
         q, m = _length(tokens), _length(mems[0])  # static when known (exported: dynamic)
-        x = self.embedding(tokens) * tf.cast(cfg.d_model ** 0.5, self.embedding.compute_dtype)
+        dtype = self.embedding.compute_dtype
+        table = tf.convert_to_tensor(self.embedding.embeddings)
+        x = tf.cast(_lookup(table, tokens), dtype) * tf.cast(cfg.d_model ** 0.5, dtype)
         x = self.drop(x, training=training)
         pos = self.drop(positional_embedding(m + q, cfg.d_model, clamp_len), training=training)
         mask = attention_mask(q, m, same_length)
