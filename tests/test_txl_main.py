@@ -211,3 +211,23 @@ def test_corrupt_token_file_is_named(tmp_path, corpus):
                     str(tmp_path / "out"), "--mode", "train"])
     assert proc.returncode == 1
     assert "train.npy: token id 1000000 is outside the" in stderr_last_line(proc)
+
+
+def test_two_processes_train_and_evaluate_as_one(tmp_path, corpus):
+    """mpirun -np 2 with 2 rows each equals one process with 4 rows: each rank owns its block
+    of streams and carries its memory, gradients are averaged, and the perplexity metrics add
+    up over ranks (eval: 4 streams, 2 per rank)."""
+    args = ["--mode", "train_and_evaluate", "--iter_unit", "batch", "--num_iter", "4"]
+    one = _run(args, corpus, tmp_path / "one")
+    proc = run_cli(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2",
+                    sys.executable, MAIN, *TINY, "--batch_size", "2", "--data_dir", corpus,
+                    "--results_dir", str(tmp_path / "two"), *args], timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    from common.dllogger import read_records
+    two = [r for r in read_records(str(tmp_path / "two" / "log.json"))
+           if r.get("step") == []][-1]["data"]
+    assert two["world_size"] == 2 and two["eval_tokens"] == one["eval_tokens"]
+    np.testing.assert_allclose(_losses(tmp_path / "two"), _losses(tmp_path / "one"), rtol=1e-5)
+    assert two["eval_ppl"] == pytest.approx(one["eval_ppl"], rel=1e-5)
+    assert two["eval_ppl_token_weighted"] == pytest.approx(one["eval_ppl_token_weighted"],
+                                                           rel=1e-5)
