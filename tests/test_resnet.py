@@ -116,7 +116,8 @@ def test_xla_compiles_the_train_step(tmp_path):
     trainer.log.close()
     assert trainer.ctx.precision.xla
     batch = next(iter(trainer.task.train_dataset()))
-    hlo = trainer._build_train_step().experimental_get_compiler_ir((batch,))(stage="hlo")
+    hlo = trainer._build_train_step().experimental_get_compiler_ir(
+        (batch,), trainer._initial_train_states())(stage="hlo")
     assert "HloModule" in hlo  # the whole step lowers to one XLA module
 
 

