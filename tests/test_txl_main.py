@@ -227,7 +227,7 @@ def test_two_processes_train_and_evaluate_as_one(tmp_path, corpus):
     two = [r for r in read_records(str(tmp_path / "two" / "log.json"))
            if r.get("step") == []][-1]["data"]
     assert two["world_size"] == 2 and two["eval_tokens"] == one["eval_tokens"]
-    np.testing.assert_allclose(_losses(tmp_path / "two"), _losses(tmp_path / "one"), rtol=1e-5)
+    # The logged loss is rank 0's own rows; the perplexity after 4 steps compares the weights.
     assert two["eval_ppl"] == pytest.approx(one["eval_ppl"], rel=1e-5)
     assert two["eval_ppl_token_weighted"] == pytest.approx(one["eval_ppl_token_weighted"],
                                                            rel=1e-5)
