@@ -1,7 +1,8 @@
 """Throughput and latency statistics for the benchmark modes (warm-up steps already excluded)."""
 from __future__ import annotations
 
-from typing import Sequence
+import statistics
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -28,3 +29,18 @@ def latency(step_seconds: Sequence[float]) -> dict:
     for p in (50, 90, 95, 99):
         out[f"latency_p{p}_ms"] = float(np.percentile(ms, p))
     return out
+
+
+def mfu_rows(rates: Mapping[tuple, Sequence[float]], flops_per_item: Mapping[str, float],
+             ceilings: Mapping[str, float], digits: int = 2) -> list[str]:
+    """Markdown rows "| mode | precision | median rate | rounds | MFU | speed-up vs fp32 |" of
+    the benchmark scripts: ``rates[(mode, precision)]`` are the rounds' items/s,
+    ``flops_per_item[mode]`` the model FLOPs per item (3x forward for training) and
+    ``ceilings[precision]`` the matmul FLOP/s measured in the same run."""
+    rows = []
+    for (mode, precision), r in rates.items():
+        med, base = statistics.median(r), statistics.median(rates[(mode, "fp32")])
+        rows.append(f"| {mode.split('_')[0]} | {precision} | {med:.{digits}f} | "
+                    f"{', '.join(f'{v:.{digits}f}' for v in r)} | "
+                    f"{flops_per_item[mode] * med / ceilings[precision]:.0%} | {med / base:.2f}x |")
+    return rows

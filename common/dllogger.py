@@ -210,3 +210,14 @@ def read_records(path: str) -> list[dict]:
             if line.startswith("DLLL "):
                 records.append(json.loads(line[5:]))
     return records
+
+
+def step_logs(records: list[dict]) -> list[dict]:
+    """The LOG records of training steps and evaluations: those whose step is (epoch, step)."""
+    return [r for r in records if r["type"] == "LOG" and isinstance(r.get("step"), list)
+            and len(r["step"]) == 2]
+
+
+def last_summary(records: list[dict]) -> dict:
+    """The data of the last run's summary (the record with an empty step)."""
+    return [r for r in records if r.get("step") == []][-1]["data"]

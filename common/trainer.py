@@ -4,9 +4,9 @@ One step does, in this order: forward -> loss (float32) -> loss scale (float16 o
 gradients, averaged over the step's ``--batch_chunk`` micro-batches -> allreduce across ranks
 -> unscale, skip if not finite, clip, apply (the Keras ``LossScaleOptimizer`` and the
 optimizer's own clipping) -> step += 1. A stateful task's state (Transformer-XL's memory) goes
-into each micro-batch's forward pass and its next value comes out of the step. With ``--xla`` the computation is compiled with
-``jit_compile``; Horovod's allreduce stays outside the compiled parts because its ops have no
-XLA kernels on a CPU build.
+into each micro-batch's forward pass and its next value comes out of the step. With ``--xla``
+the computation is compiled with ``jit_compile``; Horovod's allreduce stays outside the
+compiled parts because its ops have no XLA kernels on a CPU build.
 """
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ class Trainer:
                 total += loss
                 new_states.append(state)
             # Sparse gradients (an embedding lookup's) become dense, as Horovod's sparse_as_dense:
-            # one fused allreduce, and a tied embedding's two gradients add without a concat.
+            # one fused allreduce of dense tensors, and clipping and the optimizer see one form.
             acc = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in acc]
             k = len(micro_batches)
             if k > 1:

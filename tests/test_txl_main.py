@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from common import runner
+from common.dllogger import last_summary, read_records, step_logs
 from conftest import ROOT, run_cli, stderr_last_line
 
 sys.path.insert(0, os.path.join(ROOT, "transformerxl"))
@@ -59,10 +60,8 @@ def _state(model_dir):
 
 
 def _losses(results_dir):
-    with open(os.path.join(results_dir, "log.json")) as f:
-        records = [json.loads(line[5:]) for line in f if line.startswith("DLLL ")]
-    return [r["data"]["loss"] for r in records
-            if r["type"] == "LOG" and len(r.get("step") or []) == 2 and "loss" in r["data"]]
+    records = read_records(os.path.join(results_dir, "log.json"))
+    return [r["data"]["loss"] for r in step_logs(records) if "loss" in r["data"]]
 
 
 def test_every_mode_on_a_tiny_configuration(tmp_path, corpus):
@@ -223,9 +222,7 @@ def test_two_processes_train_and_evaluate_as_one(tmp_path, corpus):
                     sys.executable, MAIN, *TINY, "--batch_size", "2", "--data_dir", corpus,
                     "--results_dir", str(tmp_path / "two"), *args], timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    from common.dllogger import read_records
-    two = [r for r in read_records(str(tmp_path / "two" / "log.json"))
-           if r.get("step") == []][-1]["data"]
+    two = last_summary(read_records(str(tmp_path / "two" / "log.json")))
     assert two["world_size"] == 2 and two["eval_tokens"] == one["eval_tokens"]
     # The logged loss is rank 0's own rows; the perplexity after 4 steps compares the weights.
     assert two["eval_ppl"] == pytest.approx(one["eval_ppl"], rel=1e-5)

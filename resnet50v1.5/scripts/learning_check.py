@@ -45,8 +45,7 @@ def train(records: str, results: str, precision: str, epochs: int, seed: int) ->
         "--seed", str(seed), "--data_dir", records, "--results_dir", results,
         "--display_every", "1", *PRECISIONS[precision]])
     records_ = dllogger.read_records(os.path.join(results, "log.json"))
-    steps = [r for r in records_ if r["type"] == "LOG" and isinstance(r.get("step"), list)
-             and len(r["step"]) == 2]
+    steps = dllogger.step_logs(records_)
     losses = {}
     for r in steps:
         if "loss" in r["data"]:

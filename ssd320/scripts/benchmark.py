@@ -8,7 +8,6 @@ precisions, so drift on a noisy machine hits both alike; the median round is rep
 """
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 
@@ -21,6 +20,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
 from common import runner  # noqa: E402
+from common.benchmark import mfu_rows  # noqa: E402
 from common.mfu import forward_flops, matmul_ceiling  # noqa: E402
 from ssd.model import build_ssd  # noqa: E402
 from ssd.task import SSDTask  # noqa: E402
@@ -57,13 +57,8 @@ def main():
     print(f"| mode (batch {args.batch_size}) | precision | images/s (median of {args.rounds}) "
           "| rounds | MFU | speed-up vs FP32 |")
     print("|---|---|---|---|---|---|")
-    for (mode, precision), r in rates.items():
-        med = statistics.median(r)
-        base = statistics.median(rates[(mode, "fp32")])
-        mult = 3 if mode == "training_benchmark" else 1
-        print(f"| {mode.split('_')[0]} | {precision} | {med:.2f} | "
-              f"{', '.join(f'{v:.2f}' for v in r)} | {mult * flops * med / ceilings[precision]:.0%} "
-              f"| {med / base:.2f}x |")
+    print("\n".join(mfu_rows(rates, {"training_benchmark": 3 * flops,
+                                     "inference_benchmark": flops}, ceilings)))
 
 
 if __name__ == "__main__":

@@ -44,11 +44,10 @@ def train(records: str, results: str, precision: str, steps: int, seed: int) -> 
                     "train_and_evaluate", *RECIPE, "--iter_unit", "batch", "--num_iter",
                     str(steps), "--seed", str(seed), "--data_dir", records, "--results_dir",
                     results, *PRECISIONS[precision]], check=True, stdout=subprocess.DEVNULL)
-    records_ = dllogger.read_records(os.path.join(results, "log.json"))
-    summary = [r for r in records_ if r.get("step") == []][-1]["data"]
-    evals = [r for r in records_ if r["type"] == "LOG" and isinstance(r.get("step"), list)
-             and len(r["step"]) == 2 and "eval_AP50" in r["data"]]
-    return {"summary": summary, "curve": [(r["step"][1], r["data"]["eval_AP50"]) for r in evals]}
+    records = dllogger.read_records(os.path.join(results, "log.json"))
+    evals = [r for r in dllogger.step_logs(records) if "eval_AP50" in r["data"]]
+    return {"summary": dllogger.last_summary(records),
+            "curve": [(r["step"][1], r["data"]["eval_AP50"]) for r in evals]}
 
 
 def run(steps: int = 1200, seed: int = 1) -> dict:

@@ -10,7 +10,6 @@ the adaptive softmax's tail clusters see a natural share of the tokens.
 """
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 
@@ -23,6 +22,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
 from common import runner  # noqa: E402
+from common.benchmark import mfu_rows  # noqa: E402
 from common.mfu import matmul_ceiling  # noqa: E402
 from txl.flops import cluster_fractions, forward_flops_per_token  # noqa: E402
 from txl.task import TransformerXLTask  # noqa: E402
@@ -81,13 +81,8 @@ def main():
     print(f"| mode | precision | tokens/s (median of {args.rounds}) | rounds | MFU "
           "| speed-up vs FP32 |")
     print("|---|---|---|---|---|---|")
-    for (mode, precision), r in rates.items():
-        med = statistics.median(r)
-        base = statistics.median(rates[(mode, "fp32")])
-        model_flops = 3 * fl["train"] if mode == "training_benchmark" else fl["infer"]
-        print(f"| {mode.split('_')[0]} | {precision} | {med:.0f} | "
-              f"{', '.join(f'{v:.0f}' for v in r)} | {model_flops * med / ceilings[precision]:.0%} "
-              f"| {med / base:.2f}x |")
+    print("\n".join(mfu_rows(rates, {"training_benchmark": 3 * fl["train"],
+                                     "inference_benchmark": fl["infer"]}, ceilings, digits=0)))
 
 
 if __name__ == "__main__":

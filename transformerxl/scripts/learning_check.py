@@ -68,10 +68,9 @@ def train(data: str, results: str, precision: str, steps: int, eval_every: int,
                     "--data_dir", data, "--results_dir", results, *PRECISIONS[precision]],
                    check=True, stdout=subprocess.DEVNULL)
     records = dllogger.read_records(os.path.join(results, "log.json"))
-    summary = [r for r in records if r.get("step") == []][-1]["data"]
-    evals = [r for r in records if r["type"] == "LOG" and isinstance(r.get("step"), list)
-             and len(r["step"]) == 2 and "eval_ppl" in r["data"]]
-    return {"summary": summary, "curve": [(r["step"][1], r["data"]["eval_ppl"]) for r in evals]}
+    evals = [r for r in dllogger.step_logs(records) if "eval_ppl" in r["data"]]
+    return {"summary": dllogger.last_summary(records),
+            "curve": [(r["step"][1], r["data"]["eval_ppl"]) for r in evals]}
 
 
 def run(steps: int = 1500, eval_every: int = 250, seed: int = 1,

@@ -13,6 +13,8 @@ it). The memory is the per-run state that ``common/trainer.py`` carries from ste
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import os
 
@@ -205,6 +207,7 @@ class TransformerXLTask(Task):
         model = TransformerXL(self.cfg, name="transformerxl")
         b = self.flags.batch_size
         model(tf.zeros((b, 2), tf.int32), model.initial_mems(b), tf.zeros((b, 2), tf.int32))
+        self._model = model  # its initial_mems make the states below
         return model
 
     def build_optimizer(self, steps_per_epoch, total_steps):
@@ -220,11 +223,9 @@ class TransformerXLTask(Task):
     def initial_state(self, purpose):
         f = self.flags
         if purpose == "train":
-            return tuple(self.model_mems(f.batch_size, f.mem_len))
-        return tuple(self.model_mems(f.eval_batch_size // self.ctx.dist.size, f.eval_mem_len))
-
-    def model_mems(self, rows, mem_len):
-        return [tf.zeros((rows, mem_len, self.cfg.d_model)) for _ in range(self.cfg.n_layer)]
+            return tuple(self._model.initial_mems(f.batch_size))
+        return tuple(self._model.initial_mems(f.eval_batch_size // self.ctx.dist.size,
+                                              f.eval_mem_len))
 
     def train_loss_with_state(self, model, batch, state):
         inputs, targets = batch
@@ -300,8 +301,12 @@ class TransformerXLTask(Task):
         return batch
 
     # --- inference ----------------------------------------------------------------------
+    @functools.cached_property
+    def _index(self) -> dict:
+        return {w: i for i, w in enumerate(self.vocab)}
+
     def encode(self, text: str) -> list[int]:
-        index = {w: i for i, w in enumerate(self.vocab)}
+        index = self._index
         unk = index.get("<unk>")
         ids = []
         for word in text.split():
@@ -356,8 +361,7 @@ class TransformerXLTask(Task):
         tf.saved_model.save(module, export_dir,
                             signatures={"serving_default": next_word, "score": score})
         with open(os.path.join(export_dir, "config.json"), "w") as fh:
-            json.dump({**{k: v for k, v in vars(cfg).items()}, "cutoffs": list(cfg.cutoffs)},
-                      fh, indent=1)
+            json.dump(dataclasses.asdict(cfg), fh, indent=1)
         if self.vocab:
             with open(os.path.join(export_dir, "vocab.txt"), "w", encoding="utf-8") as fh:
                 fh.write("".join(w + "\n" for w in self.vocab))
