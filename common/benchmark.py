@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import statistics
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -44,3 +44,20 @@ def mfu_rows(rates: Mapping[tuple, Sequence[float]], flops_per_item: Mapping[str
                     f"{', '.join(f'{v:.{digits}f}' for v in r)} | "
                     f"{flops_per_item[mode] * med / ceilings[precision]:.0%} | {med / base:.2f}x |")
     return rows
+
+
+def alternating_rounds(rounds: int, modes: Sequence[str], precisions: Mapping[str, object],
+                       one: Callable[[str, str], float],
+                       ceiling: Callable[[object], float]) -> tuple[dict, dict]:
+    """(rates[(mode, precision)], ceilings[precision]) of the benchmark scripts. Each round runs
+    every mode and precision once, so drift on a noisy machine hits all alike, and measures the
+    matmul ceiling of each precision's dtype (``precisions[name]``) again; the highest ceiling
+    seen is kept, so that a slow moment while measuring it cannot inflate MFU."""
+    rates = {(m, p): [] for m in modes for p in precisions}
+    ceilings = {p: 0.0 for p in precisions}
+    for _ in range(rounds):
+        for p, dtype in precisions.items():
+            ceilings[p] = max(ceilings[p], ceiling(dtype))
+        for mode, precision in rates:
+            rates[(mode, precision)].append(one(mode, precision))
+    return rates, ceilings

@@ -136,3 +136,19 @@ def test_corrupt_image_inside_a_valid_record_fails_with_one_line(tmp_path):
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert stderr_last_line(proc).startswith("main.py: error: cannot read the input data:")
     assert "Traceback" not in proc.stderr
+
+
+def test_benchmark_rounds_alternate_and_keep_the_highest_ceiling():
+    from common.benchmark import alternating_rounds, mfu_rows
+
+    calls, ceilings_seen = [], iter([100.0, 10.0, 80.0, 40.0])  # fp32, amp per round
+    rates, ceilings = alternating_rounds(
+        2, ("training_benchmark",), {"fp32": "f", "amp": "b"},
+        lambda mode, p: calls.append(p) or {"fp32": 5.0, "amp": 10.0}[p] + len(calls),
+        lambda dtype: next(ceilings_seen))
+    assert calls == ["fp32", "amp", "fp32", "amp"]  # precisions interleaved in every round
+    assert ceilings == {"fp32": 100.0, "amp": 40.0}  # a slow measurement never lowers it
+    assert rates[("training_benchmark", "amp")] == [12.0, 14.0]
+    rows = mfu_rows(rates, {"training_benchmark": 2.0}, ceilings, digits=1)
+    # amp: median 13 items/s x 2 FLOPs over 40 FLOP/s = 65%; fp32 median 7 -> 1.86x faster
+    assert rows[1] == "| training | amp | 13.0 | 12.0, 14.0 | 65% | 1.86x |"

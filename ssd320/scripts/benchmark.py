@@ -20,7 +20,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
 from common import runner  # noqa: E402
-from common.benchmark import mfu_rows  # noqa: E402
+from common.benchmark import alternating_rounds, mfu_rows  # noqa: E402
 from common.mfu import forward_flops, matmul_ceiling  # noqa: E402
 from ssd.model import build_ssd  # noqa: E402
 from ssd.task import SSDTask  # noqa: E402
@@ -47,11 +47,10 @@ def main():
     p.add_argument("--rounds", type=int, default=2)
     args = p.parse_args()
     flops = forward_flops(build_ssd("resnet50", 90, args.image_size))
-    ceilings = {name: matmul_ceiling(dtype) for name, (_, dtype) in PRECISIONS.items()}
-    rates = {(m, p): [] for m in ("training_benchmark", "inference_benchmark") for p in PRECISIONS}
-    for _ in range(args.rounds):
-        for mode, precision in rates:
-            rates[(mode, precision)].append(one(mode, precision, args))
+    rates, ceilings = alternating_rounds(
+        args.rounds, ("training_benchmark", "inference_benchmark"),
+        {name: dtype for name, (_, dtype) in PRECISIONS.items()},
+        lambda mode, precision: one(mode, precision, args), matmul_ceiling)
     print(f"\nforward GFLOP/image at {args.image_size}: {flops / 1e9:.1f}; matmul ceilings: "
           + ", ".join(f"{p} {c / 1e9:.0f} GFLOP/s" for p, c in ceilings.items()))
     print(f"| mode (batch {args.batch_size}) | precision | images/s (median of {args.rounds}) "

@@ -22,7 +22,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
 from common import runner  # noqa: E402
-from common.benchmark import mfu_rows  # noqa: E402
+from common.benchmark import alternating_rounds, mfu_rows  # noqa: E402
 from common.mfu import matmul_ceiling  # noqa: E402
 from txl.flops import cluster_fractions, forward_flops_per_token  # noqa: E402
 from txl.task import TransformerXLTask  # noqa: E402
@@ -69,11 +69,9 @@ def main():
     p.add_argument("--rounds", type=int, default=2)
     args = p.parse_args()
     fl = flops_per_token(args)
-    ceilings = {name: matmul_ceiling(dtype) for name, (_, dtype) in PRECISIONS.items()}
-    rates = {(m, p): [] for m in MODES for p in PRECISIONS}
-    for _ in range(args.rounds):
-        for mode, precision in rates:
-            rates[(mode, precision)].append(one(mode, precision, args))
+    rates, ceilings = alternating_rounds(
+        args.rounds, MODES, {name: dtype for name, (_, dtype) in PRECISIONS.items()},
+        lambda mode, precision: one(mode, precision, args), matmul_ceiling)
     print(f"\nforward MFLOP/token: training {fl['train'] / 1e6:.1f}, inference "
           f"{fl['infer'] / 1e6:.1f} (tail cluster shares "
           + ", ".join(f"{x:.3f}" for x in fl["fractions"]) + "); matmul ceilings: "

@@ -1,10 +1,12 @@
 """Forward FLOPs of Transformer-XL per token, counted from the configuration (matmuls only,
 2 per multiply-add), for MFU. What the implementation computes is what is counted:
 
-- per layer and query token: q, k, v over the memory and the segment (K = M + Q positions,
-  so K / Q of them per query token), the two score products and the probabilities x values over
-  all K keys (masked ones included, as the dense kernels compute them), the output projection
-  and the two feed-forward matmuls; the positional projection is per segment, shared by the rows;
+- per layer and query token: the query projection, k and v over the memory and the segment
+  (K = M + Q positions, so K / Q of them per query token), the two score products and the
+  probabilities x values over all K keys (masked ones included, as the dense kernels compute
+  them; the positional product over K + 1 distances, see attention.rel_shift), the output
+  projection and the two feed-forward matmuls; the positional projection (K + 1 distances) is
+  per segment, shared by the rows;
 - the adaptive softmax: the head (cutoffs[0] words + clusters) for every token, and each tail
   cluster for the fraction of target tokens that fall in it (read from the data).
 """
@@ -23,9 +25,10 @@ def forward_flops_per_token(cfg, tgt_len: int, mem_len: int, batch_size: int,
                             tail_fractions) -> float:
     d, hd, q = cfg.d_model, cfg.n_head * cfg.d_head, tgt_len
     k = mem_len + q
-    per_layer = (2 * d * 3 * hd * k / q          # q, k, v over memory + segment
-                 + 3 * 2 * k * hd                # AC, BD, probabilities x V
-                 + 2 * k * d * hd / (q * batch_size)  # positional projection, per segment
+    per_layer = (2 * d * hd                      # q over the segment
+                 + 2 * d * 2 * hd * k / q        # k, v over memory + segment
+                 + 2 * (3 * k + 1) * hd          # AC, BD (K + 1 distances), probabilities x V
+                 + 2 * (k + 1) * d * hd / (q * batch_size)  # positional projection, per segment
                  + 2 * hd * d                    # output projection
                  + 2 * 2 * d * cfg.d_inner)      # feed-forward
     cutoffs = [c for c in cfg.cutoffs if c < cfg.vocab_size]
