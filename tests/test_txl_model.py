@@ -52,3 +52,23 @@ def test_mixed_precision_keeps_the_loss_and_layer_norm_in_float32(policy):
         assert model.attn[0].norm.compute_dtype == "float32"
         assert model.embedding.embeddings.dtype == "float32"
         assert np.isfinite(nll.numpy()).all()
+
+
+@pytest.mark.parametrize("dtype", [tf.bfloat16, tf.float16])
+def test_dropout_masks_do_not_depend_on_the_compute_dtype(dtype):
+    """One seed drops the same units under AMP as in float32, and float32 is Keras's dropout."""
+    import keras
+    from txl.dropout import Dropout
+
+    x = tf.random.uniform((4, 32, 64), 1.0, 2.0)
+    ref = keras.layers.Dropout(0.3, seed=7)(x, training=True).numpy()
+    ours = Dropout(0.3, seed=7)
+    np.testing.assert_array_equal(ours(x, training=True).numpy(), ref)
+    low = Dropout(0.3, seed=7, dtype=keras.DTypePolicy(f"mixed_{dtype.name}"))
+    y = low(tf.cast(x, dtype), training=True)
+    assert y.dtype == dtype
+    np.testing.assert_array_equal(y.numpy() == 0, ref == 0)
+    assert 0.2 < (ref == 0).mean() < 0.4
+    np.testing.assert_allclose(tf.cast(y, tf.float32).numpy(), ref, rtol=1e-2)
+    np.testing.assert_array_equal(low(tf.cast(x, dtype), training=False).numpy(),
+                                  tf.cast(x, dtype).numpy())

@@ -45,25 +45,31 @@ class AdaptiveSoftmax(layers.Layer):
             self.cluster_b = self.add_weight(name="cluster_b", shape=(self.n_clusters,),
                                              initializer="zeros")
 
-    def _log_softmax(self, h, weight, bias):
-        """log softmax(h W^T + b) over W's rows, padded to ``pad_multiple`` rows on the way."""
-        n = weight.shape[0]
-        extra = -n % self.pad_multiple
+    def _logits(self, h, weight, bias):
+        """float32 h W^T + b over W's rows, padded to ``pad_multiple`` rows on the way."""
+        extra = -weight.shape[0] % self.pad_multiple
         if extra:
             weight = tf.pad(weight, [[0, extra], [0, 0]])
             bias = tf.concat([bias, tf.fill([extra], -1e30)], axis=0)
         logits = tf.matmul(tf.cast(h, self.matmul_dtype), tf.cast(weight, self.matmul_dtype),
                            transpose_b=True)
-        logp = tf.nn.log_softmax(tf.cast(logits, tf.float32) + bias, axis=-1)
-        return logp[:, :n] if extra else logp
+        return tf.cast(logits, tf.float32) + bias
 
-    def _head_logp(self, h, table):
+    def _log_softmax(self, h, weight, bias):
+        """log softmax(h W^T + b) over W's rows."""
+        return tf.nn.log_softmax(self._logits(h, weight, bias), axis=-1)[:, :weight.shape[0]]
+
+    def _head(self, table):
+        """The head's weight rows and biases: the first cutoffs[0] words, then the clusters."""
         c0 = self.bounds[1]
         weight, bias = table[:c0], self.bias[:c0]
         if self.n_clusters:
             weight = tf.concat([weight, tf.cast(self.cluster_w, weight.dtype)], axis=0)
             bias = tf.concat([bias, self.cluster_b], axis=0)
-        return self._log_softmax(h, weight, bias)  # (N, c0 + clusters)
+        return weight, bias
+
+    def _head_logp(self, h, table):
+        return self._log_softmax(h, *self._head(table))  # (N, c0 + clusters)
 
     def _tail_logp(self, h, table, k):
         lo, hi = self.bounds[k + 1], self.bounds[k + 2]
@@ -80,19 +86,22 @@ class AdaptiveSoftmax(layers.Layer):
 
     def call(self, h, table, targets):
         """Negative log-likelihood (N,) of ``targets`` (N,) int, computing each tail cluster's
-        softmax only for the tokens that fall in it."""
+        softmax only for the tokens that fall in it. Each softmax is TensorFlow's fused sparse
+        cross-entropy, which forms its gradient in the same pass (no separate log-softmax over
+        the (N, 20,000) head logits and its backward)."""
         targets = tf.cast(targets, tf.int32)
-        head = self._head_logp(h, table)
         c0 = self.bounds[1]
         head_index = targets
         for k in range(self.n_clusters):  # tail words are scored by their cluster in the head
             in_k = (targets >= self.bounds[k + 1]) & (targets < self.bounds[k + 2])
             head_index = tf.where(in_k, c0 + k, head_index)
-        nll = -tf.gather(head, head_index, batch_dims=1)
+        nll = tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=head_index, logits=self._logits(h, *self._head(table)))
         for k in range(self.n_clusters):
             lo, hi = self.bounds[k + 1], self.bounds[k + 2]
             idx = tf.where((targets >= lo) & (targets < hi))[:, 0]
-            tail = self._tail_logp(tf.gather(h, idx), table, k)
-            picked = tf.gather(tail, tf.gather(targets, idx) - lo, batch_dims=1)
-            nll = tf.tensor_scatter_nd_sub(nll, idx[:, None], picked)
+            tail = tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=tf.gather(targets, idx) - lo,
+                logits=self._logits(tf.gather(h, idx), table[lo:hi], self.bias[lo:hi]))
+            nll = tf.tensor_scatter_nd_add(nll, idx[:, None], tail)
         return nll

@@ -23,6 +23,8 @@ import keras
 import tensorflow as tf
 from keras import layers
 
+from txl.dropout import Dropout
+
 
 def positional_embedding(klen: int, d_model: int, clamp_len: int = -1):
     """(klen, d_model) sin/cos embeddings of the distances klen-1 .. 0 (concatenated, not
@@ -71,7 +73,7 @@ class RelPartialLearnableAttention(layers.Layer):
         self.r_net = layers.Dense(n_head * d_head, use_bias=False, kernel_initializer=init,
                                   name="r")
         self.o_net = None  # built with d_model
-        self.drop_att, self.drop = layers.Dropout(dropatt), layers.Dropout(dropout)
+        self.drop_att, self.drop = Dropout(dropatt), Dropout(dropout)
         # Layer norm in float32 under mixed precision; epsilon 1e-12 as tf.contrib's.
         self.norm = layers.LayerNormalization(epsilon=epsilon, dtype="float32", name="norm")
         self._init = init

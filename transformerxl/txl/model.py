@@ -19,6 +19,7 @@ from keras import layers
 
 from txl.adaptive_softmax import AdaptiveSoftmax
 from txl.attention import RelPartialLearnableAttention, attention_mask, positional_embedding
+from txl.dropout import Dropout
 
 WT103_CUTOFFS = (19997, 39997, 199997)
 
@@ -69,7 +70,7 @@ class PositionwiseFF(layers.Layer):
         init = keras.initializers.RandomNormal(stddev=init_std)
         self.inner = layers.Dense(d_inner, activation="relu", kernel_initializer=init, name="ff1")
         self.out = layers.Dense(d_model, kernel_initializer=init, name="ff2")
-        self.drop1, self.drop2 = layers.Dropout(dropout), layers.Dropout(dropout)
+        self.drop1, self.drop2 = Dropout(dropout), Dropout(dropout)
         self.norm = layers.LayerNormalization(epsilon=1e-12, dtype="float32", name="norm")
 
     def call(self, x, training=None):
@@ -86,7 +87,7 @@ class TransformerXL(keras.Model):
             cfg.vocab_size, cfg.d_model, name="embedding",
             embeddings_initializer=keras.initializers.RandomNormal(stddev=cfg.init_std))
         self.embedding.build((None, None))  # read through _lookup, never called
-        self.drop = layers.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
         self.attn = [RelPartialLearnableAttention(cfg.n_head, cfg.d_head, cfg.dropatt, cfg.dropout,
                                                   cfg.init_std, name=f"layer{i}_attn")
                      for i in range(cfg.n_layer)]
