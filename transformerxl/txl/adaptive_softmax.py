@@ -59,29 +59,28 @@ class AdaptiveSoftmax(layers.Layer):
         """log softmax(h W^T + b) over W's rows."""
         return tf.nn.log_softmax(self._logits(h, weight, bias), axis=-1)[:, :weight.shape[0]]
 
-    def _head(self, table):
+    def _clusters(self, table):
+        """[(weight rows, biases)] of the head's words and of each tail cluster, cut from the
+        tied table by one split: its gradient is one concatenation, where a slice per cluster
+        would each pad its gradient to the whole (vocab, D) table before they are summed."""
+        sizes = [hi - lo for lo, hi in zip(self.bounds[:-1], self.bounds[1:])]
+        return list(zip(tf.split(table, sizes), tf.split(self.bias, sizes)))
+
+    def _head(self, weight, bias):
         """The head's weight rows and biases: the first cutoffs[0] words, then the clusters."""
-        c0 = self.bounds[1]
-        weight, bias = table[:c0], self.bias[:c0]
         if self.n_clusters:
             weight = tf.concat([weight, tf.cast(self.cluster_w, weight.dtype)], axis=0)
             bias = tf.concat([bias, self.cluster_b], axis=0)
         return weight, bias
 
-    def _head_logp(self, h, table):
-        return self._log_softmax(h, *self._head(table))  # (N, c0 + clusters)
-
-    def _tail_logp(self, h, table, k):
-        lo, hi = self.bounds[k + 1], self.bounds[k + 2]
-        return self._log_softmax(h, table[lo:hi], self.bias[lo:hi])
-
     def log_prob(self, h, table):
         """(N, vocab) log-probabilities of every word (for tests and generation)."""
-        head = self._head_logp(h, table)
+        (w0, b0), *tails = self._clusters(table)
+        head = self._log_softmax(h, *self._head(w0, b0))  # (N, c0 + clusters)
         c0 = self.bounds[1]
         parts = [head[:, :c0]]
-        for k in range(self.n_clusters):
-            parts.append(head[:, c0 + k:c0 + k + 1] + self._tail_logp(h, table, k))
+        for k, (w, b) in enumerate(tails):
+            parts.append(head[:, c0 + k:c0 + k + 1] + self._log_softmax(h, w, b))
         return tf.concat(parts, axis=-1)
 
     def call(self, h, table, targets):
@@ -90,18 +89,18 @@ class AdaptiveSoftmax(layers.Layer):
         cross-entropy, which forms its gradient in the same pass (no separate log-softmax over
         the (N, 20,000) head logits and its backward)."""
         targets = tf.cast(targets, tf.int32)
+        (w0, b0), *tails = self._clusters(table)
         c0 = self.bounds[1]
         head_index = targets
         for k in range(self.n_clusters):  # tail words are scored by their cluster in the head
             in_k = (targets >= self.bounds[k + 1]) & (targets < self.bounds[k + 2])
             head_index = tf.where(in_k, c0 + k, head_index)
         nll = tf.nn.sparse_softmax_cross_entropy_with_logits(
-            labels=head_index, logits=self._logits(h, *self._head(table)))
-        for k in range(self.n_clusters):
+            labels=head_index, logits=self._logits(h, *self._head(w0, b0)))
+        for k, (w, b) in enumerate(tails):
             lo, hi = self.bounds[k + 1], self.bounds[k + 2]
             idx = tf.where((targets >= lo) & (targets < hi))[:, 0]
             tail = tf.nn.sparse_softmax_cross_entropy_with_logits(
-                labels=tf.gather(targets, idx) - lo,
-                logits=self._logits(tf.gather(h, idx), table[lo:hi], self.bias[lo:hi]))
+                labels=tf.gather(targets, idx) - lo, logits=self._logits(tf.gather(h, idx), w, b))
             nll = tf.tensor_scatter_nd_add(nll, idx[:, None], tail)
         return nll
