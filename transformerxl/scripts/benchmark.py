@@ -9,7 +9,9 @@ the adaptive softmax's tail clusters see a natural share of the tokens.
     python transformerxl/scripts/benchmark.py --batch_size 4 --steps 5 --warmup 2 --rounds 2
 """
 import argparse
+import gc
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -19,9 +21,10 @@ _root = os.path.dirname(_model_dir)
 sys.path[:0] = [_model_dir, _root]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from common import runner  # noqa: E402
+from common import dllogger, runner  # noqa: E402
 from common.benchmark import alternating_rounds, mfu_rows  # noqa: E402
 from common.mfu import matmul_ceiling  # noqa: E402
 from txl.flops import cluster_fractions, forward_flops_per_token  # noqa: E402
@@ -39,8 +42,14 @@ def flags(mode, precision, args, results):
 
 
 def one(mode, precision, args) -> float:
+    """One run of main.py in its own process (the command a user types; each run starts with
+    clean memory, as a run of the full model at 32 rows needs much of this machine's 24 GiB)."""
     with tempfile.TemporaryDirectory() as tmp:
-        s = runner.run(TransformerXLTask, flags(mode, precision, args, tmp))
+        subprocess.run([sys.executable, os.path.join(_model_dir, "main.py"),
+                        *flags(mode, precision, args, tmp)[1:]], check=True,
+                       stdout=subprocess.DEVNULL)
+        s = dllogger.last_summary(dllogger.read_records(os.path.join(tmp, "log.json")))
+    print(f"{mode} {precision}: {s['throughput_tokens_per_s']:.1f} tokens/s", flush=True)
     return s["throughput_tokens_per_s"]
 
 
@@ -52,16 +61,21 @@ def flops_per_token(args) -> dict:
         bounds = [0, *[c for c in cfg.cutoffs if c < cfg.vocab_size], cfg.vocab_size]
         fractions = cluster_fractions(task.tokens("train")[1:], bounds)
         trainer.log.close()
-        return {"train": forward_flops_per_token(cfg, f.tgt_len, f.mem_len, f.batch_size,
-                                                 fractions),
-                "infer": forward_flops_per_token(cfg, f.eval_tgt_len, f.eval_mem_len,
-                                                 f.eval_batch_size, fractions),
-                "fractions": fractions}
+        out = {"train": forward_flops_per_token(cfg, f.tgt_len, f.mem_len, f.batch_size,
+                                                fractions),
+               "infer": forward_flops_per_token(cfg, f.eval_tgt_len, f.eval_mem_len,
+                                                f.eval_batch_size, fractions),
+               "fractions": fractions}
+    del trainer, task
+    keras.backend.clear_session()  # the children need the memory
+    gc.collect()
+    return out
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--batch_size", type=int, default=4, help="training rows (tgt_len 192)")
+    p.add_argument("--batch_size", type=int, default=32, help="training rows of 192 tokens "
+                   "(32: the base recipe's rows per GPU on 8 GPUs)")
     p.add_argument("--eval_batch_size", type=int, default=16, help="inference rows (64 tokens, "
                    "640 memory)")
     p.add_argument("--steps", type=int, default=5)
