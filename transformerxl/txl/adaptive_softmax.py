@@ -8,7 +8,7 @@ cluster logits, zero-initialised. With cutoffs (19997, 39997, 199997) at 267,735
 267,735 + 3 x 512 + 3 parameters beside the embedding.
 
 Precision: the logits' matmuls run in ``matmul_dtype`` (the policy's compute type: float16 or
-bfloat16 under AMP); biases, log-softmax and the loss are float32. With ``pad_multiple`` 8 (AMP)
+bfloat16 under AMP); biases, the softmax and the loss are float32. With ``pad_multiple`` 8 (AMP)
 each softmax's output size is padded to a multiple of 8 for tensor cores (the last cluster's
 67,738 words become 67,744) by zero weight rows whose logits get a -1e30 bias: they take no
 probability, so the loss is unchanged and no padded variable is stored.
