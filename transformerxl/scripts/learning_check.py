@@ -14,10 +14,11 @@ Why several seeds: the validation split is a play the model has not seen, so mos
 can learn is to copy the speakers' names and words from its context. That skill appears
 suddenly, after a plateau just below the unigram's perplexity, at a step that depends on the
 seed and on the dropout masks, and a run can stay on the plateau for its whole budget (the
-README has a run that did, and runs without dropout that did in both precisions). The same
-seed does not give the same trajectory in both precisions: the dropout masks are drawn in the
-compute dtype. So one run per precision compares two draws of that lottery; the best of a few
-seeds compares what each precision can learn.
+README has runs that did, and runs without dropout that did in both precisions). One seed
+gives both precisions the same data and dropout masks, but not the same trajectory: rounding
+differs from the first step, and where the skill appears is that sensitive. So one run per
+precision compares two draws of that lottery; the best of a few seeds compares what each
+precision can learn.
 
     python transformerxl/scripts/learning_check.py --steps 1500 --seeds 1,2,3
 """
