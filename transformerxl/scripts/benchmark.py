@@ -6,7 +6,7 @@ Rounds alternate precisions, so drift on a noisy machine hits both alike; the me
 reported. Data are synthetic Zipfian tokens over the WikiText-103 vocabulary (see the task), so
 the adaptive softmax's tail clusters see a natural share of the tokens.
 
-    python transformerxl/scripts/benchmark.py --batch_size 4 --steps 5 --warmup 2 --rounds 2
+    python transformerxl/scripts/benchmark.py --batch_size 32 --steps 3 --warmup 1 --rounds 2
 """
 import argparse
 import gc
