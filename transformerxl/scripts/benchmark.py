@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """Transformer-XL training and inference throughput on this machine, FP32 and AMP side by side,
 with MFU: model FLOP/s (3x the forward FLOPs for training; txl/flops.py) over the matmul ceiling
-of the compute dtype (float32, or bfloat16 for AMP on a CPU) measured in the same process.
-Rounds alternate precisions, so drift on a noisy machine hits both alike; the median round is
-reported. Data are synthetic Zipfian tokens over the WikiText-103 vocabulary (see the task), so
+of the compute dtype (float32, or bfloat16 for AMP on a CPU) measured by this script in every
+round, the highest kept. Each measurement is a main.py process of its own; rounds alternate
+precisions, so drift on a noisy machine hits both alike; the median round is reported. Data are synthetic Zipfian tokens over the WikiText-103 vocabulary (see the task), so
 the adaptive softmax's tail clusters see a natural share of the tokens.
 
     python transformerxl/scripts/benchmark.py --batch_size 32 --steps 3 --warmup 1 --rounds 2
