@@ -4,6 +4,7 @@ from __future__ import annotations
 import gc
 import glob
 import os
+import subprocess
 import sys
 from typing import Optional, Sequence, Type
 
@@ -13,7 +14,7 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from common import checkpoints, distributed, flags, precision  # noqa: E402
-from common.dllogger import Logger  # noqa: E402
+from common.dllogger import Logger, read_records  # noqa: E402
 from common.errors import DataError, TrainingError, UsageError  # noqa: E402
 from common.task import RunContext, Task  # noqa: E402
 from common.trainer import Trainer  # noqa: E402
@@ -95,6 +96,15 @@ def run(task_cls: Type[Task], argv: Sequence[str]) -> dict:
         return summary
     finally:
         logger.close()
+
+
+def run_main_py(main_py: str, args: Sequence[str], results_dir: str) -> list[dict]:
+    """Runs ``python main_py ARGS --results_dir RESULTS_DIR`` in a process of its own, the
+    command line a user types (and clean memory for each run), and returns the DLLogger records
+    of its log.json. Its stdout is dropped, its stderr shown; a failed run raises."""
+    subprocess.run([sys.executable, main_py, *args, "--results_dir", results_dir], check=True,
+                   stdout=subprocess.DEVNULL)
+    return read_records(os.path.join(results_dir, "log.json"))
 
 
 def main(task_cls: Type[Task], argv: Optional[Sequence[str]] = None) -> int:

@@ -152,3 +152,11 @@ def test_benchmark_rounds_alternate_and_keep_the_highest_ceiling():
     rows = mfu_rows(rates, {"training_benchmark": 2.0}, ceilings, digits=1)
     # amp: median 13 items/s x 2 FLOPs over 40 FLOP/s = 65%; fp32 median 7 -> 1.86x faster
     assert rows[1] == "| training | amp | 13.0 | 12.0, 14.0 | 65% | 1.86x |"
+
+
+def test_run_main_py_returns_the_log_and_raises_on_failure(tmp_path):
+    records = runner.run_main_py(MAIN, ["--mode", "train", *TINY, "--iter_unit", "batch",
+                                        "--num_iter", "2"], str(tmp_path / "ok"))
+    assert dllogger.last_summary(records)["final_step"] == 2
+    with pytest.raises(subprocess.CalledProcessError):
+        runner.run_main_py(MAIN, ["--mode", "no_such_mode"], str(tmp_path / "bad"))

@@ -21,7 +21,7 @@ _root = os.path.dirname(_model_dir)
 sys.path[:0] = [_model_dir, _root, os.path.join(_root, "resnet50v1.5")]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from common import dllogger  # noqa: E402
+from common import dllogger, runner  # noqa: E402
 from ssd import shapes  # noqa: E402
 
 PRECISIONS = {"fp32": [], "amp": ["--amp"]}
@@ -40,11 +40,11 @@ def prepare(root: str) -> str:
 
 def train(records: str, results: str, precision: str, steps: int, seed: int) -> dict:
     """One run of main.py, the command line a user would type; results read from its log."""
-    subprocess.run([sys.executable, os.path.join(_model_dir, "main.py"), "--mode",
-                    "train_and_evaluate", *RECIPE, "--iter_unit", "batch", "--num_iter",
-                    str(steps), "--seed", str(seed), "--data_dir", records, "--results_dir",
-                    results, *PRECISIONS[precision]], check=True, stdout=subprocess.DEVNULL)
-    records = dllogger.read_records(os.path.join(results, "log.json"))
+    records = runner.run_main_py(
+        os.path.join(_model_dir, "main.py"),
+        ["--mode", "train_and_evaluate", *RECIPE, "--iter_unit", "batch", "--num_iter",
+         str(steps), "--seed", str(seed), "--data_dir", records, *PRECISIONS[precision]],
+        results)
     evals = [r for r in dllogger.step_logs(records) if "eval_AP50" in r["data"]]
     return {"summary": dllogger.last_summary(records),
             "curve": [(r["step"][1], r["data"]["eval_AP50"]) for r in evals]}

@@ -3,15 +3,15 @@
 with MFU: model FLOP/s (3x the forward FLOPs for training; txl/flops.py) over the matmul ceiling
 of the compute dtype (float32, or bfloat16 for AMP on a CPU) measured by this script in every
 round, the highest kept. Each measurement is a main.py process of its own; rounds alternate
-precisions, so drift on a noisy machine hits both alike; the median round is reported. Data are synthetic Zipfian tokens over the WikiText-103 vocabulary (see the task), so
-the adaptive softmax's tail clusters see a natural share of the tokens.
+precisions, so drift on a noisy machine hits both alike; the median round is reported. Data
+are synthetic Zipfian tokens over the WikiText-103 vocabulary (see the task), so the adaptive
+softmax's tail clusters see a natural share of the tokens.
 
     python transformerxl/scripts/benchmark.py --batch_size 32 --steps 3 --warmup 1 --rounds 2
 """
 import argparse
 import gc
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -34,21 +34,19 @@ PRECISIONS = {"fp32": ([], tf.float32), "amp": (["--amp"], tf.bfloat16)}
 MODES = ("training_benchmark", "inference_benchmark")
 
 
-def flags(mode, precision, args, results):
+def flags(mode, precision, args):
     return ["main.py", "--mode", mode, "--batch_size", str(args.batch_size), "--eval_batch_size",
             str(args.eval_batch_size), "--iter_unit", "batch", "--num_iter",
             str(args.steps + args.warmup), "--warmup_steps", str(args.warmup),
-            "--display_every", "1000", "--results_dir", results, *PRECISIONS[precision][0]]
+            "--display_every", "1000", *PRECISIONS[precision][0]]
 
 
 def one(mode, precision, args) -> float:
     """One run of main.py in its own process (the command a user types; each run starts with
     clean memory, as a run of the full model at 32 rows needs much of this machine's 24 GiB)."""
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, os.path.join(_model_dir, "main.py"),
-                        *flags(mode, precision, args, tmp)[1:]], check=True,
-                       stdout=subprocess.DEVNULL)
-        s = dllogger.last_summary(dllogger.read_records(os.path.join(tmp, "log.json")))
+        s = dllogger.last_summary(runner.run_main_py(
+            os.path.join(_model_dir, "main.py"), flags(mode, precision, args)[1:], tmp))
     print(f"{mode} {precision}: {s['throughput_tokens_per_s']:.1f} tokens/s", flush=True)
     return s["throughput_tokens_per_s"]
 
@@ -56,7 +54,8 @@ def one(mode, precision, args) -> float:
 def flops_per_token(args) -> dict:
     """Forward FLOPs per token in training and in inference (evaluation segments)."""
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = runner.setup(TransformerXLTask, flags("training_benchmark", "fp32", args, tmp))
+        trainer = runner.setup(TransformerXLTask, [*flags("training_benchmark", "fp32", args),
+                                                   "--results_dir", tmp])
         task, cfg, f = trainer.task, trainer.task.cfg, trainer.flags
         bounds = [0, *[c for c in cfg.cutoffs if c < cfg.vocab_size], cfg.vocab_size]
         fractions = cluster_fractions(task.tokens("train")[1:], bounds)

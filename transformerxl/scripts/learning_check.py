@@ -39,7 +39,7 @@ _root = os.path.dirname(_model_dir)
 sys.path[:0] = [_model_dir, _root]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from common import dllogger  # noqa: E402
+from common import dllogger, runner  # noqa: E402
 from txl.plays import WHEEL, write_corpus  # noqa: E402
 
 PRECISIONS = {"fp32": [], "amp": ["--amp"]}
@@ -72,12 +72,11 @@ def unigram_ppl(tokens: np.ndarray, train: np.ndarray | None = None) -> float:
 def train(data: str, results: str, precision: str, steps: int, eval_every: int,
           seed: int) -> dict:
     """One run of main.py, the command line a user would type; results read from its log."""
-    subprocess.run([sys.executable, os.path.join(_model_dir, "main.py"), "--mode",
-                    "train_and_evaluate", *RECIPE, "--iter_unit", "batch", "--num_iter",
-                    str(steps), "--eval_every", str(eval_every), "--seed", str(seed),
-                    "--data_dir", data, "--results_dir", results, *PRECISIONS[precision]],
-                   check=True, stdout=subprocess.DEVNULL)
-    records = dllogger.read_records(os.path.join(results, "log.json"))
+    records = runner.run_main_py(
+        os.path.join(_model_dir, "main.py"),
+        ["--mode", "train_and_evaluate", *RECIPE, "--iter_unit", "batch", "--num_iter",
+         str(steps), "--eval_every", str(eval_every), "--seed", str(seed), "--data_dir", data,
+         *PRECISIONS[precision]], results)
     evals = [r for r in dllogger.step_logs(records) if "eval_ppl" in r["data"]]
     return {"summary": dllogger.last_summary(records),
             "curve": [(r["step"][1], r["data"]["eval_ppl"]) for r in evals]}
