@@ -72,3 +72,5 @@ def test_dropout_masks_do_not_depend_on_the_compute_dtype(dtype):
     np.testing.assert_allclose(tf.cast(y, tf.float32).numpy(), ref, rtol=1e-2)
     np.testing.assert_array_equal(low(tf.cast(x, dtype), training=False).numpy(),
                                   tf.cast(x, dtype).numpy())
+    with pytest.raises(ValueError, match="noise_shape"):
+        Dropout(0.3, noise_shape=(4, 1, 64))

@@ -11,7 +11,12 @@ class Dropout(layers.Dropout):
     draws them in the input's dtype, so under mixed precision one seed drops other units than
     in float32, and drawing bfloat16 uniforms is slower on a CPU. Here FP32 and AMP runs of one
     seed see the same masks (which makes their learning curves comparable); float32 inputs take
-    Keras's own path, unchanged. ``noise_shape`` is not supported."""
+    Keras's own path, unchanged. ``noise_shape`` is not supported (refused, not ignored)."""
+
+    def __init__(self, rate, noise_shape=None, **kwargs):
+        if noise_shape is not None:
+            raise ValueError("txl.dropout.Dropout draws a full mask: noise_shape is not supported")
+        super().__init__(rate, **kwargs)
 
     def call(self, inputs, training=False):
         if not training or self.rate == 0 or inputs.dtype == tf.float32:
