@@ -1,10 +1,14 @@
-# NGC's TensorFlow 2 image already has TensorFlow, Horovod (NCCL + MPI), DALI and OpenMPI;
-# scripts/install_deps.sh adds only what it lacks (light Python packages, Keras 3 if needed).
+# The default image: NVIDIA's last TensorFlow container (25.02: TensorFlow 2.17, Horovod with
+# NCCL and MPI, DALI, OpenMPI, TF-TRT). scripts/install_deps.sh adds only what it lacks (light
+# Python packages, and Keras 3.15 over the image's 3.3.2) and never changes numpy, protobuf,
+# TensorFlow, Horovod or DALI. For current TensorFlow, or GPUs the 25.02 image cannot serve,
+# see docker/Dockerfile.cuda.
 ARG FROM_IMAGE_NAME=nvcr.io/nvidia/tensorflow:25.02-tf2-py3
 FROM ${FROM_IMAGE_NAME}
 
 WORKDIR /workspace/tf-model-scripts
 COPY requirements.txt ./
+COPY common/__init__.py common/versions.py common/
 COPY scripts/install_deps.sh scripts/
 RUN PIP_ROOT_USER_ACTION=ignore bash scripts/install_deps.sh
 COPY . .

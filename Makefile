@@ -4,7 +4,12 @@ PYTHON ?= python3
 PYTEST_ARGS ?=
 export PYTHON
 
-.PHONY: deps demo demo-ssd test test-slow benchmark clean
+# The replica of NGC 25.02's Python stack (scripts/ngc_stack.sh), kept between runs.
+NGC_VENV ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/tf-model-scripts/venvs/ngc-25.02
+# Runs a target with the replica's python, pip console scripts (horovodrun, tfrecord2idx) first.
+NGC_MAKE = PATH="$(NGC_VENV)/bin:$$PATH" VIRTUAL_ENV="$(NGC_VENV)" $(MAKE) PYTHON="$(NGC_VENV)/bin/python"
+
+.PHONY: deps demo demo-ssd test test-slow ngc-stack test-ngc test-slow-ngc clean
 
 deps:
 	bash scripts/install_deps.sh
@@ -22,6 +27,19 @@ test: deps
 # Learning curves and other runs that take minutes each; not part of `make test`.
 test-slow: deps
 	$(PYTHON) -m pytest tests -m slow $(PYTEST_ARGS)
+
+# The same two suites on the NGC 25.02 container's stack: the stock image's packages, then
+# scripts/install_deps.sh over them exactly as the Dockerfile runs it.
+ngc-stack:
+	bash scripts/ngc_stack.sh "$(NGC_VENV)"
+
+test-ngc: ngc-stack
+	$(NGC_MAKE) deps
+	bash scripts/ngc_stack.sh --check "$(NGC_VENV)"
+	$(NGC_MAKE) test
+
+test-slow-ngc: ngc-stack
+	$(NGC_MAKE) test-slow
 
 clean:
 	rm -rf results demo_data .pytest_cache

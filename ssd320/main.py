@@ -15,6 +15,10 @@ _here = os.path.dirname(os.path.abspath(__file__))
 _root = os.path.dirname(_here)
 sys.path[:0] = [_here, _root, os.path.join(_root, "resnet50v1.5")]  # ssd/, common/, rn50/
 
+from common import versions  # noqa: E402
+
+versions.require(os.path.basename(__file__))  # one line, exit 2, on a stack it cannot use
+
 from common.runner import main  # noqa: E402
 from ssd.task import SSDTask  # noqa: E402
 

@@ -1,5 +1,6 @@
 """Shared fixtures: import paths for all three models, a real tiny dataset, a CLI runner."""
 import contextlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -26,6 +27,18 @@ def dtype_policy(name: str):
         yield
     finally:
         keras.mixed_precision.set_dtype_policy("float32")
+
+
+def load_script(model_dir: str, name: str):
+    """A model's ``scripts/NAME.py`` as a module of its own name (``resnet50v1.5`` ->
+    ``resnet50v1_5_NAME``): every model has a learning_check.py, and one import name for all
+    of them would give every test the first one imported."""
+    path = os.path.join(ROOT, model_dir, "scripts", f"{name}.py")
+    module_name = f"{model_dir.replace('.', '_')}_{name}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def run_cli(args, timeout=300, env=None, **kw):

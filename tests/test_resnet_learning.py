@@ -1,19 +1,12 @@
 """Slow: ResNet-50 learns real digits within 3 epochs, under FP32 and AMP with close curves."""
-import os
-import sys
-
 import pytest
 
-from conftest import RN50
-
-sys.path.insert(0, os.path.join(RN50, "scripts"))
+from conftest import load_script
 
 
 @pytest.mark.slow
 def test_resnet50_learns_digits_under_fp32_and_amp_alike(tmp_path):
-    import learning_check
-
-    out = learning_check.run(epochs=3, seed=1, workdir=str(tmp_path))
+    out = load_script("resnet50v1.5", "learning_check").run(epochs=3, seed=1, workdir=str(tmp_path))
     fp32, amp = out["fp32"], out["amp"]
     assert amp["summary"]["precision"] == "mixed_bfloat16"
     for r in (fp32, amp):

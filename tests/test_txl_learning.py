@@ -2,20 +2,14 @@
 alike: the best of three seeds below half the training unigram's validation perplexity in each
 precision, the two within 5% (scripts/learning_check.py says why seeds). About 40 minutes on 2
 cores: ``make test-slow``."""
-import os
-import sys
-
 import pytest
 
-from conftest import ROOT
-
-sys.path.insert(0, os.path.join(ROOT, "transformerxl", "scripts"))
+from conftest import load_script
 
 
 @pytest.mark.slow
 def test_fp32_and_amp_learn_english_alike():
-    import learning_check
-
+    learning_check = load_script("transformerxl", "learning_check")
     res = learning_check.run(steps=1500, eval_every=250, seeds=(1, 2, 3))
     bar = res["unigram_ppl"] / 2
     best = {p: learning_check.best(res[p])[1] for p in learning_check.PRECISIONS}

@@ -1,0 +1,149 @@
+"""The software stack these scripts run on: one table, checked once at start-up.
+
+Every fact about which version of a dependency the code can use lives here, and nowhere else
+tests ``hasattr`` or ``__version__`` to work around an old release. ``main.py`` and
+``prepare_dataset.py`` call :func:`require` before they import any model code, so a stack the
+project cannot use ends with one line (package, version found, version needed, the fix) and
+exit code 2, not with an ``AttributeError`` from inside a layer. ``scripts/install_deps.sh`` runs
+this module to read the pins it installs and to check the stack it leaves behind::
+
+    python -m common.versions              # check; prints the stack, or the first problem (exit 2)
+    python -m common.versions --pin keras  # the version install_deps.sh installs: 3.15.1
+    python -m common.versions --satisfied keras  # exit 0 when the installed Keras is usable
+
+Only the standard library is imported at module level: this must work when the stack is broken.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import re
+import sys
+from typing import Optional
+
+FIX = "run 'bash scripts/install_deps.sh' (it changes nothing that TensorFlow was built against)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Requirement:
+    package: str
+    minimum: str
+    pin: str  # what install_deps.sh installs when the found version is unusable; tested in CI
+    why: str  # what an older release lacks, for the one line
+
+
+# Tested in CI on two stacks: NGC 25.02's (Python 3.12, TF 2.17.0, numpy 1.26.4, Keras brought up
+# to the pin) and pip's (Python 3.11, TF 2.21.0, numpy 2). See README "Where it runs".
+REQUIREMENTS = (
+    Requirement("numpy", "1.26", "1.26.4", "the oldest numpy tested"),
+    Requirement("tensorflow", "2.17", "2.21.0", "the oldest TensorFlow tested (NGC 25.02's)"),
+    # NGC 25.02 ships Keras 3.3.2. It lacks BatchNormalization.renorm (3.14),
+    # Optimizer.add_optimizer_variables and _overwrite_variable_with_gradient (3.10) and
+    # Model.export(verbose=) (3.6); 3.15.1 passes the suite over TF 2.17 and 2.21 alike.
+    Requirement("keras", "3.15", "3.15.1",
+                "older releases, NGC 25.02's Keras 3.3.2 among them, lack Optimizer and "
+                "BatchNormalization APIs these scripts use"),
+)
+PYTHON_MINIMUM = (3, 11)
+# TensorFlow releases before 2.18 are built against numpy 1.x and fail to import under numpy 2.
+NUMPY2_FIRST_TF = "2.18"
+
+
+def parse(version: str) -> tuple[int, ...]:
+    """'2.17.0+nv25.02' -> (2, 17, 0); '3.15.1rc0' -> (3, 15, 1): the release numbers only."""
+    release = re.match(r"\d+(\.\d+)*", version.strip())
+    return tuple(int(p) for p in release.group(0).split(".")) if release else ()
+
+
+def installed(package: str) -> Optional[str]:
+    """The version of the module Python actually imports (not only what pip recorded), or
+    None when it is not importable. Import errors other than a missing module propagate."""
+    try:
+        module = importlib.import_module(package)
+    except ModuleNotFoundError as e:
+        if e.name != package and not package.startswith(f"{e.name}."):
+            raise  # the package is there, but something it imports is not
+        return None
+    return str(getattr(module, "__version__", "0"))
+
+
+def problems() -> list[str]:
+    """What makes this stack unusable, as one-line messages (empty when it is fine)."""
+    found = []
+    if sys.version_info[:2] < PYTHON_MINIMUM:
+        found.append(f"Python {sys.version.split()[0]} is running; these scripts need Python >= "
+                     f"{'.'.join(map(str, PYTHON_MINIMUM))}")
+    versions = {}
+    for req in REQUIREMENTS:
+        try:
+            versions[req.package] = have = installed(req.package)
+        except Exception as e:  # noqa: BLE001 - any import failure is reported as one line
+            cause = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            found.append(f"{req.package} fails to import ({type(e).__name__}: {cause}); "
+                         f"numpy {installed_quietly('numpy')} is installed: {FIX}")
+            continue
+        if have is None:
+            found.append(f"{req.package} is not installed; these scripts need {req.package} >= "
+                         f"{req.minimum}: {FIX}")
+        elif parse(have) < parse(req.minimum):
+            found.append(f"{req.package} {have} is installed; these scripts need {req.package} "
+                         f">= {req.minimum} ({req.why}): {FIX}, or pip install "
+                         f"'{req.package}=={req.pin}'")
+    tf_version, np_version = versions.get("tensorflow"), versions.get("numpy")
+    if (tf_version and np_version and parse(np_version) >= (2,)
+            and parse(tf_version) < parse(NUMPY2_FIRST_TF)):
+        found.append(f"numpy {np_version} is installed but tensorflow {tf_version} was built "
+                     f"against numpy 1.x: pip install 'numpy<2' (install_deps.sh never upgrades "
+                     f"numpy)")
+    return found
+
+
+def installed_quietly(package: str) -> str:
+    try:
+        return installed(package) or "none"
+    except Exception:  # noqa: BLE001
+        return "unimportable"
+
+
+def require(prog: str) -> None:
+    """Exits with status 2 and one line on stderr when the stack cannot run these scripts."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # as common.runner: no C++ INFO lines
+    found = problems()
+    if found:
+        print(f"{prog}: error: {found[0]}", file=sys.stderr)
+        sys.exit(2)
+
+
+def describe() -> str:
+    """'python 3.12.1, numpy 1.26.4, ..., horovod 0.28.1, dali 1.53.0': required and optional."""
+    parts = [f"python {sys.version.split()[0]}"]
+    parts += [f"{r.package} {installed_quietly(r.package)}" for r in REQUIREMENTS]
+    parts += [f"horovod {installed_quietly('horovod')}", f"dali {installed_quietly('nvidia.dali')}"]
+    return ", ".join(parts)
+
+
+def _main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[1] == "--pin":
+        pins = {r.package: r.pin for r in REQUIREMENTS}
+        if argv[2] not in pins:
+            print(f"versions.py: error: no pin for {argv[2]}; known: {', '.join(pins)}",
+                  file=sys.stderr)
+            return 2
+        print(pins[argv[2]])
+        return 0
+    if len(argv) == 3 and argv[1] == "--satisfied":
+        req = {r.package: r for r in REQUIREMENTS}[argv[2]]
+        have = installed_quietly(req.package)
+        return 0 if parse(have) >= parse(req.minimum) else 1
+    if len(argv) != 1:
+        print("usage: python -m common.versions [--pin PACKAGE | --satisfied PACKAGE]",
+              file=sys.stderr)
+        return 2
+    require("versions.py")
+    print(describe())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv))
