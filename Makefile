@@ -9,7 +9,8 @@ NGC_VENV ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/tf-model-scripts/venvs/ngc-25
 # Runs a target with the replica's python, pip console scripts (horovodrun, tfrecord2idx) first.
 NGC_MAKE = PATH="$(NGC_VENV)/bin:$$PATH" VIRTUAL_ENV="$(NGC_VENV)" $(MAKE) PYTHON="$(NGC_VENV)/bin/python"
 
-.PHONY: deps demo demo-ssd test test-slow ngc-stack test-ngc test-slow-ngc clean
+.PHONY: deps demo demo-ssd test test-slow pytest-fast pytest-slow ngc-stack ngc-deps test-ngc \
+	test-slow-ngc clean
 
 deps:
 	bash scripts/install_deps.sh
@@ -28,18 +29,27 @@ test: deps
 test-slow: deps
 	$(PYTHON) -m pytest tests -m slow $(PYTEST_ARGS)
 
+# The suites without the install step, for targets that have just run it.
+pytest-fast:
+	$(PYTHON) -m pytest tests -m "not slow" $(PYTEST_ARGS)
+
+pytest-slow:
+	$(PYTHON) -m pytest tests -m slow $(PYTEST_ARGS)
+
 # The same two suites on the NGC 25.02 container's stack: the stock image's packages, then
 # scripts/install_deps.sh over them exactly as the Dockerfile runs it.
 ngc-stack:
 	bash scripts/ngc_stack.sh "$(NGC_VENV)"
 
-test-ngc: ngc-stack
+ngc-deps: ngc-stack
 	$(NGC_MAKE) deps
 	bash scripts/ngc_stack.sh --check "$(NGC_VENV)"
-	$(NGC_MAKE) test
 
-test-slow-ngc: ngc-stack
-	$(NGC_MAKE) test-slow
+test-ngc: ngc-deps
+	$(NGC_MAKE) pytest-fast
+
+test-slow-ngc: ngc-deps
+	$(NGC_MAKE) pytest-slow
 
 clean:
 	rm -rf results demo_data .pytest_cache
