@@ -10,6 +10,8 @@ WORKDIR /workspace/tf-model-scripts
 COPY requirements.txt ./
 COPY common/__init__.py common/versions.py common/
 COPY scripts/install_deps.sh scripts/
-RUN PIP_ROOT_USER_ACTION=ignore bash scripts/install_deps.sh
+# The stack in a layer of its own (code changes do not redo it), then this repository, editable.
+RUN PIP_ROOT_USER_ACTION=ignore INSTALL_DEPS_STACK_ONLY=1 bash scripts/install_deps.sh
 COPY . .
+RUN PIP_ROOT_USER_ACTION=ignore bash scripts/install_deps.sh
 ENV TF_CPP_MIN_LOG_LEVEL=1

@@ -9,7 +9,7 @@ NGC_VENV ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/tf-model-scripts/venvs/ngc-25
 # Runs a target with the replica's python, pip console scripts (horovodrun, tfrecord2idx) first.
 NGC_MAKE = PATH="$(NGC_VENV)/bin:$$PATH" VIRTUAL_ENV="$(NGC_VENV)" $(MAKE) PYTHON="$(NGC_VENV)/bin/python"
 
-.PHONY: deps demo demo-ssd test test-slow pytest-fast pytest-slow ngc-stack ngc-deps test-ngc \
+.PHONY: deps demo demo-ssd test test-slow lint pytest-fast pytest-slow ngc-stack ngc-deps test-ngc \
 	test-slow-ngc clean
 
 deps:
@@ -22,12 +22,16 @@ demo: deps
 demo-ssd: deps
 	bash ssd320/scripts/demo.sh
 
+# The linter (ruff, configured in pyproject.toml), then the suite.
 test: deps
-	$(PYTHON) -m pytest tests -m "not slow" $(PYTEST_ARGS)
+	$(MAKE) lint pytest-fast
 
 # Learning curves and other runs that take minutes each; not part of `make test`.
 test-slow: deps
 	$(PYTHON) -m pytest tests -m slow $(PYTEST_ARGS)
+
+lint:
+	$(PYTHON) -m ruff check .
 
 # The suites without the install step, for targets that have just run it.
 pytest-fast:
@@ -46,7 +50,7 @@ ngc-deps: ngc-stack
 	bash scripts/ngc_stack.sh --check "$(NGC_VENV)"
 
 test-ngc: ngc-deps
-	$(NGC_MAKE) pytest-fast
+	$(NGC_MAKE) lint pytest-fast
 
 test-slow-ngc: ngc-deps
 	$(NGC_MAKE) pytest-slow

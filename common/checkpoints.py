@@ -20,7 +20,7 @@ import gc
 import os
 import re
 import shutil
-from typing import Callable, Mapping, Optional
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import tensorflow as tf
@@ -48,7 +48,7 @@ def files_of(prefix: str) -> list[str]:
                   if f == base + ".index" or f.startswith(base + ".data-"))
 
 
-def unreadable(prefix: str) -> Optional[str]:
+def unreadable(prefix: str) -> str | None:
     """Why the checkpoint at ``prefix`` cannot be read in full, or None when it can."""
     try:
         reader = tf.train.load_checkpoint(prefix)
@@ -91,7 +91,7 @@ def check_output_dir(path: str, flag: str, need_bytes: int = 64 << 10,
 class CheckpointStore:
     """Saves and restores ``objects`` (model, optimizer, step) plus optional loss-scale state."""
 
-    def __init__(self, model_dir: str, objects: Mapping, loss_scale: Optional[Mapping],
+    def __init__(self, model_dir: str, objects: Mapping, loss_scale: Mapping | None,
                  keep: int, log: Callable[[str], None]):
         self.model_dir, self.keep, self.log = model_dir, keep, log
         self._required = tf.train.Checkpoint(**objects)
@@ -99,7 +99,7 @@ class CheckpointStore:
         self._all = tf.train.Checkpoint(
             **objects, **({"loss_scale": self._loss_scale} if loss_scale else {}))
         self._manager = None
-        self.latest: Optional[str] = None
+        self.latest: str | None = None
 
     def _prefix(self, step: int) -> str:
         return os.path.join(self.model_dir, f"{PREFIX}-{step}")
@@ -113,7 +113,7 @@ class CheckpointStore:
                 shutil.rmtree(os.path.join(self.model_dir, name), ignore_errors=True)
                 self.log(f"removed {name}, left behind by an interrupted save")
 
-    def restore(self, required: bool, quarantine: bool) -> Optional[str]:
+    def restore(self, required: bool, quarantine: bool) -> str | None:
         """Restores the newest readable checkpoint and returns its prefix (None: there is none).
 
         ``quarantine`` moves the unreadable checkpoints newer than the restored one aside (a

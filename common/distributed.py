@@ -8,7 +8,8 @@ Keras 3 variables are not ``tf.Variable``s, so Horovod's ``DistributedGradientTa
 from __future__ import annotations
 
 import os
-from typing import Callable, Optional, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import tensorflow as tf
 
@@ -72,7 +73,7 @@ class Distributed:
             return bool(flag)
         return bool(self.hvd.allreduce(tf.constant(int(flag)), op=self.hvd.Max).numpy())
 
-    def on_chief(self, fn: Callable[[], T], what: str) -> Optional[T]:
+    def on_chief(self, fn: Callable[[], T], what: str) -> T | None:
         """Runs ``fn`` on rank 0 only and returns its result there (None elsewhere). When it
         raises one of the one-line errors, every rank stops: rank 0 with its own message, the
         others with a line saying so, instead of waiting forever in the next collective."""

@@ -20,7 +20,8 @@ import json
 import os
 import sys
 import time
-from typing import Mapping, Optional, Sequence, TextIO
+from collections.abc import Mapping, Sequence
+from typing import TextIO
 
 import tensorflow as tf
 
@@ -102,9 +103,9 @@ class Logger:
     def __init__(
         self,
         enabled: bool = True,
-        json_path: Optional[str] = None,
-        tensorboard_dir: Optional[str] = None,
-        stream: Optional[TextIO] = None,  # None: whatever sys.stdout is when printing
+        json_path: str | None = None,
+        tensorboard_dir: str | None = None,
+        stream: TextIO | None = None,  # None: whatever sys.stdout is when printing
     ):
         self.enabled = enabled
         self._start = time.time()
@@ -123,10 +124,10 @@ class Logger:
     def _record(self, **fields) -> None:
         if self._json is None:
             return
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         self._json.write(dllogger_line(now, now.timestamp() - self._start, **fields))
 
-    def metadata(self, metric: str, unit: Optional[str] = None, fmt: str = ":.4f", **extra) -> None:
+    def metadata(self, metric: str, unit: str | None = None, fmt: str = ":.4f", **extra) -> None:
         if self.enabled:
             self._record(type="METADATA", metric=metric,
                          metadata={"unit": unit, "format": fmt, **extra})
@@ -141,8 +142,8 @@ class Logger:
         self,
         step: Sequence[int],
         data: Mapping,
-        progress: Optional[tuple[int, int]] = None,
-        tb_step: Optional[int] = None,
+        progress: tuple[int, int] | None = None,
+        tb_step: int | None = None,
         tb_prefix: str = "train",
     ) -> None:
         """A per-step (or per-epoch) record; ``progress=(done, total)`` adds a bar and ETA."""

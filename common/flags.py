@@ -6,7 +6,7 @@ three models can be configured side by side in one process. Errors are one line.
 from __future__ import annotations
 
 import os
-from typing import Callable, Mapping, Optional, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from absl import flags
 
@@ -79,8 +79,8 @@ def require_fraction(fv: flags.FlagValues, *names: str) -> None:
                                  message=f"--{name} must be in [0, 1)", flag_values=fv)
 
 
-def build(define_model_flags: Optional[Callable[[flags.FlagValues], None]] = None,
-          defaults: Optional[Mapping] = None) -> flags.FlagValues:
+def build(define_model_flags: Callable[[flags.FlagValues], None] | None = None,
+          defaults: Mapping | None = None) -> flags.FlagValues:
     fv = flags.FlagValues()
     _define_common(fv)
     if define_model_flags:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Callable, Iterator, Optional, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import tensorflow as tf
 
@@ -42,7 +42,7 @@ def checked_range(values, low: int, high: int, what: str):
 
 
 def locate_bad_record(files: Sequence[str], check: Callable[[tf.Tensor], tf.Tensor],
-                      budget_seconds: float = 300.0) -> Optional[str]:
+                      budget_seconds: float = 300.0) -> str | None:
     """"<file>, record <n>: <why>" for the first record ``check`` fails on, None if none does.
 
     ``check`` maps a serialized record to any tensor and raises (through tf.debugging asserts or
@@ -61,7 +61,7 @@ def locate_bad_record(files: Sequence[str], check: Callable[[tf.Tensor], tf.Tens
     return None
 
 
-def batches(dataset, locate: Optional[Callable[[], Optional[str]]] = None) -> Iterator:
+def batches(dataset, locate: Callable[[], str | None] | None = None) -> Iterator:
     """Iterates ``dataset``, turning an input-pipeline failure (a corrupt record or image, a label
     out of range, a DALI read error) into one ``DataError`` line naming the file where it can."""
     iterator = iter(dataset)

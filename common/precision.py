@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Mapping, Optional
+from collections.abc import Mapping
 
 import keras
 import tensorflow as tf
@@ -34,7 +34,7 @@ _FALSE = {"0", "false", "no", "off", ""}
 class Precision:
     amp: bool
     compute_dtype: str  # float32 | float16 | bfloat16
-    loss_scale: Optional[float | str]  # "dynamic", a fixed number, or None (no loss scaling)
+    loss_scale: float | str | None  # "dynamic", a fixed number, or None (no loss scaling)
     tf32: bool
     xla: bool
     xla_env_flags: str
@@ -56,7 +56,7 @@ class Precision:
         }
 
 
-def _env_bool(environ: Mapping[str, str], name: str) -> Optional[bool]:
+def _env_bool(environ: Mapping[str, str], name: str) -> bool | None:
     if name not in environ:
         return None
     value = environ[name].strip().lower()
@@ -69,10 +69,10 @@ def _env_bool(environ: Mapping[str, str], name: str) -> Optional[bool]:
 
 def resolve(
     *,
-    amp: Optional[bool],
+    amp: bool | None,
     amp_dtype: str,
-    static_loss_scale: Optional[float],
-    tf32: Optional[bool],
+    static_loss_scale: float | None,
+    tf32: bool | None,
     xla: bool,
     has_gpu: bool,
     environ: Mapping[str, str] = os.environ,
@@ -99,7 +99,8 @@ def resolve(
         compute_dtype, loss_scale = "float32", None
     else:
         if amp_dtype == "auto":
-            # Tensor cores want float16; a CPU has no float16 units, and bfloat16 needs no loss scale.
+            # Tensor cores want float16; a CPU has no float16 units, and bfloat16 needs no loss
+            # scale.
             compute_dtype = "float16" if has_gpu else "bfloat16"
             sources["amp_dtype"] = f"auto ({'GPU' if has_gpu else 'no GPU'})"
         else:

@@ -6,18 +6,19 @@ import glob
 import os
 import subprocess
 import sys
-from typing import Optional, Sequence, Type
+from collections.abc import Sequence
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # keep TensorFlow's C++ INFO lines out of the log
+# Keeps TensorFlow's C++ INFO lines out of the log.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
-import keras  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import keras
+import tensorflow as tf
 
-from common import checkpoints, distributed, flags, precision  # noqa: E402
-from common.dllogger import Logger, read_records  # noqa: E402
-from common.errors import DataError, TrainingError, UsageError  # noqa: E402
-from common.task import RunContext, Task  # noqa: E402
-from common.trainer import Trainer  # noqa: E402
+from common import checkpoints, distributed, flags, precision
+from common.dllogger import Logger, read_records
+from common.errors import DataError, TrainingError, UsageError
+from common.task import RunContext, Task
+from common.trainer import Trainer
 
 
 def _predict_paths(pattern: str) -> list[str]:
@@ -31,7 +32,7 @@ def _predict_paths(pattern: str) -> list[str]:
     return paths
 
 
-def setup(task_cls: Type[Task], argv: Sequence[str]) -> Trainer:
+def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
     """Flags, Horovod, precision, logs and the model: everything before the mode runs."""
     fv = flags.parse(flags.build(task_cls.define_flags, task_cls.flag_defaults), argv)
     dist = distributed.init()
@@ -71,7 +72,7 @@ def setup(task_cls: Type[Task], argv: Sequence[str]) -> Trainer:
         raise
 
 
-def run(task_cls: Type[Task], argv: Sequence[str]) -> dict:
+def run(task_cls: type[Task], argv: Sequence[str]) -> dict:
     """Runs one job and returns its summary (also logged). Raises the errors of common.errors."""
     trainer = setup(task_cls, argv)
     fv, logger = trainer.flags, trainer.log
@@ -107,7 +108,7 @@ def run_main_py(main_py: str, args: Sequence[str], results_dir: str) -> list[dic
     return read_records(os.path.join(results_dir, "log.json"))
 
 
-def main(task_cls: Type[Task], argv: Optional[Sequence[str]] = None) -> int:
+def main(task_cls: type[Task], argv: Sequence[str] | None = None) -> int:
     """``sys.exit(main(MyTask))``: one line on stderr for the errors a user can fix."""
     argv = list(sys.argv if argv is None else argv)
     prog = os.path.basename(argv[0]) if argv else "main.py"

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any, Callable, Mapping, Optional, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import keras
 import numpy as np
@@ -39,7 +40,8 @@ class Task(abc.ABC):
 
     @staticmethod
     def define_flags(fv: flags.FlagValues) -> None:
-        """Adds the model's own flags to ``fv``."""
+        """Adds the model's own flags to ``fv``; a model without flags of its own keeps this."""
+        return None
 
     def __init__(self, ctx: RunContext):
         self.ctx = ctx
@@ -124,7 +126,7 @@ class Task(abc.ABC):
         """This rank's shard of the evaluation data, one pass."""
         raise NotImplementedError(f"{self.name} has no evaluation data")
 
-    def locate_bad_record(self, split: str) -> Optional[str]:
+    def locate_bad_record(self, split: str) -> str | None:
         """After the ``split`` ("train" or "eval") pipeline failed: "<file>, record <n>: <why>"
         for the first bad record (see ``common.input_errors.locate_bad_record``), or None."""
         return None
@@ -169,7 +171,7 @@ class RecordTask(Task):
             return self.synthetic_epoch
         return tfrecord_index.count_records(self.record_files("train"), self.flags.data_idx_dir)
 
-    def locate_bad_record(self, split: str) -> Optional[str]:
+    def locate_bad_record(self, split: str) -> str | None:
         if self.flags.data_dir is None:
             return None
         files = self.record_files("train" if split == "train" else "validation")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 import struct
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from common.errors import DataError
 
@@ -91,7 +91,7 @@ def _checked_index(tfrecord: str, idx_file: str):
     return entries, None
 
 
-def index_problem(tfrecord: str, idx_file: str) -> Optional[str]:
+def index_problem(tfrecord: str, idx_file: str) -> str | None:
     """Why ``idx_file`` does not describe ``tfrecord`` (None when it does, or a short reason)."""
     return _checked_index(tfrecord, idx_file)[1]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from common import tfrecord_index
 

@@ -14,7 +14,6 @@ import json
 import math
 import os
 import time
-from typing import Optional
 
 import keras
 import numpy as np
@@ -22,8 +21,8 @@ import tensorflow as tf
 
 from common import benchmark, checkpoints, precision
 from common.errors import DataError, TrainingError
-from common.input_errors import batches
 from common.graceful_stop import GracefulStop
+from common.input_errors import batches
 from common.task import RunContext, Task
 
 
@@ -72,7 +71,7 @@ class Trainer:
     def _state(self):
         return list(self.model.variables) + list(self.optimizer.variables) + [self.global_step]
 
-    def restore(self, required: bool = False) -> Optional[str]:
+    def restore(self, required: bool = False) -> str | None:
         """Rank 0 restores the newest readable checkpoint; then every rank takes rank 0's state.
         A training run moves unreadable newer checkpoints aside (common/checkpoints.py)."""
         training = self.flags.mode in ("train", "train_and_evaluate")
@@ -83,7 +82,7 @@ class Trainer:
         self.dist.broadcast(self._state())
         return path
 
-    def save(self) -> Optional[str]:
+    def save(self) -> str | None:
         """Rank 0 saves; a failed save (a full disk) stops every rank with one line."""
         return self.dist.on_chief(lambda: self.checkpoints.save(self.step), "saving a checkpoint")
 
@@ -225,7 +224,7 @@ class Trainer:
         return summary
 
     # --- evaluation -----------------------------------------------------------------------
-    def evaluate(self, epoch: Optional[int] = None) -> dict:
+    def evaluate(self, epoch: int | None = None) -> dict:
         task = self.task
         if self._eval_step is None:
             model, metrics, xla = self.model, self.metrics, self.ctx.precision.xla

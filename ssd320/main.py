@@ -11,13 +11,15 @@ See README.md (SSD320 v1.2) for the flags and the recipes.
 import os
 import sys
 
-_here = os.path.dirname(os.path.abspath(__file__))
-_root = os.path.dirname(_here)
-sys.path[:0] = [_here, _root, os.path.join(_root, "resnet50v1.5")]  # ssd/, common/, rn50/
+try:
+    from common import versions
+except ModuleNotFoundError:  # the repository is not installed in this Python
+    print(f"{os.path.basename(__file__)}: error: this repository is not installed; run "
+          "`bash scripts/install_deps.sh` (or `pip install --no-deps -e .`) at its root",
+          file=sys.stderr)
+    sys.exit(2)
 
-from common import versions  # noqa: E402
-
-versions.require(os.path.basename(__file__))  # one line, exit 2, on a stack it cannot use
+versions.require(__file__)  # one line, exit 2, on a stack it cannot use
 
 from common.runner import main  # noqa: E402
 from ssd.task import SSDTask  # noqa: E402

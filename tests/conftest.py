@@ -3,14 +3,12 @@ import contextlib
 import importlib.util
 import os
 import subprocess
-import sys
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RN50 = os.path.join(ROOT, "resnet50v1.5")
 SSD = os.path.join(ROOT, "ssd320")
-sys.path[:0] = [ROOT, RN50, SSD]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # Tiny ResNet settings used by the end-to-end tests: same code paths, seconds per run.

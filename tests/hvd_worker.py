@@ -5,13 +5,10 @@
 import os
 import sys
 
-sys.path[:0] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                os.path.dirname(os.path.abspath(__file__))]
+import numpy as np
+from linear_task import LinearTask
 
-import numpy as np  # noqa: E402
-
-from common import runner  # noqa: E402
-from linear_task import LinearTask  # noqa: E402
+from common import runner
 
 if __name__ == "__main__":
     out = sys.argv[1]

@@ -2,10 +2,10 @@
 the update of one batch of k x b rows, in any model's loop."""
 import numpy as np
 import tensorflow as tf
-
-from common import runner
 from conftest import TINY
 from linear_task import FEATURES, LinearTask
+
+from common import runner
 from rn50.task import ResNetTask
 
 

@@ -8,10 +8,10 @@ import shutil
 import sys
 
 import pytest
-
-from common import runner
 from conftest import RN50, TINY, run_cli, stderr_last_line
 from reliability_helpers import ckpt_digests, tmpfs
+
+from common import runner
 from rn50.task import ResNetTask
 
 MAIN = os.path.join(RN50, "main.py")

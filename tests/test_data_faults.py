@@ -11,10 +11,10 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-
-from common import runner, tfrecord_index
 from conftest import RN50, TINY, run_cli, stderr_last_line
 from reliability_helpers import digests, tmpfs
+
+from common import runner, tfrecord_index
 from rn50 import dali_pipeline, digits, prepare, tfdata_pipeline
 from rn50.task import ResNetTask
 

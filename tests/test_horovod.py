@@ -8,14 +8,15 @@ import time
 
 import numpy as np
 import pytest
-
-from common.dllogger import read_records
 from conftest import ROOT, TINY, run_cli
 from linear_task import expected_params
 
+from common.dllogger import read_records
+
 WORKER = os.path.join(ROOT, "tests", "hvd_worker.py")
-pytestmark = pytest.mark.skipif(shutil.which("horovodrun") is None or shutil.which("mpirun") is None,
-                                reason="Horovod or MPI is not installed (scripts/install_deps.sh)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("horovodrun") is None or shutil.which("mpirun") is None,
+    reason="Horovod or MPI is not installed (scripts/install_deps.sh)")
 
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"]
 

@@ -5,10 +5,10 @@ import math
 import os
 
 import tensorflow as tf
-
-from common import dllogger, runner
 from linear_task import LinearTask
 from reliability_helpers import tmpfs
+
+from common import dllogger, runner
 
 # DLLogger 1.1.0's JSONStreamBackend: these keys, in this order, json.dumps' default separators.
 DLLOGGER_KEYS = {"METADATA": ["timestamp", "elapsedtime", "datetime", "type", "metric", "metadata"],
@@ -20,7 +20,7 @@ def _check_dllogger_form(line: str) -> dict:
     record = json.loads(line[5:])
     assert list(record) == DLLOGGER_KEYS[record["type"]]
     assert line == "DLLL " + json.dumps(record) + "\n"  # byte for byte as json.dumps writes it
-    when = datetime.datetime.fromtimestamp(float(record["timestamp"]), datetime.timezone.utc)
+    when = datetime.datetime.fromtimestamp(float(record["timestamp"]), datetime.UTC)
     assert record["datetime"] == str(when) and record["datetime"].endswith("+00:00")
     assert float(record["elapsedtime"]) >= 0 and isinstance(record["elapsedtime"], str)
     return record

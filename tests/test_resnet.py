@@ -7,9 +7,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import RN50, TINY, dtype_policy, run_cli
 
 from common import runner
-from conftest import RN50, TINY, dtype_policy, run_cli
 from rn50 import dali_pipeline, digits, prepare, tfdata_pipeline
 from rn50.model import build_resnet
 from rn50.task import ResNetTask
@@ -23,7 +23,7 @@ def test_parameter_count_equals_reference_resnet50_v15():
     model = build_resnet("resnet50")
     assert _count(model.trainable_variables) == 25_557_032  # torchvision / NVIDIA RN50 v1.5
     assert _count(model.variables) == 25_610_152  # + batch-norm moving statistics
-    convs = [l for l in model.layers if isinstance(l, keras.layers.Conv2D)]
+    convs = [layer for layer in model.layers if isinstance(layer, keras.layers.Conv2D)]
     assert len(convs) == 53 and not any(c.use_bias for c in convs)
     # v1.5: a downsampling bottleneck strides its 3x3 convolution, not its first 1x1.
     assert model.get_layer("stage2_block1_2_conv").strides == (2, 2)
@@ -132,7 +132,7 @@ def test_amp_environment_variable_through_main(tmp_path):
 
 
 def test_sweep_prints_a_table_with_speedups_against_fp32(tmp_path, capsys):
-    from common import sweep
+    from benchtools import sweep
     code = sweep.main([os.path.join(RN50, "main.py"), "--mode", "inference_benchmark",
                        "--batch_sizes", "4", "--precisions", "fp32,amp", "--results_dir",
                        str(tmp_path), "--", "--arch", "resnet_tiny", "--image_size", "32",
@@ -165,4 +165,5 @@ def test_dali_builds_missing_index_files_or_stops_with_one_line(tmp_path, digits
                     "train", "--results_dir", str(tmp_path / "r2")])
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("main.py: error: --dali needs index files in ") and "--data_idx_dir" in last
+    assert last.startswith("main.py: error: --dali needs index files in ")
+    assert "--data_idx_dir" in last

@@ -1,6 +1,5 @@
 """Slow: ResNet-50 learns real digits within 3 epochs, under FP32 and AMP with close curves."""
 import pytest
-
 from conftest import load_script
 
 

@@ -6,10 +6,10 @@ import sys
 import time
 
 import pytest
-
-from common import dllogger, runner
 from conftest import RN50, TINY, run_cli, stderr_last_line
 from linear_task import LinearTask
+
+from common import dllogger, runner
 from rn50.task import ResNetTask
 
 MAIN = os.path.join(RN50, "main.py")
@@ -101,7 +101,8 @@ def test_nan_loss_stops_with_one_line_and_keeps_the_checkpoint(tmp_path, monkeyp
 def test_bad_command_lines_fail_with_one_line(extra, code, message):
     proc = run_cli([sys.executable, MAIN, *extra])
     assert proc.returncode == code
-    assert stderr_last_line(proc) == f"main.py: error: {message}" or message in stderr_last_line(proc)
+    last = stderr_last_line(proc)
+    assert last == f"main.py: error: {message}" or message in last
     assert "Traceback" not in proc.stderr
 
 
@@ -123,6 +124,7 @@ def test_corrupt_tfrecord_fails_with_one_line(tmp_path, digits_records):
 
 def test_corrupt_image_inside_a_valid_record_fails_with_one_line(tmp_path):
     import tensorflow as tf
+
     from rn50 import prepare
     data = tmp_path / "data"
     data.mkdir()
@@ -139,7 +141,7 @@ def test_corrupt_image_inside_a_valid_record_fails_with_one_line(tmp_path):
 
 
 def test_benchmark_rounds_alternate_and_keep_the_highest_ceiling():
-    from common.benchmark import alternating_rounds, mfu_rows
+    from benchtools.rounds import alternating_rounds, mfu_rows
 
     calls, ceilings_seen = [], iter([100.0, 10.0, 80.0, 40.0])  # fp32, amp per round
     rates, ceilings = alternating_rounds(

@@ -8,9 +8,9 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import ROOT, dtype_policy, run_cli
 
 from common import runner
-from conftest import ROOT, dtype_policy, run_cli
 from ssd import anchors, coco_eval, dali_pipeline, prepare, shapes, tfdata_pipeline
 from ssd.model import build_ssd
 from ssd.task import SSDTask

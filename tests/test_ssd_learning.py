@@ -1,6 +1,5 @@
 """SSD320 learns to detect held-out generated shapes under FP32 and AMP alike (slow)."""
 import pytest
-
 from conftest import load_script
 
 

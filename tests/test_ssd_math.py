@@ -69,12 +69,12 @@ def test_focal_loss_equals_the_numpy_formula():
 def test_detection_loss_normalises_by_matches_and_ignores_background_column():
     logits = tf.zeros((1, 3, 3))
     cls, codes = tf.constant([[0, 2, 1]]), tf.constant([[[0.0] * 4, [1.0] * 4, [3.0] * 4]])
-    total, c, l, n = losses.detection_loss(logits, tf.zeros((1, 3, 4)), cls, codes)
+    total, c, loc, n = losses.detection_loss(logits, tf.zeros((1, 3, 4)), cls, codes)
     assert float(n) == 2
     per = np.log(2) * 0.25  # p = 0.5 everywhere: (1 - p_t)^2 * log 2
     pos, neg = per * 0.25, per * 0.75  # alpha 0.25 on the 2 positives, 0.75 on the 7 others
     np.testing.assert_allclose(float(c), (2 * pos + 7 * neg) / 2, rtol=1e-5)
-    np.testing.assert_allclose(float(l), (4 * 0.5 + 4 * 2.5) / (4 * 2), rtol=1e-6)
+    np.testing.assert_allclose(float(loc), (4 * 0.5 + 4 * 2.5) / (4 * 2), rtol=1e-6)
 
 
 def _nms_reference(boxes, scores, iou_thr, max_per_class, max_total, score_thr):

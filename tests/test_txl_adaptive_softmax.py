@@ -1,16 +1,10 @@
 """The tied adaptive softmax: normalised, equal to a full softmax without cutoffs, and its NLL
 equal to the log-probabilities it defines."""
-import os
-import sys
 
 import numpy as np
 import tensorflow as tf
 
-from conftest import ROOT
-
-sys.path.insert(0, os.path.join(ROOT, "transformerxl"))
-
-from txl.adaptive_softmax import AdaptiveSoftmax  # noqa: E402
+from txl.adaptive_softmax import AdaptiveSoftmax
 
 
 def _layer(vocab, cutoffs, d, seed=0):

@@ -1,19 +1,12 @@
 """Transformer-XL's relative attention against a reference written with explicit relative
 positions (no shift trick), and the memory property: a segment scored with the previous one in
 memory equals scoring both together where the spans match."""
-import os
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ROOT
-
-sys.path.insert(0, os.path.join(ROOT, "transformerxl"))
-
-from txl.attention import (RelPartialLearnableAttention, attention_mask,  # noqa: E402
-                           positional_embedding)
+from txl.attention import RelPartialLearnableAttention, attention_mask, positional_embedding
 
 
 def _reference(layer, h, mem, clamp_len, same_length):

@@ -1,17 +1,11 @@
 """Transformer-XL's training batches: rows continue across steps, and ranks and micro-batches
 split the rows of the single-process batch without overlap."""
-import os
-import sys
 
 import numpy as np
 import pytest
 
 from common.errors import DataError
-from conftest import ROOT
-
-sys.path.insert(0, os.path.join(ROOT, "transformerxl"))
-
-from txl import tfdata_pipeline  # noqa: E402
+from txl import tfdata_pipeline
 
 TOKENS = np.arange(1000, dtype=np.int32)  # token i is i: positions are easy to read
 

@@ -1,18 +1,12 @@
 """Transformer-XL's evaluation protocol (segments, perplexity) and generation with memory."""
 import math
-import os
-import sys
 
 import numpy as np
 import tensorflow as tf
 
-from conftest import ROOT
-
-sys.path.insert(0, os.path.join(ROOT, "transformerxl"))
-
-from txl import evaluation  # noqa: E402
-from txl.generate import generate  # noqa: E402
-from txl.model import TransformerXL, TXLConfig  # noqa: E402
+from txl import evaluation
+from txl.generate import generate
+from txl.model import TransformerXL, TXLConfig
 
 
 def test_segments_cover_each_stream_in_order_with_a_shorter_last_one():

@@ -1,15 +1,9 @@
 """Transformer-XL's LAMB against a numpy version of NVIDIA's formula."""
-import os
-import sys
 
 import keras
 import numpy as np
 
-from conftest import ROOT
-
-sys.path.insert(0, os.path.join(ROOT, "transformerxl"))
-
-from txl.lamb import NvidiaLamb  # noqa: E402
+from txl.lamb import NvidiaLamb
 
 
 def _reference(ws, grads, lr, steps, b1=0.9, b2=0.999, eps=1e-6, wd=0.01, clip=10.0):

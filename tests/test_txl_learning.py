@@ -3,7 +3,6 @@ alike: the best of three seeds below half the training unigram's validation perp
 precision, the two within 5% (scripts/learning_check.py says why seeds). About 40 minutes on 2
 cores: ``make test-slow``."""
 import pytest
-
 from conftest import load_script
 
 

@@ -9,14 +9,11 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import ROOT, run_cli, stderr_last_line
 
 from common import runner
 from common.dllogger import last_summary, read_records, step_logs
-from conftest import ROOT, run_cli, stderr_last_line
-
-sys.path.insert(0, os.path.join(ROOT, "transformerxl"))
-
-from txl.task import TransformerXLTask  # noqa: E402
+from txl.task import TransformerXLTask
 
 MAIN = os.path.join(ROOT, "transformerxl", "main.py")
 TINY = ["--n_layer", "2", "--d_model", "32", "--n_head", "2", "--d_head", "16",

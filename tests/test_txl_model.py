@@ -1,16 +1,11 @@
 """Transformer-XL base: exact parameter count, memory across segments, dtypes under AMP."""
-import os
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import dtype_policy
 
-from conftest import ROOT, dtype_policy
-
-sys.path.insert(0, os.path.join(ROOT, "transformerxl"))
-
-from txl.model import TransformerXL, TXLConfig  # noqa: E402
+from txl.model import TransformerXL, TXLConfig
 
 TINY = dict(n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32, cutoffs=(20, 40),
             dropout=0.0)
@@ -58,6 +53,7 @@ def test_mixed_precision_keeps_the_loss_and_layer_norm_in_float32(policy):
 def test_dropout_masks_do_not_depend_on_the_compute_dtype(dtype):
     """One seed drops the same units under AMP as in float32, and float32 is Keras's dropout."""
     import keras
+
     from txl.dropout import Dropout
 
     x = tf.random.uniform((4, 32, 64), 1.0, 2.0)

@@ -4,12 +4,9 @@ import os
 import sys
 
 import numpy as np
-
 from conftest import ROOT, run_cli, stderr_last_line
 
-sys.path.insert(0, os.path.join(ROOT, "transformerxl"))
-
-from txl import prepare  # noqa: E402
+from txl import prepare
 
 PREPARE = os.path.join(ROOT, "transformerxl", "prepare_dataset.py")
 

@@ -3,9 +3,9 @@ import os
 import sys
 
 import pytest
+from conftest import ROOT, run_cli, stderr_last_line
 
 from common import versions
-from conftest import ROOT, run_cli, stderr_last_line
 
 
 @pytest.mark.parametrize("text,parsed", [("2.17.0+nv25.02", (2, 17, 0)), ("3.15.1rc0", (3, 15, 1)),
@@ -71,3 +71,25 @@ def test_main_under_an_old_keras_stops_with_one_line(tmp_path, script):
     assert stderr_last_line(proc).startswith(
         f"{name}: error: keras 3.3.2 is installed; these scripts need keras >= 3.15"), proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_main_without_the_repository_installed_says_how_to_install_it():
+    # -S: no site-packages, so no editable install either; the script's own folder stays.
+    proc = run_cli([sys.executable, "-S", os.path.join(ROOT, "ssd320", "main.py")])
+    assert proc.returncode == 2, proc.stderr
+    assert stderr_last_line(proc) == (
+        "main.py: error: this repository is not installed; run `bash scripts/install_deps.sh` "
+        "(or `pip install --no-deps -e .`) at its root")
+
+
+def test_main_of_another_checkout_is_refused_with_the_fix(tmp_path):
+    # A second clone whose main.py would otherwise run this checkout's common/ and models.
+    clone = tmp_path / "clone"
+    (clone / "resnet50v1.5").mkdir(parents=True)
+    (clone / "resnet50v1.5" / "main.py").write_text(
+        open(os.path.join(ROOT, "resnet50v1.5", "main.py")).read())
+    proc = run_cli([sys.executable, str(clone / "resnet50v1.5" / "main.py"), "--mode", "train"])
+    assert proc.returncode == 2, proc.stderr
+    assert stderr_last_line(proc) == (
+        f"main.py: error: common/ is imported from {ROOT}, another checkout than {clone}; "
+        f"run `pip install --no-deps -e {clone}` (scripts/install_deps.sh does)")

@@ -14,8 +14,8 @@ from rn50.tfdata_pipeline import MEAN, STD, eval_resize
 
 
 def _build_pipeline(files, idx_files, training, image_size, shard_id, num_shards, gpu, min_area):
-    from nvidia.dali import fn, pipeline_def, types
     import nvidia.dali.tfrecord as tfrec
+    from nvidia.dali import fn, pipeline_def, types
 
     @pipeline_def
     def pipeline():

@@ -18,7 +18,7 @@ import io
 import os
 import random
 import sys
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from common import tfrecord_writer
 from common.errors import DataError

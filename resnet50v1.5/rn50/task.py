@@ -165,7 +165,8 @@ class ResNetTask(RecordTask):
         records = []
         for path in paths:
             try:
-                image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
+                image = tf.io.decode_image(tf.io.read_file(path), channels=3,
+                                           expand_animations=False)
             except tf.errors.InvalidArgumentError:
                 raise DataError(f"{path} is not an image TensorFlow can decode") from None
             x = tfdata_pipeline.eval_crop(image, size)[None]

@@ -7,19 +7,16 @@ on generated ImageNet-sized JPEGs (smooth random colour fields plus noise, about
 import argparse
 import io
 import os
-import sys
 import tempfile
 import time
 
-_here = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [os.path.dirname(_here), os.path.dirname(os.path.dirname(_here))]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import numpy as np
+import tensorflow as tf
 
-from common import tfrecord_index  # noqa: E402
-from rn50 import dali_pipeline, prepare, tfdata_pipeline  # noqa: E402
+from common import tfrecord_index
+from rn50 import dali_pipeline, prepare, tfdata_pipeline
 
 
 def generate(out_dir, n, seed=0, shards=4):

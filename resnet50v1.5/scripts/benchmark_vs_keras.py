@@ -10,21 +10,18 @@ ceiling measured in the same run.
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 
-_here = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [os.path.dirname(_here), os.path.dirname(os.path.dirname(_here))]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import keras
+import tensorflow as tf
 
-from common import runner  # noqa: E402
-from common.mfu import forward_flops, matmul_ceiling  # noqa: E402
-from rn50.model import build_resnet  # noqa: E402
-from rn50.task import ResNetTask  # noqa: E402
+from benchtools.mfu import forward_flops, matmul_ceiling
+from common import runner
+from rn50.model import build_resnet
+from rn50.task import ResNetTask
 
 
 def ours(batch, steps, warmup, xla=False) -> float:
@@ -80,8 +77,8 @@ def main():
     keras_flops = 3 * forward_flops(keras.applications.ResNet50(weights=None))
     o, k, ox = (statistics.median(r) for r in (ours_rates, keras_rates, xla_rates))
     print(f"\nmatmul ceiling (float32, 2048^3): {ceiling / 1e9:.0f} GFLOP/s")
-    print("| model (float32, 224x224, batch %d) | images/s (median of %d) | training GFLOP/image "
-          "| MFU |" % (args.batch_size, args.rounds))
+    print(f"| model (float32, 224x224, batch {args.batch_size}) | images/s (median of "
+          f"{args.rounds}) | training GFLOP/image | MFU |")
     print("|---|---|---|---|")
     print(f"| this repository, training_benchmark | {o:.2f} | {ours_flops / 1e9:.1f} | "
           f"{o * ours_flops / ceiling:.0%} |")

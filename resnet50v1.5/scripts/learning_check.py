@@ -16,7 +16,6 @@ import tempfile
 
 _here = os.path.dirname(os.path.abspath(__file__))
 _model_dir = os.path.dirname(_here)
-sys.path[:0] = [_model_dir, os.path.dirname(_model_dir)]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
@@ -72,7 +71,7 @@ def main():
           + " | train images/s |")
     print("|---|" + "---|" * (args.epochs + 1))
     for name, r in out.items():
-        cells = [f"{l:.3f} / {t:.1%}" for l, t in zip(r["epoch_loss"], r["epoch_top1"])]
+        cells = [f"{loss:.3f} / {t:.1%}" for loss, t in zip(r["epoch_loss"], r["epoch_top1"])]
         print(f"| {name} ({r['summary']['precision']}) | " + " | ".join(cells)
               + f" | {r['summary']['train_images_per_s']:.0f} |")
 

@@ -8,22 +8,17 @@ precisions, so drift on a noisy machine hits both alike; the median round is rep
 """
 import argparse
 import os
-import sys
 import tempfile
 
-_here = os.path.dirname(os.path.abspath(__file__))
-_model_dir = os.path.dirname(_here)
-_root = os.path.dirname(_model_dir)
-sys.path[:0] = [_model_dir, _root, os.path.join(_root, "resnet50v1.5")]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
-from common import runner  # noqa: E402
-from common.benchmark import alternating_rounds, mfu_rows  # noqa: E402
-from common.mfu import forward_flops, matmul_ceiling  # noqa: E402
-from ssd.model import build_ssd  # noqa: E402
-from ssd.task import SSDTask  # noqa: E402
+from benchtools.mfu import forward_flops, matmul_ceiling
+from benchtools.rounds import alternating_rounds, mfu_rows
+from common import runner
+from ssd.model import build_ssd
+from ssd.task import SSDTask
 
 PRECISIONS = {"fp32": ([], tf.float32), "amp": (["--amp"], tf.bfloat16)}
 

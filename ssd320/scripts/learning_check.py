@@ -17,8 +17,6 @@ import tempfile
 
 _here = os.path.dirname(os.path.abspath(__file__))
 _model_dir = os.path.dirname(_here)
-_root = os.path.dirname(_model_dir)
-sys.path[:0] = [_model_dir, _root, os.path.join(_root, "resnet50v1.5")]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from common import dllogger, runner  # noqa: E402

@@ -23,8 +23,8 @@ MAX_BOXES = tfdata_pipeline.MAX_BOXES
 
 
 def _build_pipeline(files, idx_files, training, image_size, shard_id, num_shards, gpu):
-    from nvidia.dali import fn, pipeline_def, types
     import nvidia.dali.tfrecord as tfrec
+    from nvidia.dali import fn, pipeline_def, types
 
     @pipeline_def
     def pipeline():

@@ -20,7 +20,7 @@ import math
 import os
 import shutil
 import sys
-from typing import Iterable
+from collections.abc import Iterable
 
 from common import tfrecord_writer
 from common.errors import DataError
@@ -108,7 +108,8 @@ def prepare(root: str, out_dir: str, train_shards: int = 64, val_shards: int = 8
             raise DataError(f"{coco_split} lists other categories than train2017")
         image_dir = os.path.join(root, coco_split)
         tfrecord_writer.write_shards(
-            images, lambda im: _example(im, by_image[im["id"]], image_dir), out_dir, prefix,
+            images, lambda im, boxes=by_image, d=image_dir: _example(im, boxes[im["id"]], d),
+            out_dir, prefix,
             train_shards if prefix == "train" else val_shards, log, unit="images")
         counts[prefix] = len(images)
     shutil.copy(os.path.join(root, "annotations", "instances_val2017.json"),

@@ -12,21 +12,18 @@ softmax's tail clusters see a natural share of the tokens.
 import argparse
 import gc
 import os
-import sys
 import tempfile
 
 _here = os.path.dirname(os.path.abspath(__file__))
 _model_dir = os.path.dirname(_here)
-_root = os.path.dirname(_model_dir)
-sys.path[:0] = [_model_dir, _root]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from benchtools.mfu import matmul_ceiling  # noqa: E402
+from benchtools.rounds import alternating_rounds, mfu_rows  # noqa: E402
 from common import dllogger, runner  # noqa: E402
-from common.benchmark import alternating_rounds, mfu_rows  # noqa: E402
-from common.mfu import matmul_ceiling  # noqa: E402
 from txl.flops import cluster_fractions, forward_flops_per_token  # noqa: E402
 from txl.task import TransformerXLTask  # noqa: E402
 

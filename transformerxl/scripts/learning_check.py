@@ -36,7 +36,6 @@ import numpy as np
 _here = os.path.dirname(os.path.abspath(__file__))
 _model_dir = os.path.dirname(_here)
 _root = os.path.dirname(_model_dir)
-sys.path[:0] = [_model_dir, _root]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from common import dllogger, runner  # noqa: E402

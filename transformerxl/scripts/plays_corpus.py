@@ -11,7 +11,6 @@ import os
 import sys
 
 _root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path[:0] = [os.path.join(_root, "transformerxl"), _root]
 
 from txl.plays import WHEEL, write_corpus  # noqa: E402
 

@@ -9,7 +9,7 @@ token-weighted figure is reported beside it.
 from __future__ import annotations
 
 import math
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 

@@ -19,7 +19,7 @@ import json
 import os
 import sys
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 

@@ -1,6 +1,6 @@
 """Runs a model's benchmark mode over batch sizes and precisions and prints one table.
 
-    python -m common.sweep resnet50v1.5/main.py --mode training_benchmark \
+    python -m benchtools.sweep resnet50v1.5/main.py --mode training_benchmark \
         --batch_sizes 64,128,256 --precisions fp32,tf32,amp --xla both --gpus 1 \
         -- --iter_unit batch --num_iter 200 --warmup_steps 50
 

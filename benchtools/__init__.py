@@ -1,0 +1,1 @@
+"""What only the benchmark and learning scripts use: MFU, interleaved rounds, sweeps."""
