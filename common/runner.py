@@ -1,9 +1,11 @@
 """Entry point shared by every ``main.py``: flags -> Horovod -> precision -> logs -> mode."""
 from __future__ import annotations
 
+import contextlib
 import gc
 import glob
 import os
+import random
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -12,6 +14,7 @@ from collections.abc import Sequence
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from common import checkpoints, distributed, flags, precision
@@ -72,8 +75,35 @@ def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
         raise
 
 
+@contextlib.contextmanager
+def process_state_restored():
+    """What ``setup`` changes for the whole process, put back as it was after the block: the
+    Keras dtype policy, TF32, Grappler's AMP rewrite and the Python and numpy random states.
+    (TensorFlow's global seed has no getter; every run with ``--seed`` sets it anew.)"""
+    policy = keras.mixed_precision.dtype_policy()
+    tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
+    grappler = tf.config.optimizer.get_experimental_options()
+    python_rng, numpy_rng = random.getstate(), np.random.get_state()
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_dtype_policy(policy)
+        tf.config.experimental.enable_tensor_float_32_execution(tf32)
+        tf.config.optimizer.set_experimental_options(
+            {"auto_mixed_precision": grappler.get("auto_mixed_precision", False)})
+        random.setstate(python_rng)
+        np.random.set_state(numpy_rng)
+
+
 def run(task_cls: type[Task], argv: Sequence[str]) -> dict:
-    """Runs one job and returns its summary (also logged). Raises the errors of common.errors."""
+    """Runs one job and returns its summary (also logged). Raises the errors of common.errors.
+    The process is left as it was found (``process_state_restored``), so several runs in one
+    process give what the same ``main.py`` command lines give."""
+    with process_state_restored():
+        return _run(task_cls, argv)
+
+
+def _run(task_cls: type[Task], argv: Sequence[str]) -> dict:
     trainer = setup(task_cls, argv)
     fv, logger = trainer.flags, trainer.log
     try:

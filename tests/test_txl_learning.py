@@ -10,6 +10,7 @@ from conftest import load_script
 def test_fp32_and_amp_learn_english_alike():
     learning_check = load_script("transformerxl", "learning_check")
     res = learning_check.run(steps=1500, eval_every=250, seeds=(1, 2, 3))
+    print(learning_check.report(res))  # the README's table (pytest -s shows it)
     bar = res["unigram_ppl"] / 2
     best = {p: learning_check.best(res[p])[1] for p in learning_check.PRECISIONS}
     for p, ppl in best.items():

@@ -28,13 +28,18 @@ ARCHS = {
 }
 
 _BN = dict(epsilon=1e-5, momentum=0.9)
-# He-normal over fan-out, as in NVIDIA's and torchvision's ResNet-50.
-_CONV_INIT = keras.initializers.VarianceScaling(2.0, "fan_out", "untruncated_normal")
+
+
+def _conv_init():
+    """He-normal over fan-out, as in NVIDIA's and torchvision's ResNet-50. A new instance for
+    every kernel: a Keras initializer returns the same values at every call, and its seed is
+    drawn when it is made (after ``--seed`` here, not at import)."""
+    return keras.initializers.VarianceScaling(2.0, "fan_out", "untruncated_normal")
 
 
 def _conv_bn(x, filters, kernel, stride, name, fmt, relu=True, zero_gamma=False):
     x = layers.Conv2D(filters, kernel, strides=stride, padding="same", use_bias=False,
-                      data_format=fmt, kernel_initializer=_CONV_INIT, name=f"{name}_conv")(x)
+                      data_format=fmt, kernel_initializer=_conv_init(), name=f"{name}_conv")(x)
     x = FusedBatchNormalization(axis=_channel_axis(fmt), name=f"{name}_bn",
                                   gamma_initializer="zeros" if zero_gamma else "ones", **_BN)(x)
     return layers.ReLU(name=f"{name}_relu")(x) if relu else x

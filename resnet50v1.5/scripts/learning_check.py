@@ -61,19 +61,24 @@ def run(epochs: int = 3, seed: int = 1, workdir: str | None = None) -> dict:
         return {p: train(records, os.path.join(root, p), p, epochs, seed) for p in PRECISIONS}
 
 
+def report(out: dict) -> str:
+    """The README's table of ``run``'s results."""
+    epochs = len(out["fp32"]["epoch_loss"])
+    lines = ["| precision | " + " | ".join(f"epoch {e + 1} loss / top-1" for e in range(epochs))
+             + " | train images/s |", "|---|" + "---|" * (epochs + 1)]
+    for name, r in out.items():
+        cells = [f"{loss:.3f} / {t:.1%}" for loss, t in zip(r["epoch_loss"], r["epoch_top1"])]
+        lines.append(f"| {name} ({r['summary']['precision']}) | " + " | ".join(cells)
+                     + f" | {r['summary']['train_images_per_s']:.0f} |")
+    return "\n".join(lines)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args()
-    out = run(args.epochs, args.seed)
-    print("| precision | " + " | ".join(f"epoch {e + 1} loss / top-1" for e in range(args.epochs))
-          + " | train images/s |")
-    print("|---|" + "---|" * (args.epochs + 1))
-    for name, r in out.items():
-        cells = [f"{loss:.3f} / {t:.1%}" for loss, t in zip(r["epoch_loss"], r["epoch_top1"])]
-        print(f"| {name} ({r['summary']['precision']}) | " + " | ".join(cells)
-              + f" | {r['summary']['train_images_per_s']:.0f} |")
+    print(report(run(args.epochs, args.seed)))
 
 
 if __name__ == "__main__":

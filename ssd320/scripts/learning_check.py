@@ -59,18 +59,23 @@ def main():
     p.add_argument("--steps", type=int, default=1200)
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args()
-    results = run(args.steps, args.seed)
-    print("\n| step | " + " | ".join(f"{p} AP50" for p in results) + " |")
-    print("|---|" + "---|" * len(results))
+    print(report(run(args.steps, args.seed)))
+
+
+def report(results: dict) -> str:
+    """The README's AP50 table (about every 185 steps) and final figures of ``run``'s results."""
+    lines = ["| step | " + " | ".join(f"{p} AP50" for p in results) + " |",
+             "|---|" + "---|" * len(results)]
     curves = [dict(r["curve"]) for r in results.values()]
     for step in sorted(curves[0]):
         if step % 185 < 37 or step == max(curves[0]):
-            print(f"| {step} | " + " | ".join(f"{c.get(step, float('nan')):.3f}" for c in curves)
-                  + " |")
+            lines.append(f"| {step} | "
+                         + " | ".join(f"{c.get(step, float('nan')):.3f}" for c in curves) + " |")
     for p, r in results.items():
         s = r["summary"]
-        print(f"{p}: AP {s['eval_AP']:.3f}, AP50 {s['eval_AP50']:.3f}, AP75 {s['eval_AP75']:.3f}, "
-              f"train {s['train_images_per_s']:.0f} images/s")
+        lines.append(f"{p}: AP {s['eval_AP']:.3f}, AP50 {s['eval_AP50']:.3f}, "
+                     f"AP75 {s['eval_AP75']:.3f}, train {s['train_images_per_s']:.0f} images/s")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -49,8 +49,18 @@ ARCHS = {
 }
 
 _BN = dict(momentum=0.997, epsilon=1e-3)
-_FPN_INIT = keras.initializers.TruncatedNormal(stddev=0.03)
-_HEAD_INIT = keras.initializers.RandomNormal(stddev=0.01)
+
+
+# TF-OD's initializers for the FPN and the predictor. A new instance for every kernel: a Keras
+# initializer returns the same values at every call, and its seed is drawn when it is made
+# (after --seed here, not at import); one shared instance started all eight tower convolutions
+# identical.
+def _fpn_init():
+    return keras.initializers.TruncatedNormal(stddev=0.03)
+
+
+def _head_init():
+    return keras.initializers.RandomNormal(stddev=0.01)
 
 
 def _bn_relu6(x, name):
@@ -61,7 +71,7 @@ def _bn_relu6(x, name):
 def _fpn(c3, c4, c5, depth):
     def conv(x, kernel, stride, name, bias):
         return layers.Conv2D(depth, kernel, strides=stride, padding="same", use_bias=bias,
-                             kernel_initializer=_FPN_INIT, name=name)(x)
+                             kernel_initializer=_fpn_init(), name=name)(x)
 
     lat = {lvl: conv(c, 1, 1, f"fpn_lateral_p{lvl}", True)
            for lvl, c in ((3, c3), (4, c4), (5, c5))}
@@ -78,10 +88,10 @@ def _fpn(c3, c4, c5, depth):
 def _predictor(features, depth, tower_layers, num_outputs, name, bias_init):
     """One tower + head applied to every level with shared convolutions; (N, sum H*W*6, K)."""
     convs = [layers.Conv2D(depth, 3, padding="same", use_bias=False,
-                           kernel_initializer=_HEAD_INIT, name=f"{name}_tower_conv{i}")
+                           kernel_initializer=_head_init(), name=f"{name}_tower_conv{i}")
              for i in range(tower_layers)]
     head = layers.Conv2D(anchors.ANCHORS_PER_LOCATION * num_outputs, 3, padding="same",
-                         kernel_initializer=_HEAD_INIT, bias_initializer=bias_init,
+                         kernel_initializer=_head_init(), bias_initializer=bias_init,
                          name=f"{name}_head")
     outputs = []
     for level, x in zip(range(anchors.MIN_LEVEL, anchors.MAX_LEVEL + 1), features):

@@ -101,6 +101,24 @@ def best(runs: dict) -> tuple[int, float]:
                key=lambda x: x[1])
 
 
+def report(res: dict) -> str:
+    """The README's perplexity table and best seeds of ``run``'s results."""
+    lines = [f"validation perplexity of the training unigram: {res['unigram_ppl']:.1f} (bar: "
+             f"{res['unigram_ppl'] / 2:.1f}); under its own unigram: "
+             f"{res['oracle_unigram_ppl']:.1f}"]
+    cols = [(p, seed) for p in PRECISIONS for seed in res["fp32"]]
+    lines.append("| step | " + " | ".join(f"{p} seed {seed}" for p, seed in cols) + " |")
+    lines.append("|---:|" + "---:|" * len(cols))
+    for row in zip(*(res[p][seed]["curve"] for p, seed in cols)):
+        lines.append(f"| {row[0][0]} | " + " | ".join(f"{v:.1f}" for _, v in row) + " |")
+    for p in PRECISIONS:
+        seed, ppl = best(res[p])
+        rate = np.median([r["summary"]["train_tokens_per_s"] for r in res[p].values()])
+        lines.append(f"{p}: best final valid ppl {ppl:.1f} (seed {seed}), median {rate:.0f} "
+                     "train tokens/s")
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=1500)
@@ -111,19 +129,7 @@ def main():
     args = ap.parse_args()
     seeds = [int(x) for x in args.seeds.split(",")]
     res = run(args.steps, args.eval_every, seeds)
-    print(f"validation perplexity of the training unigram: {res['unigram_ppl']:.1f} (bar: "
-          f"{res['unigram_ppl'] / 2:.1f}); under its own unigram: "
-          f"{res['oracle_unigram_ppl']:.1f}")
-    cols = [(p, seed) for p in PRECISIONS for seed in seeds]
-    print("| step | " + " | ".join(f"{p} seed {seed}" for p, seed in cols) + " |")
-    print("|---:|" + "---:|" * len(cols))
-    for row in zip(*(res[p][seed]["curve"] for p, seed in cols)):
-        print(f"| {row[0][0]} | " + " | ".join(f"{v:.1f}" for _, v in row) + " |")
-    for p in PRECISIONS:
-        seed, ppl = best(res[p])
-        rate = np.median([r["summary"]["train_tokens_per_s"] for r in res[p].values()])
-        print(f"{p}: best final valid ppl {ppl:.1f} (seed {seed}), median {rate:.0f} train "
-              "tokens/s")
+    print(report(res))
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(res, fh, indent=1)

@@ -67,25 +67,30 @@ class RelPartialLearnableAttention(layers.Layer):
                  init_std: float = 0.02, epsilon: float = 1e-12, **kwargs):
         super().__init__(**kwargs)
         self.n_head, self.d_head = n_head, d_head
-        init = keras.initializers.RandomNormal(stddev=init_std)
-        self.qkv = layers.Dense(3 * n_head * d_head, use_bias=False, kernel_initializer=init,
-                                name="qkv")
-        self.r_net = layers.Dense(n_head * d_head, use_bias=False, kernel_initializer=init,
-                                  name="r")
+        self.init_std = init_std
+        self.qkv = layers.Dense(3 * n_head * d_head, use_bias=False, name="qkv",
+                                kernel_initializer=self._init())
+        self.r_net = layers.Dense(n_head * d_head, use_bias=False, name="r",
+                                  kernel_initializer=self._init())
         self.o_net = None  # built with d_model
         self.drop_att, self.drop = Dropout(dropatt), Dropout(dropout)
         # Layer norm in float32 under mixed precision; epsilon 1e-12 as tf.contrib's.
         self.norm = layers.LayerNormalization(epsilon=epsilon, dtype="float32", name="norm")
-        self._init = init
+
+    def _init(self):
+        """N(0, init_std), a new instance per weight: one shared instance gives the same values
+        to every weight of one size (r_w_bias and r_r_bias were equal)."""
+        return keras.initializers.RandomNormal(stddev=self.init_std)
 
     def build(self, input_shape):
         d_model = input_shape[-1]
-        self.o_net = layers.Dense(d_model, use_bias=False, kernel_initializer=self._init, name="o")
+        self.o_net = layers.Dense(d_model, use_bias=False, name="o",
+                                  kernel_initializer=self._init())
         self.qkv.build((None, d_model))  # its kernel is read in three parts by call
         self.r_w_bias = self.add_weight(name="r_w_bias", shape=(self.n_head, self.d_head),
-                                        initializer=self._init)
+                                        initializer=self._init())
         self.r_r_bias = self.add_weight(name="r_r_bias", shape=(self.n_head, self.d_head),
-                                        initializer=self._init)
+                                        initializer=self._init())
 
     def call(self, h, mem, pos_emb, mask, training=None):
         """h (B, Q, D), mem (B, M, D), pos_emb (K, D), mask (Q, K) bool -> (B, Q, D)."""

@@ -67,9 +67,11 @@ def _first_kept(klen, mem_len):
 class PositionwiseFF(layers.Layer):
     def __init__(self, d_model, d_inner, dropout, init_std, **kwargs):
         super().__init__(**kwargs)
-        init = keras.initializers.RandomNormal(stddev=init_std)
-        self.inner = layers.Dense(d_inner, activation="relu", kernel_initializer=init, name="ff1")
-        self.out = layers.Dense(d_model, kernel_initializer=init, name="ff2")
+        # A new initializer per kernel: ff2's kernel had ff1's values, reshaped.
+        self.inner = layers.Dense(d_inner, activation="relu", name="ff1",
+                                  kernel_initializer=keras.initializers.RandomNormal(stddev=init_std))
+        self.out = layers.Dense(d_model, name="ff2",
+                                kernel_initializer=keras.initializers.RandomNormal(stddev=init_std))
         self.drop1, self.drop2 = Dropout(dropout), Dropout(dropout)
         self.norm = layers.LayerNormalization(epsilon=1e-12, dtype="float32", name="norm")
 
