@@ -56,9 +56,17 @@ def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
     logger.metadata("loss", unit=None)
     logger.metadata(f"{task_cls.item_unit}_per_s", unit=f"{task_cls.item_unit}/s", fmt=":.1f")
     logger.metadata("lr", unit=None, fmt=":.6f")
+    ctx = RunContext(flags=fv, dist=dist, precision=prec, logger=logger)
+    try:
+        trainer = Trainer(task_cls(ctx), ctx)
+    except BaseException:
+        logger.close()
+        raise
+    # Written once everything derived from the data and the configuration is known: the log
+    # holds the values this run uses (classes from label_map.json, the vocabulary's size, the
+    # scaled learning rate), not only what the command line asked for.
     logger.parameters({**flags.as_dict(fv), "world_size": dist.size,
-                       "global_batch_size": fv.batch_size * dist.size * fv.batch_chunk,
-                       **prec.describe()})
+                       **trainer.effective_settings(), **prec.describe()})
     logger.print(
         f"precision: policy {prec.policy} (amp: {prec.sources['amp']}), loss scale "
         f"{prec.loss_scale or 'none'}, tf32 {'on' if prec.tf32 else 'off'} "
@@ -66,13 +74,8 @@ def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
         + (f", {precision.XLA_ENV}={prec.xla_env_flags}" if prec.xla_env_flags else ""))
     chunks = f" x {fv.batch_chunk} accumulated" if fv.batch_chunk > 1 else ""
     logger.print(f"processes: {dist.size}, batch {fv.batch_size}{chunks} per process, "
-                 f"global batch {fv.batch_size * dist.size * fv.batch_chunk}")
-    ctx = RunContext(flags=fv, dist=dist, precision=prec, logger=logger)
-    try:
-        return Trainer(task_cls(ctx), ctx)
-    except BaseException:
-        logger.close()
-        raise
+                 f"global batch {ctx.global_batch_size}")
+    return trainer
 
 
 @contextlib.contextmanager

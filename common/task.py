@@ -47,6 +47,12 @@ class Task(abc.ABC):
         self.ctx = ctx
         self.flags = ctx.flags
 
+    def effective_settings(self) -> dict:
+        """Settings this task derived from its data or configuration, by flag name, with the
+        values the run uses (the vocabulary size read from vocab.txt, say); they replace the
+        flags' own values in the log's PARAMETER record. Called after ``build_model``."""
+        return {}
+
     # --- model and optimisation ---------------------------------------------------------
     @abc.abstractmethod
     def build_model(self) -> keras.Model:

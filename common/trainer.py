@@ -158,6 +158,21 @@ class Trainer:
             out["loss_scale"] = float(self.optimizer.dynamic_scale.numpy())
         return out
 
+    def effective_settings(self) -> dict:
+        """What this run derived from its flags, data and configuration, by name, for the
+        PARAMETER record: the global batch, the epoch and run lengths in steps, the schedule's
+        peak learning rate and warm-up (after scaling), and the task's own (``Task.
+        effective_settings``), which replace the flags' values of the same names."""
+        inner = self.optimizer.inner_optimizer if self.loss_scaled else self.optimizer
+        lr = inner.get_config()["learning_rate"]  # a schedule comes serialized: its config
+        schedule = lr["config"] if isinstance(lr, dict) else {"peak": float(lr)}
+        out = {"global_batch_size": self.ctx.global_batch_size,
+               "steps_per_epoch": self.steps_per_epoch, "total_steps": self.total_steps(),
+               "lr_peak": schedule.get("peak")}
+        if "warmup_steps" in schedule:
+            out["lr_warmup_steps"] = schedule["warmup_steps"]
+        return {**out, **self.task.effective_settings()}
+
     # --- training -------------------------------------------------------------------------
     def total_steps(self) -> int:
         f = self.flags

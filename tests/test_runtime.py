@@ -162,3 +162,14 @@ def test_run_main_py_returns_the_log_and_raises_on_failure(tmp_path):
     assert dllogger.last_summary(records)["final_step"] == 2
     with pytest.raises(subprocess.CalledProcessError):
         runner.run_main_py(MAIN, ["--mode", "no_such_mode"], str(tmp_path / "bad"))
+
+
+def test_the_parameter_record_holds_what_the_run_derived(tmp_path):
+    runner.run(ResNetTask, ["main.py", "--mode", "train", *TINY, "--iter_unit", "batch",
+                            "--num_iter", "2", "--batch_chunk", "2", "--lr_init", "0.512",
+                            "--results_dir", str(tmp_path)])
+    records = dllogger.read_records(os.path.join(tmp_path, "log.json"))
+    (params,) = [r["data"] for r in records if r.get("step") == "PARAMETER"]
+    assert params["global_batch_size"] == 16  # 8 per process x 2 micro-batches x 1 process
+    assert params["lr_peak"] == pytest.approx(0.512 * 16 / 256)  # the linear scaling rule
+    assert params["total_steps"] == 2 and params["steps_per_epoch"] >= 1

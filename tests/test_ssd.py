@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 from conftest import ROOT, dtype_policy, run_cli
 
-from common import runner
+from common import dllogger, runner
 from ssd import anchors, coco_eval, dali_pipeline, prepare, shapes, tfdata_pipeline
 from ssd.model import build_ssd
 from ssd.task import SSDTask
@@ -114,6 +114,12 @@ def test_every_mode_end_to_end(tmp_path, shapes_records, dali):
     s = runner.run(SSDTask, base + ["--mode", "train_and_evaluate", "--iter_unit", "epoch",
                                     "--num_iter", "1"])
     assert s["final_step"] == 6 and s["eval_images"] == 8  # 24 images / batch 4
+    # The log holds the classes label_map.json gave, not the flag's unset default.
+    with open(os.path.join(shapes_records, "label_map.json")) as fh:
+        classes = json.load(fh)["num_classes"]
+    params = [r["data"] for r in dllogger.read_records(os.path.join(out, "log.json"))
+              if r.get("step") == "PARAMETER"]
+    assert params[0]["num_classes"] == classes and params[0]["steps_per_epoch"] == 6
     assert all(-1 <= s[f"eval_{k}"] <= 1 for k in coco_eval.STATS)
     ev = runner.run(SSDTask, base + ["--mode", "evaluate"])
     assert ev["eval_AP"] == pytest.approx(s["eval_AP"]) and ev["eval_images"] == 8

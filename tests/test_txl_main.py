@@ -65,6 +65,11 @@ def test_every_mode_on_a_tiny_configuration(tmp_path, corpus):
     s = _run(["--mode", "train_and_evaluate", "--iter_unit", "batch", "--num_iter", "12",
               "--eval_every", "6"], corpus, tmp_path)
     assert s["final_step"] == 12 and np.isfinite(s["final_loss"])
+    # The log holds vocab.txt's size, not the --vocab_size default (WikiText-103's).
+    words = len((open(os.path.join(corpus, "vocab.txt")).read()).split("\n")) - 1
+    params = [r["data"] for r in read_records(os.path.join(tmp_path, "log.json"))
+              if r.get("step") == "PARAMETER"]
+    assert params[0]["vocab_size"] == words < 267_735
     # NVIDIA's protocol: 4 streams of the valid split in segments of 8 (the last shorter).
     valid = np.load(os.path.join(corpus, "valid.npy"))
     assert s["eval_tokens"] == (len(valid) // 4 - 1) * 4

@@ -210,6 +210,9 @@ class TransformerXLTask(Task):
         self._model = model  # its initial_mems make the states below
         return model
 
+    def effective_settings(self):
+        return {"vocab_size": self.cfg.vocab_size}  # vocab.txt's with --data_dir
+
     def build_optimizer(self, steps_per_epoch, total_steps):
         f = self.flags
         schedule = WarmupCosine(f.lr, min(f.lr_warmup_steps, total_steps), total_steps,
