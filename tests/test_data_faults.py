@@ -24,7 +24,7 @@ PREPARE = os.path.join(RN50, "prepare_dataset.py")
 
 def _jpegs(n=8):
     """n real digit JPEGs, from the records the session fixture prepared."""
-    files = tfdata_pipeline.record_files(_jpegs.records, "train")
+    files = tfrecord_index.shard_files(_jpegs.records, "train", "test")
     out = []
     for raw in tf.data.TFRecordDataset(files).take(n):
         ex = tf.io.parse_single_example(
@@ -138,7 +138,7 @@ def test_png_records_work_alike_in_both_pipelines(tmp_path):
                                str(tmp_path / "validation.idx"))
     os.makedirs(data / "idx")
     shutil.move(tmp_path / "validation.idx", data / "idx" / "validation-00000-of-00001.idx")
-    files = tfdata_pipeline.record_files(str(data), "validation")
+    files = tfrecord_index.shard_files(str(data), "validation", "test")
     a_img, a_lab = next(iter(tfdata_pipeline.dataset(files, 8, 32, training=False, num_classes=10)))
     b_img, b_lab = next(iter(dali_pipeline.dataset(files, str(data / "idx"), 8, 32,
                                                    training=False, num_classes=10)))

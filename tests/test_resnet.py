@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 from conftest import RN50, TINY, dtype_policy, run_cli
 
-from common import runner
+from common import runner, tfrecord_index
 from rn50 import dali_pipeline, digits, prepare, tfdata_pipeline
 from rn50.model import build_resnet
 from rn50.task import ResNetTask
@@ -48,7 +48,7 @@ def test_shapes_and_dtypes_under_each_policy(policy, compute):
 def test_dali_and_tfdata_eval_preprocessing_agree(tmp_path):
     digits.export(str(tmp_path / "f"), size=64, limit=40)
     prepare.prepare(str(tmp_path / "f"), str(tmp_path / "r"), 1, 1, log=lambda *_: None)
-    files = tfdata_pipeline.record_files(str(tmp_path / "r"), "validation")
+    files = tfrecord_index.shard_files(str(tmp_path / "r"), "validation", "test")
     for size in (32, 56):  # a resize with an odd margin to crop, and a crop alone
         a_img, a_lab = next(iter(tfdata_pipeline.dataset(files, 8, size, training=False)))
         b_img, b_lab = next(iter(dali_pipeline.dataset(files, str(tmp_path / "r" / "idx"), 8,

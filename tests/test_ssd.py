@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 from conftest import ROOT, dtype_policy, run_cli
 
-from common import dllogger, runner
+from common import dllogger, runner, tfrecord_index
 from ssd import anchors, coco_eval, dali_pipeline, prepare, shapes, tfdata_pipeline
 from ssd.model import build_ssd
 from ssd.task import SSDTask
@@ -62,7 +62,7 @@ def test_outputs_are_float32_under_each_policy(policy, compute):
 
 
 def test_dali_and_tfdata_agree_on_evaluation_inputs_and_targets(shapes_records):
-    files = tfdata_pipeline.record_files(shapes_records, "validation")
+    files = tfrecord_index.shard_files(shapes_records, "validation", "test")
     anc = anchors.generate(128)
     a = next(iter(tfdata_pipeline.dataset(files, 8, 128, False, anc, 7)))
     b = next(iter(dali_pipeline.dataset(files, os.path.join(shapes_records, "idx"), 8, 128,
@@ -76,7 +76,7 @@ def test_dali_and_tfdata_agree_on_evaluation_inputs_and_targets(shapes_records):
 
 
 def test_training_targets_keep_boxes_consistent_with_the_crop_and_flip(shapes_records):
-    files = tfdata_pipeline.record_files(shapes_records, "train")
+    files = tfrecord_index.shard_files(shapes_records, "train", "test")
     anc = anchors.generate(128)
     ds = tfdata_pipeline.dataset(files, 4, 128, True, anc, 7, seed=0)
     for batch in ds.take(3):

@@ -2,27 +2,36 @@
 import math
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
-from txl import evaluation
+from txl import tfdata_pipeline
 from txl.generate import generate
 from txl.model import TransformerXL, TXLConfig
+from txl.task import PerplexityMetric
 
 
 def test_segments_cover_each_stream_in_order_with_a_shorter_last_one():
     tokens = np.arange(16 * 150 + 7, dtype=np.int32)  # 7 tokens of remainder are dropped
-    segs = list(evaluation.segments(tokens, batch_size=16, tgt_len=64))
+    segs = list(tfdata_pipeline.eval_dataset(tokens, 16, 64).as_numpy_iterator())
     assert [x.shape for x, _ in segs] == [(16, 64), (16, 64), (16, 21)]  # 149 = 64 + 64 + 21
     x = np.concatenate([s[0] for s in segs], axis=1)
     y = np.concatenate([s[1] for s in segs], axis=1)
     np.testing.assert_array_equal(x[:, 0], np.arange(16) * 150)
     np.testing.assert_array_equal(y, x + 1)
+    # Two ranks hold the streams' two halves; the inference benchmark drops the short segment.
+    rank1 = list(tfdata_pipeline.eval_dataset(tokens, 16, 64, rank=1, world=2).as_numpy_iterator())
+    np.testing.assert_array_equal(np.concatenate([s[0] for s in rank1], axis=1), x[8:])
+    assert len(list(tfdata_pipeline.eval_dataset(tokens, 16, 64, drop_short=True))) == 2
 
 
 def test_perplexity_weighs_segments_equally_as_nvidia_does():
-    out = evaluation.perplexities([2.0, 4.0], [64, 16])
-    assert out["ppl"] == math.exp(3.0)
-    assert out["ppl_token_weighted"] == math.exp((2 * 64 + 4 * 16) / 80) and out["tokens"] == 80
+    nvidia, weighted = PerplexityMetric("ppl", True, 2), PerplexityMetric("ppl_tw", False)
+    for m in (nvidia, weighted):  # two segments of 2 rows: mean NLL 2 over 64, 4 over 16 tokens
+        m.update_state(tf.fill((2, 64), 2.0))
+        m.update_state(tf.fill((2, 16), 4.0))
+    assert float(nvidia.result()) == pytest.approx(math.exp(3.0), rel=1e-6)
+    assert float(weighted.result()) == pytest.approx(math.exp((2 * 64 + 4 * 16) / 80), rel=1e-6)
 
 
 def _model(mem_len):

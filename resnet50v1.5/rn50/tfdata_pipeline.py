@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from common import record_reader, tfrecord_index
+from common import record_reader
 from common.input_errors import checked_range
 
 # ImageNet channel statistics on the 0..255 scale, as in NVIDIA's scripts.
@@ -20,12 +20,6 @@ EVAL_CROP_FRACTION = 0.875  # 224 of 256: resize the shorter side to size / 0.87
 
 def eval_resize(size: int) -> int:
     return int(round(size / EVAL_CROP_FRACTION))
-
-
-def record_files(data_dir: str, split: str) -> list[str]:
-    """``split`` is "train" or "validation": one complete set of shards."""
-    return tfrecord_index.shard_files(data_dir, split,
-                                      "prepare them with resnet50v1.5/prepare_dataset.py")
 
 
 def parse(record, num_classes: int):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from common import record_reader, tfrecord_index
+from common import record_reader
 from common.input_errors import checked_range
 from rn50.tfdata_pipeline import MEAN, STD, decode
 from ssd import targets
@@ -20,11 +20,6 @@ from ssd import targets
 MAX_BOXES = 100
 CROP_AREA, CROP_ASPECT = (0.75, 1.0), (0.75, 3.0)
 _BOX_KEYS = ("ymin", "xmin", "ymax", "xmax")
-
-
-def record_files(data_dir: str, split: str) -> list[str]:
-    return tfrecord_index.shard_files(data_dir, split,
-                                      "prepare them with ssd320/prepare_dataset.py")
 
 
 def parse(record, num_classes: int) -> dict:

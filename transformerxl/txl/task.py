@@ -282,17 +282,13 @@ class TransformerXLTask(Task):
     def eval_dataset(self, drop_short: bool = False):
         """This rank's rows of NVIDIA's evaluation segments, in order; the last is shorter."""
         f, dist = self.flags, self.ctx.dist
-        data = tfdata_pipeline.streams(self.tokens(self._eval_split()), f.eval_batch_size)
-        rows = f.eval_batch_size // dist.size
-        mine = tf.constant(data[dist.rank * rows:(dist.rank + 1) * rows])
-        n, q = data.shape[1] - 1, f.eval_tgt_len
-        count = n // q if drop_short else -(-n // q)
-        if count < 1:
+        tokens = self.tokens(self._eval_split())
+        if tfdata_pipeline.eval_segment_count(len(tokens), f.eval_batch_size, f.eval_tgt_len,
+                                              drop_short) < 1:
             raise DataError(f"the {self._eval_split()} split is too short for one segment of "
-                            f"--eval_tgt_len {q} in {f.eval_batch_size} streams")
-        return tf.data.Dataset.range(count).map(
-            lambda i: (mine[:, i * q:tf.minimum((i + 1) * q, n)],
-                       mine[:, i * q + 1:tf.minimum((i + 1) * q, n) + 1]))
+                            f"--eval_tgt_len {f.eval_tgt_len} in {f.eval_batch_size} streams")
+        return tfdata_pipeline.eval_dataset(tokens, f.eval_batch_size, f.eval_tgt_len, dist.rank,
+                                            dist.size, drop_short)
 
     def inference_dataset(self):
         return self.eval_dataset(drop_short=True).repeat()

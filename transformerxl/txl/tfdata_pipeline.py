@@ -60,3 +60,27 @@ def dataset(tokens: np.ndarray, batch_size: int, tgt_len: int, rank: int = 0, wo
     if repeat:
         ds = ds.repeat()
     return ds.skip((first_step % steps) * batch_chunk) if first_step else ds
+
+
+def eval_segment_count(tokens: int, batch_size: int, tgt_len: int, drop_short: bool = False
+                       ) -> int:
+    """Segments ``eval_dataset`` yields for a split of ``tokens`` tokens."""
+    n = tokens // batch_size - 1
+    return max(0, n // tgt_len if drop_short else -(-n // tgt_len))
+
+
+def eval_dataset(tokens: np.ndarray, batch_size: int, tgt_len: int, rank: int = 0,
+                 world: int = 1, drop_short: bool = False) -> tf.data.Dataset:
+    """Evaluation as NVIDIA's Transformer-XL does it (``run_wt103_base.sh eval``): the split cut
+    into ``batch_size`` contiguous streams (the remainder dropped) and read in segments of
+    ``tgt_len`` tokens in order, the last one shorter (or dropped: ``drop_short``), the memory
+    carried from one segment to the next by the trainer. (inputs, targets) int32 of this rank's
+    ``batch_size // world`` rows."""
+    data = streams(tokens, batch_size)
+    rows = batch_size // world
+    mine = tf.constant(data[rank * rows:(rank + 1) * rows])
+    n = data.shape[1] - 1
+    count = eval_segment_count(len(tokens), batch_size, tgt_len, drop_short)
+    return tf.data.Dataset.range(count).map(
+        lambda i: (mine[:, i * tgt_len:tf.minimum((i + 1) * tgt_len, n)],
+                   mine[:, i * tgt_len + 1:tf.minimum((i + 1) * tgt_len, n) + 1]))
