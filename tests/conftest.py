@@ -1,4 +1,4 @@
-"""Shared fixtures: import paths for all three models, a real tiny dataset, a CLI runner."""
+"""Shared fixtures: the repository's paths, a real tiny dataset, a CLI runner."""
 import contextlib
 import importlib.util
 import os
@@ -8,7 +8,6 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RN50 = os.path.join(ROOT, "resnet50v1.5")
-SSD = os.path.join(ROOT, "ssd320")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # Tiny ResNet settings used by the end-to-end tests: same code paths, seconds per run.

@@ -11,6 +11,7 @@ import tensorflow as tf
 from conftest import ROOT, dtype_policy, run_cli
 
 from common import dllogger, runner, tfrecord_index
+from common.images import normalize
 from ssd import anchors, coco_eval, dali_pipeline, prepare, shapes, tfdata_pipeline
 from ssd.model import build_ssd
 from ssd.task import SSDTask
@@ -146,7 +147,7 @@ def test_predict_draws_and_the_export_gives_the_same_detections(tmp_path, shapes
     assert set(first["names"]) <= {c["name"] for c in shapes.CATEGORIES}
     served = tf.saved_model.load(str(tmp_path / "export")).signatures["serving_default"]
     image = tf.io.decode_image(tf.io.read_file(first["file"]), channels=3)
-    x = tfdata_pipeline.normalize(tf.image.resize(image, (128, 128)))[None]
+    x = normalize(tf.image.resize(image, (128, 128)))[None]
     det = served(x)
     h, w = image.shape[:2]
     np.testing.assert_allclose(det["boxes"][0].numpy() * [h, w, h, w],

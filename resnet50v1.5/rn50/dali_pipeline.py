@@ -9,8 +9,9 @@ from __future__ import annotations
 import tensorflow as tf
 
 from common import tfrecord_index
+from common.images import MEAN, STD
 from common.input_errors import checked_range
-from rn50.tfdata_pipeline import MEAN, STD, eval_resize
+from rn50.tfdata_pipeline import eval_resize
 
 
 def _build_pipeline(files, idx_files, training, image_size, shard_id, num_shards, gpu, min_area):

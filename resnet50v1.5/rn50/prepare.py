@@ -14,7 +14,6 @@ complete; an earlier preparation's shards of the same split are removed first.
 """
 from __future__ import annotations
 
-import io
 import os
 import random
 import sys
@@ -22,6 +21,7 @@ from collections.abc import Iterable, Sequence
 
 from common import tfrecord_writer
 from common.errors import DataError
+from common.images import jpeg_bytes
 
 IMAGE_EXTENSIONS = (".jpeg", ".jpg", ".png", ".bmp")
 
@@ -59,32 +59,6 @@ def list_split(src: str, split: str, classes: Sequence[str] | None = None):
             raise DataError(f"{split} has classes that train lacks: {sorted(unknown)[:5]}")
         found = list(classes)
     return items, found
-
-
-def jpeg_bytes(path: str) -> bytes:
-    """The image as JPEG bytes, after decoding it in full: a file that TensorFlow's decoder (what
-    training uses) cannot read, such as a truncated JPEG with a valid header, stops here with its
-    name. JPEGs are kept as they are; other formats (and CMYK JPEGs) are re-encoded as RGB JPEG."""
-    import tensorflow as tf
-
-    with open(path, "rb") as f:
-        data = f.read()
-    if data[:3] == b"\xff\xd8\xff":
-        try:
-            tf.io.decode_jpeg(data, channels=3)
-            return data
-        except tf.errors.OpError:
-            pass  # PIL below re-encodes what it can read in full (CMYK, odd markers)
-    from PIL import Image
-    try:
-        image = Image.open(io.BytesIO(data))
-        image.load()  # decodes every pixel: a truncated file raises here
-        image = image.convert("RGB")
-    except Exception as e:  # PIL raises many types for bad files
-        raise DataError(f"{path} is not a readable image ({e})") from None
-    out = io.BytesIO()
-    image.save(out, format="JPEG", quality=95)
-    return out.getvalue()
 
 
 def _example(jpeg: bytes, label: int, name: str):

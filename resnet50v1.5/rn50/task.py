@@ -16,7 +16,8 @@ from absl import flags
 
 from common import flags as common_flags
 from common import tfrecord_index
-from common.errors import DataError, UsageError
+from common.errors import UsageError
+from common.images import read_image
 from common.task import RecordTask
 from rn50 import tfdata_pipeline
 from rn50.model import ARCHS, build_resnet
@@ -164,11 +165,7 @@ class ResNetTask(RecordTask):
         size = self.flags.image_size
         records = []
         for path in paths:
-            try:
-                image = tf.io.decode_image(tf.io.read_file(path), channels=3,
-                                           expand_animations=False)
-            except tf.errors.InvalidArgumentError:
-                raise DataError(f"{path} is not an image TensorFlow can decode") from None
+            image = read_image(path)
             x = tfdata_pipeline.eval_crop(image, size)[None]
             probs = tf.nn.softmax(model(x, training=False)[0]).numpy()
             top = np.argsort(-probs)[:5]

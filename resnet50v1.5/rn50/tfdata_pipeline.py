@@ -10,11 +10,9 @@ from __future__ import annotations
 import tensorflow as tf
 
 from common import record_reader
+from common.images import decode, normalize
 from common.input_errors import checked_range
 
-# ImageNet channel statistics on the 0..255 scale, as in NVIDIA's scripts.
-MEAN = (123.68, 116.78, 103.94)
-STD = (58.395, 57.12, 57.375)
 EVAL_CROP_FRACTION = 0.875  # 224 of 256: resize the shorter side to size / 0.875, then crop
 
 
@@ -32,23 +30,12 @@ def parse(record, num_classes: int):
     return ex["image/encoded"], tf.cast(label - 1, tf.int32)
 
 
-def decode(encoded):
-    """Any image format that DALI also decodes (JPEG, PNG, BMP, GIF's first frame), as RGB."""
-    image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
-    image.set_shape([None, None, 3])
-    return image
-
-
 def record_check(num_classes: int):
     """What a record must pass: it parses, its label is in range, its image decodes in full."""
     def check(record):
         encoded, label = parse(record, num_classes)
         return tf.shape(decode(encoded)), label
     return check
-
-
-def normalize(image):
-    return (tf.cast(image, tf.float32) - MEAN) / STD
 
 
 def train_image(encoded, size: int, min_area: float = 0.08):

@@ -22,11 +22,6 @@ SCALES_PER_OCTAVE = 2
 ANCHORS_PER_LOCATION = len(ASPECT_RATIOS) * SCALES_PER_OCTAVE
 
 
-def grid_sizes(image_size: int) -> list[int]:
-    """Feature-map side per level: ceil(image_size / 2**level) (40, 20, 10, 5, 3 at 320)."""
-    return [math.ceil(image_size / 2 ** level) for level in range(MIN_LEVEL, MAX_LEVEL + 1)]
-
-
 def level_anchors(image_size: int, level: int) -> np.ndarray:
     """(n * n * 6, 4) anchors of one level, in pixels."""
     stride = 2 ** level

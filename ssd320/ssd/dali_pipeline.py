@@ -15,8 +15,8 @@ from __future__ import annotations
 import tensorflow as tf
 
 from common import tfrecord_index
+from common.images import MEAN, STD
 from common.input_errors import checked_range
-from rn50.tfdata_pipeline import MEAN, STD
 from ssd import tfdata_pipeline
 
 MAX_BOXES = tfdata_pipeline.MAX_BOXES

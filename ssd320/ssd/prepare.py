@@ -24,7 +24,7 @@ from collections.abc import Iterable
 
 from common import tfrecord_writer
 from common.errors import DataError
-from rn50.prepare import jpeg_bytes
+from common.images import jpeg_bytes
 
 SPLITS = (("train", "train2017"), ("validation", "val2017"))
 

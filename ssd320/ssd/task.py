@@ -18,6 +18,7 @@ from absl import flags
 from common import flags as common_flags
 from common import tfrecord_index
 from common.errors import DataError, UsageError
+from common.images import normalize, read_image
 from common.schedules import WarmupCosine
 from common.task import RecordTask
 from ssd import anchors as anchor_gen
@@ -184,13 +185,9 @@ class SSDTask(RecordTask):
         detect = tf.function(lambda x: self.detect(model, x))
         records = []
         for path in paths:
-            try:
-                image = tf.io.decode_image(tf.io.read_file(path), channels=3,
-                                           expand_animations=False)
-            except tf.errors.InvalidArgumentError:
-                raise DataError(f"{path} is not an image TensorFlow can decode") from None
+            image = read_image(path)
             h, w = int(image.shape[0]), int(image.shape[1])
-            x = tfdata_pipeline.normalize(tf.image.resize(image, (f.image_size, f.image_size)))
+            x = normalize(tf.image.resize(image, (f.image_size, f.image_size)))
             det = {k: v[0].numpy() for k, v in detect(x[None]).items()}
             keep = [k for k in range(int(det["num_detections"]))
                     if det["scores"][k] >= f.score_threshold]

@@ -13,8 +13,8 @@ from __future__ import annotations
 import tensorflow as tf
 
 from common import record_reader
+from common.images import decode, normalize
 from common.input_errors import checked_range
-from rn50.tfdata_pipeline import MEAN, STD, decode
 from ssd import targets
 
 MAX_BOXES = 100
@@ -69,10 +69,6 @@ def random_crop(image, boxes, classes):
     scale = tf.stack([wy1 - wy0, wx1 - wx0, wy1 - wy0, wx1 - wx0])
     boxes = tf.clip_by_value((boxes - tf.stack([wy0, wx0, wy0, wx0])) / scale, 0.0, 1.0)
     return tf.slice(image, begin, size), boxes, classes
-
-
-def normalize(image):
-    return (tf.cast(image, tf.float32) - MEAN) / STD
 
 
 def finish(image, boxes, classes, ex, anchors) -> dict:

@@ -1,0 +1,59 @@
+"""Images as both image models read them: ImageNet's channel statistics, decoding (what DALI
+decodes too), normalisation, a file for predict mode, and the JPEG bytes the ``prepare_dataset``
+scripts write."""
+from __future__ import annotations
+
+import io
+
+import tensorflow as tf
+from PIL import Image
+
+from common.errors import DataError
+
+# ImageNet channel statistics on the 0..255 scale, as in NVIDIA's scripts (ResNet-50 and the
+# SSD320 trunk, which starts from its weights).
+MEAN = (123.68, 116.78, 103.94)
+STD = (58.395, 57.12, 57.375)
+
+
+def decode(encoded):
+    """Any image format that DALI also decodes (JPEG, PNG, BMP, GIF's first frame), as RGB."""
+    image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+    image.set_shape([None, None, 3])
+    return image
+
+
+def normalize(image):
+    """(H, W, 3) float32: each channel less its ImageNet mean, over its standard deviation."""
+    return (tf.cast(image, tf.float32) - MEAN) / STD
+
+
+def read_image(path: str):
+    """The image file at ``path``, decoded (predict mode); one line when it is not an image."""
+    try:
+        return tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
+    except tf.errors.InvalidArgumentError:
+        raise DataError(f"{path} is not an image TensorFlow can decode") from None
+
+
+def jpeg_bytes(path: str) -> bytes:
+    """The image as JPEG bytes, after decoding it in full: a file that TensorFlow's decoder (what
+    training uses) cannot read, such as a truncated JPEG with a valid header, stops here with its
+    name. JPEGs are kept as they are; other formats (and CMYK JPEGs) are re-encoded as RGB JPEG."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:3] == b"\xff\xd8\xff":
+        try:
+            tf.io.decode_jpeg(data, channels=3)
+            return data
+        except tf.errors.OpError:
+            pass  # PIL below re-encodes what it can read in full (CMYK, odd markers)
+    try:
+        image = Image.open(io.BytesIO(data))
+        image.load()  # decodes every pixel: a truncated file raises here
+        image = image.convert("RGB")
+    except Exception as e:  # PIL raises many types for bad files
+        raise DataError(f"{path} is not a readable image ({e})") from None
+    out = io.BytesIO()
+    image.save(out, format="JPEG", quality=95)
+    return out.getvalue()
