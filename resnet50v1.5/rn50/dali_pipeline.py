@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from common import tfrecord_index
+from common import dali
 from common.images import MEAN, STD
 from common.input_errors import checked_range
 from rn50.tfdata_pipeline import eval_resize
@@ -53,25 +53,16 @@ def dataset(files, idx_dir: str, batch_size: int, image_size: int, training: boo
             num_threads: int = 4, min_area: float = 0.08,
             num_classes: int = 1000) -> tf.data.Dataset:
     """Batches of (images (N, size, size, 3) float32, labels (N,) int32) for this rank."""
-    import nvidia.dali.plugin.tf as dali_tf
-
-    gpu = bool(tf.config.list_physical_devices("GPU"))
-    idx_files = [tfrecord_index.index_path(idx_dir, f) for f in files]
-    device_id = local_rank if gpu else None  # DALI counts physical GPUs, one per local rank
-    pipe = _build_pipeline(files, idx_files, training, image_size, rank, world, gpu, min_area)(
-        batch_size=batch_size, num_threads=num_threads, device_id=device_id,
-        seed=None if seed is None else seed + rank, prefetch_queue_depth=2)
-    with tf.device("/gpu:0" if gpu else "/cpu:0"):
-        ds = dali_tf.DALIDataset(
-            pipeline=pipe, batch_size=batch_size, device_id=device_id,
-            output_shapes=((batch_size, image_size, image_size, 3), (batch_size,)),
-            output_dtypes=(tf.float32, tf.int32))
+    where = dali.placement(local_rank)
+    pipe = _build_pipeline(files, dali.index_files(files, idx_dir), training, image_size, rank,
+                           world, where.gpu, min_area)
+    ds = dali.serve(pipe, where, batch_size,
+                    ((batch_size, image_size, image_size, 3), (batch_size,)),
+                    (tf.float32, tf.int32), num_threads, dali.rank_seed(seed, rank))
     # Labels leave DALI 0-based: checked as the 1-based ids the records hold.
     ds = ds.map(lambda images, labels: (
         images, checked_range(labels + 1, 1, num_classes, "label") - 1))
     if training:
         return ds
     # One pass over this rank's shard: DALI pads the last batch, so cut the padding off.
-    n = tfrecord_index.count_records(files, idx_dir)
-    shard = (rank + 1) * n // world - rank * n // world  # DALI's contiguous shard split
-    return ds.unbatch().take(shard).batch(batch_size)
+    return ds.unbatch().take(dali.eval_shard_size(files, idx_dir, rank, world)).batch(batch_size)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from common import tfrecord_index
+from common import dali
 from common.images import MEAN, STD
 from common.input_errors import checked_range
 from ssd import tfdata_pipeline
@@ -71,20 +71,14 @@ def dataset(files, idx_dir: str, batch_size: int, image_size: int, training: boo
             num_classes: int, rank: int = 0, world: int = 1, local_rank: int = 0,
             seed: int | None = None, num_threads: int = 4) -> tf.data.Dataset:
     """Batches of the same dicts as ``tfdata_pipeline.dataset`` for this rank."""
-    import nvidia.dali.plugin.tf as dali_tf
-
-    gpu = bool(tf.config.list_physical_devices("GPU"))
-    idx_files = [tfrecord_index.index_path(idx_dir, f) for f in files]
-    device_id = local_rank if gpu else None
-    pipe = _build_pipeline(files, idx_files, training, image_size, rank, world, gpu)(
-        batch_size=batch_size, num_threads=num_threads, device_id=device_id,
-        seed=None if seed is None else seed + rank, prefetch_queue_depth=2)
-    with tf.device("/gpu:0" if gpu else "/cpu:0"):
-        ds = dali_tf.DALIDataset(
-            pipeline=pipe, batch_size=batch_size, device_id=device_id,
-            output_shapes=((batch_size, image_size, image_size, 3), (batch_size, MAX_BOXES, 4),
-                           (batch_size, MAX_BOXES), (batch_size, 1), (batch_size, 3)),
-            output_dtypes=(tf.float32, tf.float32, tf.int32, tf.int32, tf.int64))
+    where = dali.placement(local_rank)
+    pipe = _build_pipeline(files, dali.index_files(files, idx_dir), training, image_size, rank,
+                           world, where.gpu)
+    ds = dali.serve(pipe, where, batch_size,
+                    ((batch_size, image_size, image_size, 3), (batch_size, MAX_BOXES, 4),
+                     (batch_size, MAX_BOXES), (batch_size, 1), (batch_size, 3)),
+                    (tf.float32, tf.float32, tf.int32, tf.int32, tf.int64), num_threads,
+                    dali.rank_seed(seed, rank))
     anchors = tf.constant(anchors)
 
     def encode(image, boxes, labels, count, meta):
@@ -97,6 +91,5 @@ def dataset(files, idx_dir: str, batch_size: int, image_size: int, training: boo
     ds = ds.unbatch().map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if not training:
         # One pass over this rank's shard: DALI pads the last batch, so cut the padding off.
-        n = tfrecord_index.count_records(files, idx_dir)
-        ds = ds.take((rank + 1) * n // world - rank * n // world)
+        ds = ds.take(dali.eval_shard_size(files, idx_dir, rank, world))
     return ds.batch(batch_size, drop_remainder=training).prefetch(tf.data.AUTOTUNE)

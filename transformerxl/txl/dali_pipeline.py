@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from common import dali
 from common.errors import DataError
 from txl import tfdata_pipeline
 
@@ -36,7 +37,6 @@ def dataset(path: str, batch_size: int, tgt_len: int, rank: int = 0, world: int 
             batch_chunk: int = 1, first_step: int = 0, local_rank: int = 0,
             num_threads: int = 2) -> tf.data.Dataset:
     """Endless (inputs, targets) int32 micro-batches of this rank, from step ``first_step``."""
-    import nvidia.dali.plugin.tf as dali_tf
     from nvidia.dali import fn, pipeline_def, types
 
     total = len(np.load(path, mmap_mode="r"))
@@ -45,8 +45,7 @@ def dataset(path: str, batch_size: int, tgt_len: int, rank: int = 0, world: int 
                         "drop --dali")
     length, steps = tfdata_pipeline.layout(total, batch_size * batch_chunk * world, tgt_len)
     source = _offsets(length, steps, batch_size, batch_chunk, rank, tgt_len, first_step)
-    gpu = bool(tf.config.list_physical_devices("GPU"))
-    device_id = local_rank if gpu else None
+    where = dali.placement(local_rank)
 
     @pipeline_def
     def pipeline():
@@ -54,12 +53,8 @@ def dataset(path: str, batch_size: int, tgt_len: int, rank: int = 0, world: int 
         segment = fn.readers.numpy(files=[path] * batch_size, roi_start=start,
                                    roi_end=start + (tgt_len + 1), random_shuffle=False,
                                    name="tokens")
-        return segment.gpu() if gpu else segment
+        return segment.gpu() if where.gpu else segment
 
-    pipe = pipeline(batch_size=batch_size, num_threads=num_threads, device_id=device_id,
-                    prefetch_queue_depth=2, seed=0)
-    with tf.device("/gpu:0" if gpu else "/cpu:0"):
-        ds = dali_tf.experimental.DALIDatasetWithInputs(
-            pipeline=pipe, batch_size=batch_size, device_id=device_id,
-            output_shapes=((batch_size, tgt_len + 1),), output_dtypes=(tf.int32,))
+    ds = dali.serve(pipeline, where, batch_size, ((batch_size, tgt_len + 1),), (tf.int32,),
+                    num_threads, seed=0, with_inputs=True)
     return ds.map(lambda block: (block[:, :-1], block[:, 1:]))
