@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 from collections.abc import Iterable, Sequence
 
-from common import tfrecord_writer
+from common import prepare_cli, tfrecord_writer
 from common.errors import DataError
 from common.images import jpeg_bytes
 
@@ -99,18 +98,10 @@ def prepare(src: str, out_dir: str, train_shards: int, val_shards: int, seed: in
 
 
 def main(argv: Iterable[str] | None = None) -> int:
-    import argparse
-
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("src", help="folder with train/ and val/")
-    p.add_argument("out_dir", help="where the TFRecords go")
-    p.add_argument("--train_shards", type=int, default=1024)
-    p.add_argument("--val_shards", type=int, default=128)
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    try:
-        prepare(args.src, args.out_dir, args.train_shards, args.val_shards, args.seed)
-    except DataError as e:
-        print(f"prepare_dataset.py: error: {e}", file=sys.stderr)
-        return 1
-    return 0
+    def arguments(p):
+        p.add_argument("src", help="folder with train/ and val/")
+        p.add_argument("out_dir", help="where the TFRecords go")
+        prepare_cli.add_shards(p, train=1024, val=128)
+        p.add_argument("--seed", type=int, default=0)
+    return prepare_cli.main(__doc__, arguments, lambda a: prepare(
+        a.src, a.out_dir, a.train_shards, a.val_shards, a.seed), argv)

@@ -14,15 +14,13 @@ the val annotations that evaluation scores against (crowd regions included, as C
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
 import shutil
-import sys
 from collections.abc import Iterable
 
-from common import tfrecord_writer
+from common import prepare_cli, tfrecord_writer
 from common.errors import DataError
 from common.images import jpeg_bytes
 
@@ -123,15 +121,9 @@ def prepare(root: str, out_dir: str, train_shards: int = 64, val_shards: int = 8
 
 
 def main(argv: Iterable[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("coco_root", help="folder with train2017/, val2017/ and annotations/")
-    p.add_argument("out_dir", help="where the TFRecords go")
-    p.add_argument("--train_shards", type=int, default=64)
-    p.add_argument("--val_shards", type=int, default=8)
-    args = p.parse_args(argv)
-    try:
-        prepare(args.coco_root, args.out_dir, args.train_shards, args.val_shards)
-    except DataError as e:
-        print(f"prepare_dataset.py: error: {e}", file=sys.stderr)
-        return 1
-    return 0
+    def arguments(p):
+        p.add_argument("coco_root", help="folder with train2017/, val2017/ and annotations/")
+        p.add_argument("out_dir", help="where the TFRecords go")
+        prepare_cli.add_shards(p, train=64, val=8)
+    return prepare_cli.main(__doc__, arguments, lambda a: prepare(
+        a.coco_root, a.out_dir, a.train_shards, a.val_shards), argv)

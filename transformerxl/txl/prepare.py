@@ -13,16 +13,15 @@ Output in ``OUT_DIR``: ``vocab.txt`` (one symbol a line, in index order), ``{tra
 """
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import os
-import sys
 import time
 from collections.abc import Iterable
 
 import numpy as np
 
+from common import prepare_cli
 from common.errors import DataError
 
 SPLITS = ("train", "valid", "test")
@@ -98,13 +97,7 @@ def prepare(corpus_dir: str, out_dir: str, log=print) -> dict:
 
 
 def main(argv: Iterable[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("corpus_dir", help="folder with train.txt, valid.txt and test.txt")
-    p.add_argument("out_dir", help="where the vocabulary and token streams go")
-    args = p.parse_args(argv)
-    try:
-        prepare(args.corpus_dir, args.out_dir)
-    except DataError as e:
-        print(f"prepare_dataset.py: error: {e}", file=sys.stderr)
-        return 1
-    return 0
+    def arguments(p):
+        p.add_argument("corpus_dir", help="folder with train.txt, valid.txt and test.txt")
+        p.add_argument("out_dir", help="where the vocabulary and token streams go")
+    return prepare_cli.main(__doc__, arguments, lambda a: prepare(a.corpus_dir, a.out_dir), argv)
