@@ -62,39 +62,38 @@ class Task(abc.ABC):
     def build_optimizer(self, steps_per_epoch: int, total_steps: int) -> keras.optimizers.Optimizer:
         """The optimizer with its schedule; loss scaling is added by the trainer."""
 
-    @abc.abstractmethod
-    def train_loss(self, model: keras.Model, batch) -> tf.Tensor:
-        """The float32 scalar to minimise for one batch (regularisation included)."""
-
-    # --- state carried from one step to the next (Transformer-XL's memory) ------------------
-    # A stateless model (the default) ignores all of this. A stateful one returns its starting
-    # state from ``initial_state`` and overrides the ``*_with_state`` methods; the trainer keeps
-    # one state per micro-batch of a training step (each owns its rows of the data), one for an
+    # Every step function takes a state and returns the next one. A stateless model ignores it
+    # (it is None) and hands it back; a stateful one (Transformer-XL's memory) builds its first
+    # state from the model in ``initial_state``. The trainer keeps one state per micro-batch of
+    # a training step (each owns its rows of the data, see ``train_dataset``), one for an
     # evaluation pass and one for the inference benchmark, and passes it from step to step.
     # Training states restart from ``initial_state`` at every epoch's first step and when a run
     # resumes (checkpoints hold weights and optimizer, not the state).
-    def initial_state(self, purpose: str):
+    def initial_state(self, model: keras.Model, purpose: str):
         """None (stateless), or a nest of tensors: the state a "train", "eval" or "infer"
-        stream starts from."""
+        stream of ``model`` starts from."""
         return None
 
-    def train_loss_with_state(self, model: keras.Model, batch, state):
-        """(loss, the state the next step of these rows starts from)."""
-        return self.train_loss(model, batch), state
+    @abc.abstractmethod
+    def train_loss(self, model: keras.Model, batch, state=None) -> tuple[tf.Tensor, Any]:
+        """(the float32 scalar to minimise for one micro-batch, the state the same rows' next
+        micro-batch starts from). Regularisation is not included: the trainer adds
+        ``regularization``."""
 
-    def eval_update_with_state(self, model: keras.Model, batch, metrics, state):
-        """``eval_update`` for stateful models: returns the next batch's state."""
-        self.eval_update(model, batch, metrics)
-        return state
+    def regularization(self, model: keras.Model) -> tf.Tensor | None:
+        """A float32 scalar the trainer adds to every micro-batch's loss (weight decay as an L2
+        term), or None."""
+        return None
 
-    def infer(self, model: keras.Model, inputs, state):
+    def infer(self, model: keras.Model, inputs, state=None):
         """(outputs, next state) of one inference batch, for the inference benchmark."""
         return model(inputs, training=False), state
 
-    # Evaluation comes in one of two forms. Metrics that are sums (accuracy): ``eval_metrics`` and
-    # ``eval_update``. Metrics that need every prediction at once (COCO AP): ``eval_outputs``
-    # returns per-example tensors, the trainer gathers them from every rank in order, and rank 0
-    # calls ``summarize`` once on the whole split.
+    # Evaluation comes in one of two forms. Metrics that are sums (accuracy, perplexity):
+    # ``eval_metrics`` and ``eval_update``; the trainer adds the ranks' sums up. Metrics that
+    # need every prediction at once (COCO AP): ``eval_outputs`` returns per-example tensors, the
+    # trainer gathers them from every rank in order, and rank 0 calls ``summarize`` once on the
+    # whole split.
     gathers_eval_outputs = False
 
     def eval_outputs(self, model: keras.Model, batch) -> Mapping[str, tf.Tensor]:
@@ -109,23 +108,30 @@ class Task(abc.ABC):
         """Metrics whose variables are sums (totals and counts), so ranks can add them up."""
         return []
 
-    def eval_update(self, model: keras.Model, batch, metrics: Sequence[keras.metrics.Metric]):
-        """Updates ``metrics`` with one evaluation batch (runs inside a ``tf.function``)."""
+    def eval_update(self, model: keras.Model, batch, metrics: Sequence[keras.metrics.Metric],
+                    state=None):
+        """Updates ``metrics`` with one evaluation batch (inside a ``tf.function``); returns the
+        next batch's state."""
         raise NotImplementedError(f"{self.name} has no evaluation")
 
     # --- data ---------------------------------------------------------------------------
     @abc.abstractmethod
-    def num_train_examples(self) -> int:
-        """Examples in one training epoch (the nominal dataset size for synthetic data)."""
+    def steps_per_epoch(self) -> int:
+        """Optimizer steps in one training epoch at the run's global batch
+        (``ctx.global_batch_size``: --batch_size x --batch_chunk x processes)."""
 
     @abc.abstractmethod
     def train_dataset(self) -> tf.data.Dataset:
-        """This rank's shard of the training data: batches of ``--batch_size``, repeating."""
+        """This rank's training data, repeating: micro-batches of ``--batch_size`` rows in the
+        order the trainer consumes them. Each optimizer step takes ``--batch_chunk``
+        consecutive elements (step t's micro-batches 0..k-1, then step t + 1's) and averages
+        their gradients. For a stateful task, micro-batch c of step t + 1 continues the rows
+        of micro-batch c of step t: the trainer hands it the state that one returned."""
 
     def train_dataset_at(self, step: int) -> tf.data.Dataset:
         """The training data of a run that resumes after ``step`` optimizer steps. Shuffled data
         need not continue where they stopped (the default); ordered data (a language model's
-        streams) start at the batch the step would have read next."""
+        streams) start at the micro-batch the step would have read next."""
         return self.train_dataset()
 
     def eval_dataset(self) -> tf.data.Dataset:
@@ -173,9 +179,13 @@ class RecordTask(Task):
                                           f"prepare them with {self.prepare_script}")
 
     def num_train_examples(self) -> int:
+        """Records in the training split (the nominal ``synthetic_epoch`` for synthetic data)."""
         if self.flags.data_dir is None:
             return self.synthetic_epoch
         return tfrecord_index.count_records(self.record_files("train"), self.flags.data_idx_dir)
+
+    def steps_per_epoch(self) -> int:
+        return max(1, self.num_train_examples() // self.ctx.global_batch_size)
 
     def locate_bad_record(self, split: str) -> str | None:
         if self.flags.data_dir is None:

@@ -35,7 +35,7 @@ class Trainer:
         self.task, self.ctx = task, ctx
         self.flags, self.dist, self.log = ctx.flags, ctx.dist, ctx.logger
         self.model = task.build_model()
-        self.steps_per_epoch = max(1, task.num_train_examples() // ctx.global_batch_size)
+        self.steps_per_epoch = max(1, task.steps_per_epoch())
         self.optimizer = precision.wrap_optimizer(
             task.build_optimizer(self.steps_per_epoch, self.total_steps()), ctx.precision)
         self.optimizer.build(self.model.trainable_variables)
@@ -97,7 +97,10 @@ class Trainer:
             total, acc, new_states = 0.0, None, []
             for batch, state in zip(micro_batches, states):  # unrolled: k is fixed for the run
                 with tf.GradientTape() as tape:
-                    loss, state = task.train_loss_with_state(model, batch, state)
+                    loss, state = task.train_loss(model, batch, state)
+                    regularization = task.regularization(model)
+                    if regularization is not None:
+                        loss += regularization
                     scaled = opt.scale_loss(loss) if self.loss_scaled else loss
                 grads = tape.gradient(scaled, model.trainable_variables)
                 acc = grads if acc is None else [
@@ -140,7 +143,8 @@ class Trainer:
 
     def _initial_train_states(self) -> tuple:
         """Each micro-batch's starting state (all None for a stateless model)."""
-        return tuple(self.task.initial_state("train") for _ in range(self.flags.batch_chunk))
+        return tuple(self.task.initial_state(self.model, "train")
+                     for _ in range(self.flags.batch_chunk))
 
     def _global_items(self, micro_batches) -> int:
         """Items one optimizer step processes over every rank (for throughput)."""
@@ -240,51 +244,76 @@ class Trainer:
 
     # --- evaluation -----------------------------------------------------------------------
     def evaluate(self, epoch: int | None = None) -> dict:
-        task = self.task
-        if self._eval_step is None:
-            model, metrics, xla = self.model, self.metrics, self.ctx.precision.xla
-            if task.gathers_eval_outputs:
-                # Only the forward pass goes to XLA: post-processing such as NMS has no XLA kernel.
-                forward = tf.function(lambda x: model(x, training=False), jit_compile=xla)
-                self._eval_step = tf.function(
-                    lambda batch: task.eval_outputs(lambda x, training=False: forward(x), batch))
-            else:
-                self._eval_step = tf.function(
-                    lambda batch, state: task.eval_update_with_state(model, batch, metrics, state),
-                    jit_compile=xla)
-        for m in self.metrics:
-            m.reset_state()
-        start, items, outputs = time.perf_counter(), 0, []
-        state = task.initial_state("eval")
-        for batch in batches(task.eval_dataset(), lambda: task.locate_bad_record("eval")):
-            if task.gathers_eval_outputs:
-                outputs.append({k: v.numpy() for k, v in self._eval_step(batch).items()})
-            else:
-                state = self._eval_step(batch, state)
-            items += task.items_in(batch)
-        seconds = time.perf_counter() - start
-        total_items = int(self.dist.sum([tf.constant(items, tf.int64)])[0])
-        if total_items == 0:
-            raise DataError("the evaluation data is empty")
-        if task.gathers_eval_outputs:
-            if self.dist.any(not outputs):  # every rank must take part in the gather
-                raise DataError("a process got no evaluation examples: there are fewer "
-                                "evaluation examples than processes")
-            gathered = self.dist.allgather(
-                {k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]})
-            results = self.dist.broadcast_object(
-                {f"eval_{k}": v for k, v in task.summarize(gathered).items()}
-                if self.dist.is_chief else None)
+        """One pass over every rank's evaluation data, by the task's form of evaluation: metrics
+        that are sums, added up over ranks, or per-example outputs gathered from every rank and
+        summarised once (``Task.gathers_eval_outputs``)."""
+        if self.task.gathers_eval_outputs:
+            results, items, seconds = self._evaluate_gathered()
         else:
-            # Metric variables are totals and counts: adding them up gives the global metric.
-            for m in self.metrics:
-                for var, total in zip(m.variables, self.dist.sum([v.value for v in m.variables])):
-                    var.assign(total)
-            results = {f"eval_{m.name}": float(m.result()) for m in self.metrics}
-        results[f"eval_{task.item_unit}"] = total_items
-        results[f"eval_{task.item_unit}_per_s"] = items / seconds
+            results, items, seconds = self._evaluate_summed()
+        unit = self.task.item_unit
+        results[f"eval_{unit}_per_s"] = items / seconds
         self.log.log((epoch or 0, self.step), results, tb_step=self.step, tb_prefix="eval")
         return results
+
+    def _evaluate_summed(self) -> tuple[dict, int, float]:
+        """Metrics whose variables are totals and counts: each rank updates its own over its
+        shard (carrying a stateful model's state from batch to batch), then the variables are
+        added up over ranks, which gives the global metrics."""
+        task, model, metrics = self.task, self.model, self.metrics
+        if self._eval_step is None:
+            self._eval_step = tf.function(
+                lambda batch, state: task.eval_update(model, batch, metrics, state),
+                jit_compile=self.ctx.precision.xla)
+        for m in metrics:
+            m.reset_state()
+        start, items, state = time.perf_counter(), 0, task.initial_state(model, "eval")
+        for batch in self._eval_batches():
+            state = self._eval_step(batch, state)
+            items += task.items_in(batch)
+        seconds = time.perf_counter() - start
+        total = self._total_eval_items(items)
+        for m in metrics:
+            for var, value in zip(m.variables, self.dist.sum([v.value for v in m.variables])):
+                var.assign(value)
+        results = {f"eval_{m.name}": float(m.result()) for m in metrics}
+        return {**results, f"eval_{task.item_unit}": total}, items, seconds
+
+    def _evaluate_gathered(self) -> tuple[dict, int, float]:
+        """Per-example outputs: every rank's, in order, gathered; rank 0 summarises the whole
+        split once (COCO AP) and every rank gets its results."""
+        task = self.task
+        if self._eval_step is None:
+            # Only the forward pass goes to XLA: post-processing such as NMS has no XLA kernel.
+            forward = tf.function(lambda x: self.model(x, training=False),
+                                  jit_compile=self.ctx.precision.xla)
+            self._eval_step = tf.function(
+                lambda batch: task.eval_outputs(lambda x, training=False: forward(x), batch))
+        start, items, outputs = time.perf_counter(), 0, []
+        for batch in self._eval_batches():
+            outputs.append({k: v.numpy() for k, v in self._eval_step(batch).items()})
+            items += task.items_in(batch)
+        seconds = time.perf_counter() - start
+        total = self._total_eval_items(items)
+        if self.dist.any(not outputs):  # every rank must take part in the gather
+            raise DataError("a process got no evaluation examples: there are fewer "
+                            "evaluation examples than processes")
+        gathered = self.dist.allgather(
+            {k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]})
+        results = self.dist.broadcast_object(
+            {f"eval_{k}": v for k, v in task.summarize(gathered).items()}
+            if self.dist.is_chief else None)
+        return {**results, f"eval_{task.item_unit}": total}, items, seconds
+
+    def _eval_batches(self):
+        return batches(self.task.eval_dataset(), lambda: self.task.locate_bad_record("eval"))
+
+    def _total_eval_items(self, items: int) -> int:
+        """Items evaluated over every rank; an empty evaluation stops the run."""
+        total = int(self.dist.sum([tf.constant(items, tf.int64)])[0])
+        if total == 0:
+            raise DataError("the evaluation data is empty")
+        return total
 
     # --- benchmarks -----------------------------------------------------------------------
     def benchmark_training(self) -> dict:
@@ -317,7 +346,7 @@ class Trainer:
         infer = tf.function(lambda x, state: task.infer(model, x, state),
                             jit_compile=self.ctx.precision.xla)
         data = batches(task.inference_dataset())
-        times, state = [], task.initial_state("infer")
+        times, state = [], task.initial_state(model, "infer")
         for i in range(1, f.num_iter + 1):
             batch = next(data)
             inputs = task.inference_inputs(batch)

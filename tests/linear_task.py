@@ -30,12 +30,12 @@ class LinearTask(Task):
     def build_optimizer(self, steps_per_epoch, total_steps):
         return keras.optimizers.SGD(LR)
 
-    def train_loss(self, model, batch):
+    def train_loss(self, model, batch, state=None):
         x, y = batch
-        return tf.reduce_mean(tf.square(tf.cast(model(x), tf.float32) - y))
+        return tf.reduce_mean(tf.square(tf.cast(model(x), tf.float32) - y)), state
 
-    def num_train_examples(self):
-        return 1000 * self.ctx.global_batch_size
+    def steps_per_epoch(self):
+        return 1000
 
     def train_dataset(self):
         r = self.ctx.dist.rank

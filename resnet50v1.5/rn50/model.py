@@ -91,3 +91,10 @@ def build_resnet(arch: str = "resnet50", num_classes: int = 1000, image_size: in
     logits = layers.Dense(num_classes, dtype="float32", name="logits",
                           kernel_initializer=keras.initializers.RandomNormal(stddev=0.01))(x)
     return keras.Model(inputs, logits, name=arch)  # (N, num_classes) float32
+
+
+def decayed_kernels(model: keras.Model) -> list:
+    """Convolution and classifier kernels: what NVIDIA's weight decay (L2) applies to; batch
+    norm's scales and offsets and the classifier's bias are not decayed."""
+    return [layer.kernel for layer in model.layers
+            if isinstance(layer, (layers.Conv2D, layers.Dense))]

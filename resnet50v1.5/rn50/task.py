@@ -20,7 +20,7 @@ from common.errors import UsageError
 from common.images import read_image
 from common.task import RecordTask
 from rn50 import tfdata_pipeline
-from rn50.model import ARCHS, build_resnet
+from rn50.model import ARCHS, build_resnet, decayed_kernels
 from rn50.schedules import build_schedule
 
 IMAGENET_TRAIN_IMAGES = 1_281_167  # the nominal epoch of synthetic data
@@ -70,7 +70,6 @@ class ResNetTask(RecordTask):
         if f.data_format == "NCHW" and not tf.config.list_physical_devices("GPU"):
             raise UsageError("--data_format NCHW needs a GPU (TensorFlow's CPU kernels are NHWC)")
         self.class_names = self._read_class_names()
-        self._decayed = []
 
     def _read_class_names(self):
         path = os.path.join(self.flags.data_dir or "", "labels.txt")
@@ -86,11 +85,8 @@ class ResNetTask(RecordTask):
     # --- model and optimisation ---------------------------------------------------------
     def build_model(self):
         f = self.flags
-        model = build_resnet(f.arch, f.num_classes, f.image_size, f.data_format,
-                             f.zero_init_residual)
-        self._decayed = [layer.kernel for layer in model.layers
-                         if isinstance(layer, (keras.layers.Conv2D, keras.layers.Dense))]
-        return model
+        return build_resnet(f.arch, f.num_classes, f.image_size, f.data_format,
+                            f.zero_init_residual)
 
     def build_optimizer(self, steps_per_epoch, total_steps):
         f = self.flags
@@ -99,25 +95,28 @@ class ResNetTask(RecordTask):
                                   warmup_steps=int(f.lr_warmup_epochs * steps_per_epoch))
         return keras.optimizers.SGD(learning_rate=schedule, momentum=f.momentum)
 
-    def train_loss(self, model, batch):
+    def train_loss(self, model, batch, state=None):
         images, targets = batch  # targets: (N, classes) float32, smoothed by the loss below
         logits = model(images, training=True)  # (N, classes) float32 under any policy
-        loss = tf.reduce_mean(keras.losses.categorical_crossentropy(
-            targets, logits, from_logits=True, label_smoothing=self.flags.label_smoothing))
-        if self.flags.weight_decay:
-            loss += self.flags.weight_decay * tf.add_n(
-                [tf.nn.l2_loss(tf.cast(w, tf.float32)) for w in self._decayed])
-        return loss
+        return tf.reduce_mean(keras.losses.categorical_crossentropy(
+            targets, logits, from_logits=True, label_smoothing=self.flags.label_smoothing)), state
+
+    def regularization(self, model):
+        if not self.flags.weight_decay:
+            return None
+        return self.flags.weight_decay * tf.add_n(
+            [tf.nn.l2_loss(tf.cast(w, tf.float32)) for w in decayed_kernels(model)])
 
     def eval_metrics(self):
         return [keras.metrics.SparseCategoricalAccuracy(name="top1"),
                 keras.metrics.SparseTopKCategoricalAccuracy(k=5, name="top5")]
 
-    def eval_update(self, model, batch, metrics):
+    def eval_update(self, model, batch, metrics, state=None):
         images, labels = batch
         logits = model(images, training=False)
         for m in metrics:
             m.update_state(labels, logits)
+        return state
 
     # --- data ---------------------------------------------------------------------------
     def record_check(self):

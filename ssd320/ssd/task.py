@@ -79,7 +79,6 @@ class SSDTask(RecordTask):
                              f"{self.label_map['num_classes']} in label_map.json")
         self.anchors = anchor_gen.generate(f.image_size)  # (A, 4) normalised
         self.names = {c["id"]: c["name"] for c in (self.label_map or {}).get("categories", [])}
-        self._decayed = []
 
     def _read_label_map(self):
         path = os.path.join(self.flags.data_dir or "", "label_map.json")
@@ -95,7 +94,6 @@ class SSDTask(RecordTask):
     def build_model(self):
         f = self.flags
         model = build_ssd(f.arch, f.num_classes, f.image_size, f.freeze_bn)
-        self._decayed = decayed_kernels(model)
         if f.backbone_checkpoint:
             from ssd.backbone import load_trunk
             n = load_trunk(model, f.backbone_checkpoint, ARCHS[f.arch].trunk)
@@ -111,14 +109,16 @@ class SSDTask(RecordTask):
                                 warmup_start=f.lr_warmup_ratio * peak)
         return keras.optimizers.SGD(learning_rate=schedule, momentum=f.momentum)
 
-    def train_loss(self, model, batch):
+    def train_loss(self, model, batch, state=None):
         out = model(batch["images"], training=True)
-        loss = losses.detection_loss(out["cls_logits"], out["box_codes"], batch["cls"],
-                                     batch["box"])[0]
-        if self.flags.weight_decay:
-            loss += self.flags.weight_decay * tf.add_n(
-                [tf.nn.l2_loss(tf.cast(w, tf.float32)) for w in self._decayed])
-        return loss
+        return losses.detection_loss(out["cls_logits"], out["box_codes"], batch["cls"],
+                                     batch["box"])[0], state
+
+    def regularization(self, model):
+        if not self.flags.weight_decay:
+            return None
+        return self.flags.weight_decay * tf.add_n(
+            [tf.nn.l2_loss(tf.cast(w, tf.float32)) for w in decayed_kernels(model)])
 
     def detect(self, model, images):
         out = model(images, training=False)

@@ -207,7 +207,6 @@ class TransformerXLTask(Task):
         model = TransformerXL(self.cfg, name="transformerxl")
         b = self.flags.batch_size
         model(tf.zeros((b, 2), tf.int32), model.initial_mems(b), tf.zeros((b, 2), tf.int32))
-        self._model = model  # its initial_mems make the states below
         return model
 
     def effective_settings(self):
@@ -220,17 +219,14 @@ class TransformerXLTask(Task):
         return NvidiaLamb(learning_rate=schedule, decay=f.weight_decay,
                           global_clipnorm=f.clip or None)
 
-    def train_loss(self, model, batch):
-        raise NotImplementedError("Transformer-XL trains with its memory: train_loss_with_state")
-
-    def initial_state(self, purpose):
+    def initial_state(self, model, purpose):
+        """Zero memories: --mem_len of them per training row, --eval_mem_len in evaluation."""
         f = self.flags
         if purpose == "train":
-            return tuple(self._model.initial_mems(f.batch_size))
-        return tuple(self._model.initial_mems(f.eval_batch_size // self.ctx.dist.size,
-                                              f.eval_mem_len))
+            return tuple(model.initial_mems(f.batch_size))
+        return tuple(model.initial_mems(f.eval_batch_size // self.ctx.dist.size, f.eval_mem_len))
 
-    def train_loss_with_state(self, model, batch, state):
+    def train_loss(self, model, batch, state=None):
         inputs, targets = batch
         nll, mems = model(inputs, list(state), targets, training=True)
         return tf.reduce_mean(nll), tuple(mems)
@@ -246,21 +242,21 @@ class TransformerXLTask(Task):
         return [PerplexityMetric("ppl", True, self.flags.eval_batch_size),
                 PerplexityMetric("ppl_token_weighted", False)]
 
-    def eval_update_with_state(self, model, batch, metrics, state):
+    def eval_update(self, model, batch, metrics, state=None):
         nll, state = self._eval_forward(model, batch, state)
         for m in metrics:
             m.update_state(nll)
         return state
 
-    def infer(self, model, inputs, state):
+    def infer(self, model, inputs, state=None):
         return self._eval_forward(model, inputs, state)
 
     # --- data ---------------------------------------------------------------------------
-    def num_train_examples(self):
-        """Row-segments in one epoch (the trainer divides by the global batch in rows)."""
-        rows, tgt = self.ctx.global_batch_size, self.flags.tgt_len
+    def steps_per_epoch(self):
+        """Segments of --tgt_len in each of the global batch's contiguous rows."""
         total = WT103_TRAIN_TOKENS if self.flags.data_dir is None else len(self.tokens("train"))
-        return tfdata_pipeline.steps_per_epoch(total, rows, tgt) * rows
+        return tfdata_pipeline.steps_per_epoch(total, self.ctx.global_batch_size,
+                                               self.flags.tgt_len)
 
     def train_dataset(self):
         return self.train_dataset_at(0)
