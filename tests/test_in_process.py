@@ -20,7 +20,8 @@ from common import dllogger, runner
 from rn50.model import build_resnet
 from rn50.task import ResNetTask
 from ssd.model import build_ssd
-from txl.model import TransformerXL, TXLConfig
+from txl.config import preset_config
+from txl.model import TransformerXL
 
 ARGS = ["--mode", "train", "--iter_unit", "batch", "--num_iter", "4", "--seed", "3", *TINY]
 PRECISION = {"fp32": [], "amp": ["--amp"]}
@@ -70,8 +71,7 @@ def _random_kernels(model):
 def _builds():
     yield "resnet50", lambda: build_resnet("resnet50", 10, 64)
     yield "ssd tiny", lambda: build_ssd("resnet_tiny", 4, 128)
-    cfg = TXLConfig(vocab_size=60, n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32,
-                    cutoffs=(20, 40), mem_len=4)
+    cfg = preset_config("tiny", vocab_size=60, mem_len=4, dropout=0.1)
 
     def txl():
         model = TransformerXL(cfg)

@@ -31,10 +31,8 @@ RUNS = {
                                   "32", "--batch_size", "8", "--lr_warmup_epochs", "0"]),
     "ssd320": (SSDTask, ["--arch", "resnet_tiny", "--image_size", "128", "--batch_size", "4",
                          "--lr_warmup_steps", "2"]),
-    "transformerxl": (TransformerXLTask, [
-        "--n_layer", "2", "--d_model", "32", "--n_head", "2", "--d_head", "16", "--d_inner", "64",
-        "--tgt_len", "8", "--mem_len", "8", "--batch_size", "4", "--cutoffs", "20,60",
-        "--vocab_size", "100", "--dropout", "0.1"]),
+    "transformerxl": (TransformerXLTask, ["--preset", "tiny", "--vocab_size", "100",
+                                          "--dropout", "0.1"]),
 }
 PRECISIONS = {"fp32": [], "amp": ["--amp"]}
 RTOL = {"fp32": (2e-3, 2e-3), "amp": (2e-3, 3e-2)}  # (first step, later steps)

@@ -6,9 +6,10 @@ import pytest
 import tensorflow as tf
 
 from txl import tfdata_pipeline
+from txl.config import preset_config
 from txl.generate import generate
-from txl.model import TransformerXL, TXLConfig
-from txl.task import PerplexityMetric
+from txl.metrics import PerplexityMetric
+from txl.model import TransformerXL
 
 
 def test_segments_cover_each_stream_in_order_with_a_shorter_last_one():
@@ -36,8 +37,7 @@ def test_perplexity_weighs_segments_equally_as_nvidia_does():
 
 def _model(mem_len):
     tf.keras.utils.set_random_seed(0)
-    cfg = TXLConfig(vocab_size=30, n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32,
-                    cutoffs=(10,), dropout=0.0, mem_len=mem_len)
+    cfg = preset_config("tiny", vocab_size=30, cutoffs=(10,), mem_len=mem_len)
     model = TransformerXL(cfg)
     model(tf.zeros((1, 2), tf.int32), model.initial_mems(1), tf.zeros((1, 2), tf.int32))
     return model

@@ -16,11 +16,7 @@ from common.dllogger import last_summary, read_records, step_logs
 from txl.task import TransformerXLTask
 
 MAIN = os.path.join(ROOT, "transformerxl", "main.py")
-TINY = ["--n_layer", "2", "--d_model", "32", "--n_head", "2", "--d_head", "16",
-        "--d_inner", "64", "--tgt_len", "8", "--mem_len", "8", "--eval_tgt_len", "8",
-        "--eval_mem_len", "16", "--eval_clamp_len", "12", "--eval_batch_size", "4",
-        "--batch_size", "4", "--cutoffs", "20,60", "--dropout", "0", "--seed", "3",
-        "--lr_warmup_steps", "2", "--display_every", "1"]
+TINY = ["--preset", "tiny", "--seed", "3", "--lr_warmup_steps", "2", "--display_every", "1"]
 
 
 @pytest.fixture(scope="module")

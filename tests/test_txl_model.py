@@ -5,10 +5,8 @@ import pytest
 import tensorflow as tf
 from conftest import dtype_policy
 
+from txl.config import preset_config
 from txl.model import TransformerXL, TXLConfig
-
-TINY = dict(n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32, cutoffs=(20, 40),
-            dropout=0.0)
 
 
 def _count(variables):
@@ -24,22 +22,22 @@ def test_base_model_has_191965658_parameters_at_wikitext103_size():
 
 def test_a_segment_with_the_previous_in_memory_equals_both_scored_together():
     rng = np.random.default_rng(0)
-    model = TransformerXL(TXLConfig(vocab_size=60, mem_len=6, **TINY))
+    model = TransformerXL(preset_config("tiny", vocab_size=60, mem_len=6))
     x = tf.constant(rng.integers(0, 60, (2, 12)), tf.int32)
     y = tf.constant(rng.integers(0, 60, (2, 12)), tf.int32)
-    empty = [tf.zeros((2, 0, 16)) for _ in range(2)]
+    empty = [tf.zeros((2, 0, 32)) for _ in range(2)]
     joint, _ = model(x, empty, y)
     first, mems = model(x[:, :6], empty, y[:, :6])
     second, mems2 = model(x[:, 6:], mems, y[:, 6:])
     np.testing.assert_allclose(first, joint[:, :6], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(second, joint[:, 6:], rtol=1e-4, atol=1e-4)
-    assert [m.shape for m in mems2] == [(2, 6, 16)] * 2  # memory stays at mem_len
+    assert [m.shape for m in mems2] == [(2, 6, 32)] * 2  # memory stays at mem_len
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_mixed_precision_keeps_the_loss_and_layer_norm_in_float32(policy):
     with dtype_policy(policy):
-        model = TransformerXL(TXLConfig(vocab_size=60, mem_len=4, **TINY))
+        model = TransformerXL(preset_config("tiny", vocab_size=60, mem_len=4))
         x = tf.zeros((2, 5), tf.int32)
         nll, mems = model(x, model.initial_mems(2), x)
         assert nll.dtype == tf.float32 and all(m.dtype == tf.float32 for m in mems)

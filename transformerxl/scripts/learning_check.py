@@ -42,11 +42,7 @@ from common import dllogger, runner  # noqa: E402
 from txl.plays import WHEEL, write_corpus  # noqa: E402
 
 PRECISIONS = {"fp32": [], "amp": ["--amp"]}
-RECIPE = ["--n_layer", "4", "--d_model", "256", "--n_head", "4", "--d_head", "64",
-          "--d_inner", "1024", "--tgt_len", "64", "--mem_len", "64", "--batch_size", "16",
-          "--cutoffs", "2000,10000", "--dropout", "0.1", "--lr", "0.01",
-          "--lr_warmup_steps", "100", "--eval_tgt_len", "64", "--eval_mem_len", "128",
-          "--eval_clamp_len", "128", "--display_every", "50"]
+RECIPE = ["--preset", "small", "--display_every", "50"]  # txl/config.py's PRESETS["small"]
 
 
 def prepare(root: str, wheel: str) -> str:

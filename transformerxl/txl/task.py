@@ -13,135 +13,38 @@ it). The memory is the per-run state that ``common/trainer.py`` carries from ste
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
-import json
 import os
 
-import keras
 import numpy as np
 import tensorflow as tf
-from absl import flags
 
-from common import flags as common_flags
 from common.errors import DataError, UsageError
 from common.schedules import WarmupCosine
 from common.task import Task
-from txl import tfdata_pipeline
+from txl import config, tfdata_pipeline
+from txl.config import WT103_TRAIN_TOKENS
+from txl.export import export
 from txl.generate import generate
 from txl.lamb import NvidiaLamb
-from txl.model import WT103_CUTOFFS, TransformerXL, TXLConfig
-
-WT103_VOCAB = 267_735
-WT103_TRAIN_TOKENS = 103_227_021  # the nominal epoch of synthetic data
-SPLITS = ("train", "valid", "test")
-
-
-def define_flags(fv: flags.FlagValues) -> None:
-    d = dict(flag_values=fv)
-    # Model (NVIDIA's names and base values).
-    flags.DEFINE_integer("n_layer", 16, "Layers.", lower_bound=1, **d)
-    flags.DEFINE_integer("d_model", 512, "Model width (and embedding size).", lower_bound=2, **d)
-    flags.DEFINE_integer("n_head", 8, "Attention heads.", lower_bound=1, **d)
-    flags.DEFINE_integer("d_head", 64, "Width of each head.", lower_bound=1, **d)
-    flags.DEFINE_integer("d_inner", 2048, "Feed-forward inner width.", lower_bound=1, **d)
-    flags.DEFINE_integer("div_val", 1, "Adaptive embedding divisor (only 1, NVIDIA's base: "
-                         "one embedding tied to the softmax, no projections).", **d)
-    flags.DEFINE_list("cutoffs", [str(c) for c in WT103_CUTOFFS], "Adaptive softmax cluster "
-                      "boundaries (those at or above the vocabulary size are dropped).", **d)
-    flags.DEFINE_float("dropout", 0.1, "Dropout.", lower_bound=0, upper_bound=0.99, **d)
-    flags.DEFINE_float("dropatt", 0.0, "Dropout on attention probabilities.", lower_bound=0,
-                       upper_bound=0.99, **d)
-    flags.DEFINE_float("init_std", 0.02, "Weights are initialised from N(0, init_std).", **d)
-    flags.DEFINE_integer("tgt_len", 192, "Tokens per training segment.", lower_bound=1, **d)
-    flags.DEFINE_integer("mem_len", 192, "Memory length in training.", lower_bound=0, **d)
-    flags.DEFINE_integer("clamp_len", -1, "Clamp relative distances above this (-1: never).", **d)
-    flags.DEFINE_boolean("same_length", False, "Every query sees the same number of keys.", **d)
-    flags.DEFINE_integer("vocab_size", WT103_VOCAB, "Vocabulary size of synthetic data (with "
-                         "--data_dir it is read from vocab.txt).", lower_bound=2, **d)
-    # Optimisation.
-    flags.DEFINE_float("lr", 0.01, "Peak learning rate (NVIDIA's --learning_rate).", **d)
-    flags.DEFINE_integer("lr_warmup_steps", 1000, "Linear learning-rate warm-up steps "
-                         "(NVIDIA's --warmup_steps; ours counts benchmark warm-up).",
-                         lower_bound=0, **d)
-    flags.DEFINE_float("min_lr_ratio", 0.1, "The cosine ends at this fraction of --lr.",
-                       lower_bound=0, upper_bound=1, **d)
-    flags.DEFINE_float("clip", 0.25, "Clip gradients to this global norm (after the "
-                       "allreduce); 0: no clipping.", lower_bound=0, **d)
-    flags.DEFINE_float("weight_decay", 0.01, "LAMB weight decay (on every variable).",
-                       lower_bound=0, **d)
-    # Evaluation (NVIDIA's protocol).
-    flags.DEFINE_enum("eval_split", None, ("valid", "test"), "Split to evaluate (default: valid "
-                      "in train_and_evaluate, test in evaluate).", **d)
-    flags.DEFINE_integer("eval_batch_size", 16, "Evaluation streams (all processes together).",
-                         lower_bound=1, **d)
-    flags.DEFINE_integer("eval_tgt_len", 64, "Tokens per evaluation segment.", lower_bound=1, **d)
-    flags.DEFINE_integer("eval_mem_len", 640, "Memory length in evaluation.", lower_bound=0, **d)
-    flags.DEFINE_integer("eval_clamp_len", 400, "clamp_len in evaluation.", **d)
-    flags.DEFINE_boolean("eval_same_length", True, "same_length in evaluation.", **d)
-    # Prediction.
-    flags.DEFINE_integer("gen_len", 50, "predict: words to generate after each prompt.",
-                         lower_bound=1, **d)
-    flags.DEFINE_boolean("sample", False, "predict: sample (with --temperature and --top_k) "
-                         "instead of taking the most likely word.", **d)
-    flags.DEFINE_float("temperature", 1.0, "predict: sampling temperature.", **d)
-    flags.DEFINE_integer("top_k", 0, "predict: sample among the k most likely words (0: all).",
-                         lower_bound=0, **d)
-    common_flags.require_positive(fv, "lr", "temperature", "init_std")
-    flags.register_validator("div_val", lambda v: v == 1, flag_values=fv,
-                             message="--div_val: only 1 is implemented (NVIDIA's base model)")
-
-
-class PerplexityMetric(keras.metrics.Metric):
-    """exp(mean NLL). Its variables are sums, so ranks can add them up (common/trainer.py).
-    ``per_segment``: NVIDIA's figure, each segment's mean NLL weighted equally; a rank holding
-    ``rows`` of the ``global_rows`` streams adds that fraction of a segment. Otherwise the mean
-    over every token."""
-
-    def __init__(self, name: str, per_segment: bool, global_rows: int = 1):
-        super().__init__(name=name, dtype="float32")
-        self.per_segment, self.global_rows = per_segment, global_rows
-        self.loss_sum = self.add_variable(shape=(), initializer="zeros", name="loss_sum",
-                                          dtype="float64")
-        self.weight = self.add_variable(shape=(), initializer="zeros", name="weight",
-                                        dtype="float64")
-
-    def update_state(self, nll):
-        nll = tf.cast(nll, tf.float64)
-        rows, tokens = tf.cast(tf.shape(nll)[0], tf.float64), tf.cast(tf.size(nll), tf.float64)
-        total = tf.reduce_sum(nll)
-        if self.per_segment:  # (sum / (rows * q)) * (rows / global_rows)
-            self.loss_sum.assign_add(total / tokens * rows / self.global_rows)
-            self.weight.assign_add(rows / self.global_rows)
-        else:
-            self.loss_sum.assign_add(total)
-            self.weight.assign_add(tokens)
-
-    def result(self):
-        return tf.exp(self.loss_sum / tf.maximum(self.weight, 1e-30))
+from txl.metrics import PerplexityMetric
+from txl.model import TransformerXL
 
 
 class TransformerXLTask(Task):
     name = "transformerxl"
     item_unit = "tokens"
     flag_defaults = {"batch_size": 256, "num_iter": 40000, "iter_unit": "batch"}
-    define_flags = staticmethod(define_flags)
+    define_flags = staticmethod(config.define_flags)
 
     def __init__(self, ctx):
         super().__init__(ctx)
         f, dist = self.flags, ctx.dist
+        config.apply_preset(f)
         self.vocab = self._read_vocab() if f.data_dir else None
         vocab_size = len(self.vocab) if self.vocab else f.vocab_size
-        try:
-            cutoffs = tuple(int(c) for c in f.cutoffs)
-        except ValueError:
-            raise UsageError(f"--cutoffs {','.join(f.cutoffs)}: give integers") from None
         amp = ctx.precision.policy != "float32"
-        self.cfg = TXLConfig(
-            vocab_size=vocab_size, n_layer=f.n_layer, d_model=f.d_model, n_head=f.n_head,
-            d_head=f.d_head, d_inner=f.d_inner, cutoffs=cutoffs, dropout=f.dropout,
-            dropatt=f.dropatt, mem_len=f.mem_len, clamp_len=f.clamp_len,
-            same_length=f.same_length, init_std=f.init_std, pad_multiple=8 if amp else 1)
+        self.cfg = config.model_config(f, vocab_size, amp)
         if amp:
             odd = {k: v for k, v in (("d_model", f.d_model), ("d_inner", f.d_inner),
                                      ("n_head x d_head", f.n_head * f.d_head)) if v % 8}
@@ -330,33 +233,4 @@ class TransformerXLTask(Task):
         return records
 
     def export(self, model, export_dir):
-        """A SavedModel with two signatures over (B, Q) int32 tokens and the memory
-        (n_layer, B, M, d_model) float32 (zeros of any M to start; M grows up to --mem_len):
-        ``serving_default`` -> the next word's log-probabilities (B, vocab) and the new memory;
-        ``score`` (also given targets) -> the NLL (B, Q) and the new memory."""
-        cfg = self.cfg
-        module = tf.Module()
-        # The variables, not the Keras model: saving the model would trace its own default
-        # signature, which a call with memories and targets does not have.
-        module.weights = [v.value for v in model.variables]
-        tokens = tf.TensorSpec([None, None], tf.int32, name="tokens")
-        mems = tf.TensorSpec([cfg.n_layer, None, None, cfg.d_model], tf.float32, name="mems")
-
-        @tf.function(input_signature=[tokens, mems])
-        def next_word(tokens, mems):
-            logp, new = model.log_prob(tokens, tf.unstack(mems, cfg.n_layer))
-            return {"log_probs": logp[:, -1], "mems": tf.stack(new)}
-
-        @tf.function(input_signature=[tokens, tf.TensorSpec([None, None], tf.int32,
-                                                            name="targets"), mems])
-        def score(tokens, targets, mems):
-            nll, new = model(tokens, tf.unstack(mems, cfg.n_layer), targets, training=False)
-            return {"nll": nll, "mems": tf.stack(new)}
-        module.next_word, module.score = next_word, score
-        tf.saved_model.save(module, export_dir,
-                            signatures={"serving_default": next_word, "score": score})
-        with open(os.path.join(export_dir, "config.json"), "w") as fh:
-            json.dump(dataclasses.asdict(cfg), fh, indent=1)
-        if self.vocab:
-            with open(os.path.join(export_dir, "vocab.txt"), "w", encoding="utf-8") as fh:
-                fh.write("".join(w + "\n" for w in self.vocab))
+        export(model, self.cfg, self.vocab, export_dir)
