@@ -15,13 +15,12 @@ import tensorflow as tf
 from absl import flags
 
 from common import flags as common_flags
-from common import tfrecord_index
+from common import schedules, tfrecord_index
 from common.errors import UsageError
 from common.images import read_image
 from common.task import RecordTask
 from rn50 import tfdata_pipeline
 from rn50.model import ARCHS, build_resnet, decayed_kernels
-from rn50.schedules import build_schedule
 
 IMAGENET_TRAIN_IMAGES = 1_281_167  # the nominal epoch of synthetic data
 
@@ -91,8 +90,11 @@ class ResNetTask(RecordTask):
     def build_optimizer(self, steps_per_epoch, total_steps):
         f = self.flags
         peak = f.lr_init * self.ctx.global_batch_size / 256  # the linear scaling rule
-        schedule = build_schedule(f.lr_schedule, peak, total_steps,
-                                  warmup_steps=int(f.lr_warmup_epochs * steps_per_epoch))
+        warmup = int(f.lr_warmup_epochs * steps_per_epoch)
+        # NVIDIA's warm-up reaches the peak at its last step: (step + 1) / warmup_steps.
+        schedule = (schedules.cosine(peak, warmup, total_steps, offset=1.0)
+                    if f.lr_schedule == "cosine"
+                    else schedules.steps(peak, warmup, total_steps, offset=1.0))
         return keras.optimizers.SGD(learning_rate=schedule, momentum=f.momentum)
 
     def train_loss(self, model, batch, state=None):

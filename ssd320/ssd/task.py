@@ -16,10 +16,9 @@ import tensorflow as tf
 from absl import flags
 
 from common import flags as common_flags
-from common import tfrecord_index
+from common import schedules, tfrecord_index
 from common.errors import DataError, UsageError
 from common.images import normalize, read_image
-from common.schedules import WarmupCosine
 from common.task import RecordTask
 from ssd import anchors as anchor_gen
 from ssd import coco_eval, losses, postprocess, tfdata_pipeline
@@ -105,8 +104,8 @@ class SSDTask(RecordTask):
         peak = f.lr_init * batch / REFERENCE_BATCH
         warmup = (f.lr_warmup_steps if f.lr_warmup_steps is not None
                   else round(1000 * REFERENCE_BATCH / batch))
-        schedule = WarmupCosine(peak, min(warmup, total_steps), total_steps,
-                                warmup_start=f.lr_warmup_ratio * peak)
+        schedule = schedules.cosine(peak, min(warmup, total_steps), total_steps,
+                                    warmup_start=f.lr_warmup_ratio * peak)
         return keras.optimizers.SGD(learning_rate=schedule, momentum=f.momentum)
 
     def train_loss(self, model, batch, state=None):

@@ -19,8 +19,8 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from common import schedules
 from common.errors import DataError, UsageError
-from common.schedules import WarmupCosine
 from common.task import Task
 from txl import config, tfdata_pipeline
 from txl.config import WT103_TRAIN_TOKENS
@@ -117,8 +117,8 @@ class TransformerXLTask(Task):
 
     def build_optimizer(self, steps_per_epoch, total_steps):
         f = self.flags
-        schedule = WarmupCosine(f.lr, min(f.lr_warmup_steps, total_steps), total_steps,
-                                final=f.min_lr_ratio * f.lr)
+        schedule = schedules.cosine(f.lr, min(f.lr_warmup_steps, total_steps), total_steps,
+                                    final=f.min_lr_ratio * f.lr)
         return NvidiaLamb(learning_rate=schedule, decay=f.weight_decay,
                           global_clipnorm=f.clip or None)
 
