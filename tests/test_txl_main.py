@@ -135,8 +135,12 @@ def test_batch_chunk_with_memory_equals_one_batch_k_times_larger(tmp_path, corpu
                                rtol=1e-5)
     one, chunked = (_state(str(tmp_path / d / "checkpoints")) for d in ("one", "chunked"))
     assert one.keys() == chunked.keys() and len(one) > 50
+    # Weights: LAMB divides each moment by the root of the second one, so a weight whose
+    # gradient is tiny moves by lr x (rounding noise / itself): summing two micro-batches or
+    # one batch of rows rounds differently. TensorFlow 2.17 (NGC's) puts 4 of 2,048 elements of
+    # one kernel 5.8e-6 apart after 6 steps; a wrong accumulation moves them by about lr (1e-2).
     for k in one:
-        np.testing.assert_allclose(chunked[k], one[k], rtol=1e-4, atol=1e-6, err_msg=k)
+        np.testing.assert_allclose(chunked[k], one[k], rtol=1e-4, atol=2e-5, err_msg=k)
 
 
 def _stop_after(monkeypatch, steps):
