@@ -163,6 +163,14 @@ class Task(abc.ABC):
         model.export(export_dir, format="tf_saved_model", verbose=False)
 
 
+def l2_regularization(weight_decay: float, weights) -> tf.Tensor | None:
+    """``weight_decay`` x the sum of ``tf.nn.l2_loss`` over ``weights`` (float32), or None when
+    ``weight_decay`` is 0: the weight decay of ResNet's and SSD's SGD recipes."""
+    if not weight_decay:
+        return None
+    return weight_decay * tf.add_n([tf.nn.l2_loss(tf.cast(w, tf.float32)) for w in weights])
+
+
 class RecordTask(Task):
     """A task whose data are sharded TFRecords (``train-*``, ``validation-*``) written by its
     ``prepare_dataset.py``: the file sets, the epoch size and the bad-record locator, once."""

@@ -43,11 +43,13 @@ class Trainer:
         self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         self.metrics = list(task.eval_metrics())
         # The optimizer is saved without its loss-scale wrapper, so any precision resumes any other.
-        inner = self.optimizer.inner_optimizer if self.loss_scaled else self.optimizer
+        # The optimizer without its loss-scale wrapper: what checkpoints save and logs describe.
+        self.inner_optimizer = (self.optimizer.inner_optimizer if self.loss_scaled
+                                else self.optimizer)
         loss_scale = ({"dynamic_scale": self.optimizer.dynamic_scale,
                        "step_counter": self.optimizer.step_counter} if self.loss_scaled else None)
         self.checkpoints = checkpoints.CheckpointStore(
-            self.flags.model_dir, {"model": self.model, "optimizer": inner,
+            self.flags.model_dir, {"model": self.model, "optimizer": self.inner_optimizer,
                                    "global_step": self.global_step},
             loss_scale, keep=self.flags.keep_checkpoints, log=self.log.print)
         if self.flags.mode in ("train", "train_and_evaluate"):
@@ -167,8 +169,8 @@ class Trainer:
         PARAMETER record: the global batch, the epoch and run lengths in steps, the schedule's
         peak learning rate and warm-up (after scaling), and the task's own (``Task.
         effective_settings``), which replace the flags' values of the same names."""
-        inner = self.optimizer.inner_optimizer if self.loss_scaled else self.optimizer
-        lr = inner.get_config()["learning_rate"]  # a schedule comes serialized: its config
+        # A schedule comes serialized: its config.
+        lr = self.inner_optimizer.get_config()["learning_rate"]
         schedule = lr["config"] if isinstance(lr, dict) else {"peak": float(lr)}
         out = {"global_batch_size": self.ctx.global_batch_size,
                "steps_per_epoch": self.steps_per_epoch, "total_steps": self.total_steps(),

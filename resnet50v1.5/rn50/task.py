@@ -18,7 +18,7 @@ from common import flags as common_flags
 from common import schedules, tfrecord_index
 from common.errors import UsageError
 from common.images import read_image
-from common.task import RecordTask
+from common.task import RecordTask, l2_regularization
 from rn50 import tfdata_pipeline
 from rn50.model import ARCHS, build_resnet, decayed_kernels
 
@@ -104,10 +104,7 @@ class ResNetTask(RecordTask):
             targets, logits, from_logits=True, label_smoothing=self.flags.label_smoothing)), state
 
     def regularization(self, model):
-        if not self.flags.weight_decay:
-            return None
-        return self.flags.weight_decay * tf.add_n(
-            [tf.nn.l2_loss(tf.cast(w, tf.float32)) for w in decayed_kernels(model)])
+        return l2_regularization(self.flags.weight_decay, decayed_kernels(model))
 
     def eval_metrics(self):
         return [keras.metrics.SparseCategoricalAccuracy(name="top1"),

@@ -19,7 +19,7 @@ from common import flags as common_flags
 from common import schedules, tfrecord_index
 from common.errors import DataError, UsageError
 from common.images import normalize, read_image
-from common.task import RecordTask
+from common.task import RecordTask, l2_regularization
 from ssd import anchors as anchor_gen
 from ssd import coco_eval, losses, postprocess, tfdata_pipeline
 from ssd.model import ARCHS, build_ssd, decayed_kernels
@@ -114,10 +114,7 @@ class SSDTask(RecordTask):
                                      batch["box"])[0], state
 
     def regularization(self, model):
-        if not self.flags.weight_decay:
-            return None
-        return self.flags.weight_decay * tf.add_n(
-            [tf.nn.l2_loss(tf.cast(w, tf.float32)) for w in decayed_kernels(model)])
+        return l2_regularization(self.flags.weight_decay, decayed_kernels(model))
 
     def detect(self, model, images):
         out = model(images, training=False)
