@@ -59,6 +59,20 @@ def test_dali_and_tfdata_eval_preprocessing_agree(tmp_path):
         assert diff.mean() < 0.05 and np.percentile(diff, 99) < 0.3, (size, diff.mean())
 
 
+def test_seeded_training_data_repeat_exactly_and_other_seeds_differ(digits_records):
+    """One --seed, one stream: order, crops and flips (stateless ops keyed by each element)."""
+    files = tfrecord_index.shard_files(digits_records, "train", "test")
+
+    def first_batches(seed):
+        ds = tfdata_pipeline.dataset(files, 8, 32, True, seed=seed, num_classes=10)
+        return [(x.numpy(), y.numpy()) for x, y in ds.take(4)]
+    a, b, c = first_batches(5), first_batches(5), first_batches(6)
+    for (xa, ya), (xb, yb) in zip(a, b):
+        np.testing.assert_array_equal(xa, xb)
+        np.testing.assert_array_equal(ya, yb)
+    assert any(not np.array_equal(xa, xc) for (xa, _), (xc, _) in zip(a, c))
+
+
 @pytest.mark.parametrize("dali", [False, True])
 def test_every_mode_end_to_end(tmp_path, digits_records, dali):
     out = str(tmp_path)

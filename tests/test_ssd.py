@@ -86,6 +86,22 @@ def test_training_targets_keep_boxes_consistent_with_the_crop_and_flip(shapes_re
         assert not codes[cls == 0].any()  # codes only where an anchor is matched
 
 
+def test_seeded_training_data_repeat_exactly_and_other_seeds_differ(shapes_records):
+    """One --seed, one stream: order, flips and crops (stateless ops keyed by each element)."""
+    files = tfrecord_index.shard_files(shapes_records, "train", "test")
+    anc = anchors.generate(64)
+
+    def first_batches(seed):
+        ds = tfdata_pipeline.dataset(files, 4, 64, True, anc, 7, seed=seed)
+        return [{k: b[k].numpy() for k in ("images", "cls", "box", "image_id")}
+                for b in ds.take(4)]
+    a, b, c = first_batches(5), first_batches(5), first_batches(6)
+    for x, y in zip(a, b):
+        for key in x:
+            np.testing.assert_array_equal(x[key], y[key])
+    assert any(not np.array_equal(x["images"], z["images"]) for x, z in zip(a, c))
+
+
 def test_coco_evaluation_equals_pycocotools_run_directly(shapes_records):
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval

@@ -38,11 +38,14 @@ def record_check(num_classes: int):
     return check
 
 
-def train_image(encoded, size: int, min_area: float = 0.08):
-    """Random crop (area min_area-100%, aspect 3/4-4/3), resize to size x size, random flip."""
+def train_image(encoded, size: int, seed, min_area: float = 0.08):
+    """Random crop (area min_area-100%, aspect 3/4-4/3), resize to size x size, random flip;
+    ``seed`` ((2,) int64) decides both (stateless ops: see common/record_reader.py)."""
+    crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+
     def window(shape):
-        begin, crop, _ = tf.image.sample_distorted_bounding_box(
-            shape, bounding_boxes=tf.zeros([1, 0, 4]), min_object_covered=0.0,
+        begin, crop, _ = tf.image.stateless_sample_distorted_bounding_box(
+            shape, bounding_boxes=tf.zeros([1, 0, 4]), seed=crop_seed, min_object_covered=0.0,
             aspect_ratio_range=(3 / 4, 4 / 3), area_range=(min_area, 1.0), max_attempts=100,
             use_image_if_no_bounding_boxes=True)
         return begin, crop
@@ -59,7 +62,7 @@ def train_image(encoded, size: int, min_area: float = 0.08):
 
     image = tf.cond(tf.io.is_jpeg(encoded), jpeg, other)
     image = tf.image.resize(image, (size, size), antialias=True)
-    return normalize(tf.image.random_flip_left_right(image))
+    return normalize(tf.image.stateless_random_flip_left_right(image, flip_seed))
 
 
 def eval_image(encoded, size: int):
@@ -82,11 +85,15 @@ def dataset(files, batch_size: int, image_size: int, training: bool, rank: int =
             num_classes: int = 1000) -> tf.data.Dataset:
     """Batches of (images (N, size, size, 3) float32, labels (N,) int32) for this rank."""
     ds = record_reader.rank_records(files, training, rank, world, seed)
-
-    def preprocess(record):
-        encoded, label = parse(record, num_classes)
-        image = (train_image(encoded, image_size, min_area) if training
-                 else eval_image(encoded, image_size))
-        return image, label
-    ds = ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE, deterministic=not training)
+    if training:
+        def preprocess(record, element_seed):
+            encoded, label = parse(record, num_classes)
+            return train_image(encoded, image_size, element_seed, min_area), label
+        ds = record_reader.element_seeds(ds, seed)
+    else:
+        def preprocess(record):
+            encoded, label = parse(record, num_classes)
+            return eval_image(encoded, image_size), label
+    ds = ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE,
+                deterministic=record_reader.keeps_order(training, seed))
     return ds.batch(batch_size, drop_remainder=training).prefetch(tf.data.AUTOTUNE)

@@ -58,9 +58,9 @@ def flip(image, boxes):
     return tf.image.flip_left_right(image), tf.stack([ymin, 1 - xmax, ymax, 1 - xmin], -1)
 
 
-def random_crop(image, boxes, classes):
-    begin, size, window = tf.image.sample_distorted_bounding_box(
-        tf.shape(image), bounding_boxes=tf.zeros([1, 0, 4]), min_object_covered=0.0,
+def random_crop(image, boxes, classes, seed):
+    begin, size, window = tf.image.stateless_sample_distorted_bounding_box(
+        tf.shape(image), bounding_boxes=tf.zeros([1, 0, 4]), seed=seed, min_object_covered=0.0,
         aspect_ratio_range=CROP_ASPECT, area_range=CROP_AREA, max_attempts=100,
         use_image_if_no_bounding_boxes=True)
     wy0, wx0, wy1, wx1 = tf.unstack(window[0, 0])
@@ -82,12 +82,15 @@ def finish(image, boxes, classes, ex, anchors) -> dict:
             "height": ex["height"], "width": ex["width"]}
 
 
-def preprocess(ex, image_size: int, training: bool, anchors):
+def preprocess(ex, image_size: int, anchors, seed=None):
+    """Training with ``seed`` ((2,) int64, the stateless ops' seed: common/record_reader.py),
+    evaluation without."""
     image, boxes, classes = decode(ex["encoded"]), ex["boxes"], ex["classes"]
-    if training:
-        image, boxes = tf.cond(tf.random.uniform([]) < 0.5, lambda: flip(image, boxes),
-                               lambda: (image, boxes))
-        image, boxes, classes = random_crop(image, boxes, classes)
+    if seed is not None:
+        flip_seed, crop_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+        image, boxes = tf.cond(tf.random.stateless_uniform([], flip_seed) < 0.5,
+                               lambda: flip(image, boxes), lambda: (image, boxes))
+        image, boxes, classes = random_crop(image, boxes, classes, crop_seed)
     image = tf.image.resize(image, (image_size, image_size), method="bilinear")
     return finish(normalize(image), boxes, classes, ex, anchors)
 
@@ -97,6 +100,12 @@ def dataset(files, batch_size: int, image_size: int, training: bool, anchors, nu
     """Batches of the dicts above for this rank; training repeats, evaluation is one pass."""
     anchors = tf.constant(anchors)
     ds = record_reader.rank_records(files, training, rank, world, seed, shuffle_buffer=2048)
-    ds = ds.map(lambda r: preprocess(parse(r, num_classes), image_size, training, anchors),
-                num_parallel_calls=tf.data.AUTOTUNE, deterministic=not training)
+    if training:
+        ds = record_reader.element_seeds(ds, seed).map(
+            lambda r, s: preprocess(parse(r, num_classes), image_size, anchors, s),
+            num_parallel_calls=tf.data.AUTOTUNE, deterministic=record_reader.keeps_order(
+                training, seed))
+    else:
+        ds = ds.map(lambda r: preprocess(parse(r, num_classes), image_size, anchors),
+                    num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return ds.batch(batch_size, drop_remainder=training).prefetch(tf.data.AUTOTUNE)
