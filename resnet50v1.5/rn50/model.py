@@ -13,6 +13,7 @@ import dataclasses
 import keras
 from keras import layers
 
+from common.conv2d import Conv2D
 from common.fused_batch_norm import FusedBatchNormalization
 
 
@@ -38,8 +39,8 @@ def _conv_init():
 
 
 def _conv_bn(x, filters, kernel, stride, name, fmt, relu=True, zero_gamma=False):
-    x = layers.Conv2D(filters, kernel, strides=stride, padding="same", use_bias=False,
-                      data_format=fmt, kernel_initializer=_conv_init(), name=f"{name}_conv")(x)
+    x = Conv2D(filters, kernel, strides=stride, padding="same", use_bias=False,
+               data_format=fmt, kernel_initializer=_conv_init(), name=f"{name}_conv")(x)
     x = FusedBatchNormalization(axis=_channel_axis(fmt), name=f"{name}_bn",
                                   gamma_initializer="zeros" if zero_gamma else "ones", **_BN)(x)
     return layers.ReLU(name=f"{name}_relu")(x) if relu else x

@@ -29,6 +29,7 @@ import math
 import keras
 from keras import layers
 
+from common.conv2d import Conv2D
 from common.fused_batch_norm import FusedBatchNormalization
 from rn50.model import resnet_trunk
 from ssd import anchors
@@ -70,8 +71,8 @@ def _bn_relu6(x, name):
 
 def _fpn(c3, c4, c5, depth):
     def conv(x, kernel, stride, name, bias):
-        return layers.Conv2D(depth, kernel, strides=stride, padding="same", use_bias=bias,
-                             kernel_initializer=_fpn_init(), name=name)(x)
+        return Conv2D(depth, kernel, strides=stride, padding="same", use_bias=bias,
+                      kernel_initializer=_fpn_init(), name=name)(x)
 
     lat = {lvl: conv(c, 1, 1, f"fpn_lateral_p{lvl}", True)
            for lvl, c in ((3, c3), (4, c4), (5, c5))}
@@ -87,12 +88,11 @@ def _fpn(c3, c4, c5, depth):
 
 def _predictor(features, depth, tower_layers, num_outputs, name, bias_init):
     """One tower + head applied to every level with shared convolutions; (N, sum H*W*6, K)."""
-    convs = [layers.Conv2D(depth, 3, padding="same", use_bias=False,
-                           kernel_initializer=_head_init(), name=f"{name}_tower_conv{i}")
+    convs = [Conv2D(depth, 3, padding="same", use_bias=False,
+                    kernel_initializer=_head_init(), name=f"{name}_tower_conv{i}")
              for i in range(tower_layers)]
-    head = layers.Conv2D(anchors.ANCHORS_PER_LOCATION * num_outputs, 3, padding="same",
-                         kernel_initializer=_head_init(), bias_initializer=bias_init,
-                         name=f"{name}_head")
+    head = Conv2D(anchors.ANCHORS_PER_LOCATION * num_outputs, 3, padding="same",
+                  kernel_initializer=_head_init(), bias_initializer=bias_init, name=f"{name}_head")
     outputs = []
     for level, x in zip(range(anchors.MIN_LEVEL, anchors.MAX_LEVEL + 1), features):
         for i, conv in enumerate(convs):
