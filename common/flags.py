@@ -47,6 +47,9 @@ def _define_common(fv: flags.FlagValues) -> None:
                          lower_bound=0, **d)
     flags.DEFINE_integer("eval_every", 0, "train_and_evaluate: also evaluate every N steps "
                          "(always at epoch ends and at the end).", lower_bound=0, **d)
+    flags.DEFINE_integer("max_bad_steps", 10, "Stop when this many consecutive steps have "
+                         "non-finite gradients (such a step is never applied, in any precision).",
+                         lower_bound=1, **d)
     flags.DEFINE_integer("keep_checkpoints", 5, "Keep the last N checkpoints.", lower_bound=1, **d)
     # Precision (common/precision.py decides; None means "not given on the command line").
     flags.DEFINE_boolean("amp", None, "Automatic mixed precision (also "

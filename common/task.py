@@ -138,6 +138,17 @@ class Task(abc.ABC):
         """This rank's shard of the evaluation data, one pass."""
         raise NotImplementedError(f"{self.name} has no evaluation data")
 
+    def check_eval_inputs(self, first_batch) -> None:
+        """Raises a one-line error when something the evaluation reads besides
+        ``eval_dataset``'s batches is missing or unusable (an annotations file, or one that
+        does not describe ``first_batch``, this rank's first evaluation batch or None); called
+        before training starts in ``train_and_evaluate``."""
+        return None
+
+    def eval_data_hint(self) -> str:
+        """What to check when the evaluation data gave no batch, for the error line."""
+        return "the evaluation split holds no examples"
+
     def locate_bad_record(self, split: str) -> str | None:
         """After the ``split`` ("train" or "eval") pipeline failed: "<file>, record <n>: <why>"
         for the first bad record (see ``common.input_errors.locate_bad_record``), or None."""
@@ -194,6 +205,9 @@ class RecordTask(Task):
 
     def steps_per_epoch(self) -> int:
         return max(1, self.num_train_examples() // self.ctx.global_batch_size)
+
+    def eval_data_hint(self) -> str:
+        return f"the validation records hold no examples: prepare them with {self.prepare_script}"
 
     def locate_bad_record(self, split: str) -> str | None:
         if self.flags.data_dir is None:

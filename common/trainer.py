@@ -10,8 +10,8 @@ compiled parts because its ops have no XLA kernels on a CPU build.
 """
 from __future__ import annotations
 
+import contextlib
 import json
-import math
 import os
 import time
 
@@ -23,11 +23,39 @@ from common import benchmark, checkpoints, precision
 from common.errors import DataError, TrainingError
 from common.graceful_stop import GracefulStop
 from common.input_errors import batches
+from common.nonfinite import NonFiniteGuard, first_non_finite
 from common.task import RunContext, Task
 
 
 def count_params(variables) -> int:
     return int(sum(np.prod(v.shape) for v in variables))
+
+
+class _Timer:
+    """Items and wall time since it was made (or since ``active``), excluding ``paused`` blocks."""
+
+    def __init__(self, active: bool):
+        self.active, self.items, self._excluded = active, 0, 0.0
+        self._start = time.perf_counter()
+
+    def add(self, items: int) -> None:
+        if self.active:
+            self.items += items
+
+    @property
+    def seconds(self) -> float:
+        return time.perf_counter() - self._start - self._excluded if self.active else 0.0
+
+    def rate(self) -> float:
+        return self.items / self.seconds if self.seconds > 0 else 0.0
+
+    @contextlib.contextmanager
+    def paused(self):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._excluded += time.perf_counter() - t0
 
 
 class Trainer:
@@ -41,6 +69,7 @@ class Trainer:
         self.optimizer.build(self.model.trainable_variables)
         self.loss_scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
         self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        self.guard = NonFiniteGuard(self.model.trainable_variables, self.flags.max_bad_steps)
         self.metrics = list(task.eval_metrics())
         # The optimizer is saved without its loss-scale wrapper, so any precision resumes any other.
         # The optimizer without its loss-scale wrapper: what checkpoints save and logs describe.
@@ -80,13 +109,24 @@ class Trainer:
         path = self.dist.on_chief(lambda: self.checkpoints.restore(required, quarantine=training),
                                   "restoring the checkpoint")
         if path:
+            bad = first_non_finite(self._state())
+            if bad:
+                raise DataError(f"checkpoint {path} holds non-finite values ({bad}): resume from "
+                                "an earlier checkpoint (move this one away) or start afresh")
             self.log.print(f"restored {path} at step {self.step}")
         self.dist.broadcast(self._state())
         return path
 
     def save(self) -> str | None:
-        """Rank 0 saves; a failed save (a full disk) stops every rank with one line."""
-        return self.dist.on_chief(lambda: self.checkpoints.save(self.step), "saving a checkpoint")
+        """Rank 0 saves, unless a weight is not finite; a failed save (a full disk) stops every
+        rank with one line."""
+        def save():
+            bad = first_non_finite(self._state())
+            if bad:
+                raise TrainingError(f"{bad} is not finite at step {self.step}; stopped without "
+                                    f"saving (last checkpoint: {self.checkpoints.latest})")
+            return self.checkpoints.save(self.step)
+        return self.dist.on_chief(save, "saving a checkpoint")
 
     # --- compiled steps -------------------------------------------------------------------
     def _build_train_step(self):
@@ -117,8 +157,20 @@ class Trainer:
                 acc = [None if g is None else g / k for g in acc]
             return total / k, acc, tuple(new_states)
 
+        guard, variables = self.guard, model.trainable_variables
+
         def apply(grads):
-            opt.apply(grads, model.trainable_variables)
+            """Applies a step whose gradients are all finite; counts one that is not (every
+            rank decides alike: these are the allreduced gradients)."""
+            finite, first = guard.finite(grads)
+            if self.loss_scaled:  # skips a non-finite step itself, and lowers the scale
+                opt.apply(grads, variables)
+            else:
+                def applied():
+                    opt.apply(grads, variables)
+                    return tf.constant(True)
+                tf.cond(finite, applied, lambda: tf.constant(False))
+            guard.record(finite, first, self.global_step + 1)
             self.global_step.assign_add(1)
 
         if not self.dist.enabled:
@@ -141,7 +193,14 @@ class Trainer:
 
     def _step_batches(self, data) -> tuple:
         """The micro-batches of one optimizer step: --batch_chunk consecutive batches."""
-        return tuple(next(data) for _ in range(self.flags.batch_chunk))
+        try:
+            return tuple(next(data) for _ in range(self.flags.batch_chunk))
+        except (StopIteration, RuntimeError) as e:  # a generator's StopIteration: RuntimeError
+            if isinstance(e, RuntimeError) and not isinstance(e.__cause__, StopIteration):
+                raise
+            raise DataError("the training data gave no batch: the training split is empty or "
+                            f"smaller than one batch (--batch_size {self.flags.batch_size})"
+                            ) from None
 
     def _initial_train_states(self) -> tuple:
         """Each micro-batch's starting state (all None for a stateless model)."""
@@ -185,7 +244,13 @@ class Trainer:
         return f.num_iter * self.steps_per_epoch if f.iter_unit == "epoch" else f.num_iter
 
     def train(self, total_steps: int, evaluate: bool = False) -> dict:
-        """Trains until ``global_step == total_steps``, resuming from the latest checkpoint."""
+        """Trains until ``global_step == total_steps``, resuming from the latest checkpoint.
+
+        The host waits for the device only at sync points: a logged step (``--display_every``),
+        the end of the warm-up, a save, an evaluation, a stop request and the last step. There it
+        reads the loss and the non-finite counters (``common/nonfinite.py``); a checkpoint is
+        saved before an evaluation, so that a failing evaluation never costs the steps before
+        it."""
         f, unit = self.flags, self.task.item_unit
         self.restore()
         start = self.step
@@ -193,56 +258,76 @@ class Trainer:
         if start >= total_steps:
             self.log.print(f"already trained to step {start} (target {total_steps}): nothing to do")
             return {**summary, "final_step": start}
+        if evaluate:
+            self.check_eval_inputs()
         step_fn = self._compiled_train_step()
         data = batches(self.task.train_dataset_at(start),
                        lambda: self.task.locate_bad_record("train"))
         spe = self.steps_per_epoch
-        states = None
-        timed_items, timed_seconds, eval_results = 0, 0.0, {}
-        window_items, window_start = 0, time.perf_counter()
+        states, loss, eval_results, skipped = None, None, {}, 0
+        # Throughput: the items and wall time between sync points after the warm-up (all steps
+        # when the run is no longer than the warm-up), without the time saves and evaluations
+        # take; the display window likewise.
+        timed = _Timer(active=f.warmup_steps == 0 or total_steps - start <= f.warmup_steps)
+        window = _Timer(active=True)
         with GracefulStop() as stop:
             for step in range(start + 1, total_steps + 1):
-                t0 = time.perf_counter()
                 if states is None or (step - 1) % spe == 0:  # a run's or an epoch's first step
                     states = self._initial_train_states()
                 micro = self._step_batches(data)
-                loss, states = step_fn(micro, states)
-                loss = float(loss)  # waits for the step: per-step NaN check
-                t1 = time.perf_counter()
+                loss, states = step_fn(micro, states)  # no wait for the device here
                 items = self._global_items(micro)
-                if step - start > f.warmup_steps or total_steps - start <= f.warmup_steps:
-                    timed_items, timed_seconds = timed_items + items, timed_seconds + (t1 - t0)
-                window_items += items
+                timed.add(items)
+                window.add(items)
                 epoch = (step - 1) // spe + 1
-                if not math.isfinite(loss):
-                    raise TrainingError(f"loss is {loss} at step {step}; stopped without saving "
-                                        f"(last checkpoint: {self.checkpoints.latest})")
-                if step % f.display_every == 0 or step == total_steps:
-                    rate = window_items / (time.perf_counter() - window_start)
-                    self.log.log((epoch, step), {"loss": loss, **self._step_logs(),
-                                                 f"{unit}_per_s": rate},
-                                 progress=(step, total_steps), tb_step=step)
-                    window_items, window_start = 0, time.perf_counter()
                 end_of_epoch = step % spe == 0
-                if evaluate and (end_of_epoch or step == total_steps
-                                 or (f.eval_every and step % f.eval_every == 0)):
-                    eval_results = self.evaluate(epoch=epoch)
-                    window_items, window_start = 0, time.perf_counter()  # rates exclude eval
+                last = step == total_steps
+                display = step % f.display_every == 0 or last
+                do_eval = evaluate and (end_of_epoch or last
+                                        or (f.eval_every and step % f.eval_every == 0))
+                do_save = (end_of_epoch or last
+                           or (f.save_checkpoint_steps and step % f.save_checkpoint_steps == 0))
+                stopping = stop.should_stop(self.dist)
+                warmed_up = step - start == f.warmup_steps
+                if not (display or do_eval or do_save or stopping or warmed_up):
+                    continue
+                loss = float(loss)  # the sync point: waits for the device
+                # A run that ends on non-finite steps stops with the error, except under float16
+                # loss scaling, where a skipped step is how the scale finds its level.
+                skipped = self.guard.check(step, loss, self.checkpoints.latest, self._loss_scale(),
+                                           last=last and not self.loss_scaled)
+                if warmed_up and not timed.active:
+                    timed = _Timer(active=True)
+                if display:
+                    extra = {"skipped_steps": skipped} if skipped else {}
+                    self.log.log((epoch, step), {"loss": loss, **self._step_logs(), **extra,
+                                                 f"{unit}_per_s": window.rate()},
+                                 progress=(step, total_steps), tb_step=step)
+                    window = _Timer(active=True)
                 saved = None
-                if (end_of_epoch or step == total_steps
-                        or (f.save_checkpoint_steps and step % f.save_checkpoint_steps == 0)):
-                    saved = self.save()
-                if stop.should_stop(self.dist):
+                if do_save:
+                    with timed.paused(), window.paused():
+                        saved = self.save()
+                if do_eval:
+                    with timed.paused(), window.paused():
+                        eval_results = self.evaluate(epoch=epoch)
+                if stopping:
                     path = saved or self.save()
                     self.log.print(f"{stop.requested_by or 'a signal on another rank'}: stopped at "
                                    f"step {step}, checkpoint {path}; run again to resume")
                     summary["stopped_by_signal"] = True
                     break
         summary.update(final_step=self.step, final_loss=loss, epochs=self.step / spe)
-        if timed_seconds:
-            summary[f"train_{unit}_per_s"] = timed_items / timed_seconds
+        if skipped:
+            summary["skipped_steps"] = skipped
+            self.log.print(f"{skipped} step(s) had non-finite gradients and were not applied")
+        if timed.seconds:
+            summary[f"train_{unit}_per_s"] = timed.rate()
         summary.update(eval_results)
         return summary
+
+    def _loss_scale(self) -> float | None:
+        return float(self.optimizer.dynamic_scale.numpy()) if self.loss_scaled else None
 
     # --- evaluation -----------------------------------------------------------------------
     def evaluate(self, epoch: int | None = None) -> dict:
@@ -306,6 +391,22 @@ class Trainer:
             {f"eval_{k}": v for k, v in task.summarize(gathered).items()}
             if self.dist.is_chief else None)
         return {**results, f"eval_{task.item_unit}": total}, items, seconds
+
+    def check_eval_inputs(self) -> None:
+        """Before the first step of ``train_and_evaluate``: one batch from every rank's shard,
+        through the real pipeline, then the task's own checks of what the evaluation reads
+        besides its batches (``Task.check_eval_inputs``). A missing, empty or unreadable split
+        stops the run now instead of an epoch later."""
+        first = next(self._eval_batches(), None)
+        self.task.check_eval_inputs(first)
+        items = 0 if first is None else self.task.items_in(first)
+        del first
+        total = int(self.dist.sum([tf.constant(items, tf.int64)])[0])
+        if total == 0:
+            raise DataError(f"the evaluation data is empty ({self.task.eval_data_hint()})")
+        if self.task.gathers_eval_outputs and self.dist.any(items == 0):
+            raise DataError("a process got no evaluation examples: there are fewer evaluation "
+                            "examples than processes")
 
     def _eval_batches(self):
         return batches(self.task.eval_dataset(), lambda: self.task.locate_bad_record("eval"))

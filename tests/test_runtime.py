@@ -1,10 +1,12 @@
 """The shared runtime through ResNet's main.py: logs, resume, graceful stop, one-line errors."""
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 from conftest import RN50, TINY, run_cli, stderr_last_line
 from linear_task import LinearTask
@@ -86,10 +88,18 @@ def test_nan_loss_stops_with_one_line_and_keeps_the_checkpoint(tmp_path, monkeyp
     code = runner.main(LinearTask, args + ["--num_iter", "5"])
     assert code == 1
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.startswith("x: error: loss is nan at step 3; stopped without saving (last "
-                          "checkpoint: ") and err.endswith("ckpt-2)")
-    assert sorted(f for f in os.listdir(tmp_path / "checkpoints") if f.endswith(".index")) == \
-        ["ckpt-2.index"]
+    assert re.fullmatch(r"x: error: loss is nan at step 5: the gradients were not finite for 3 "
+                        r"consecutive steps since step 3 \(first: sequential\w*/dense\w*/kernel\), "
+                        r"and none of them was applied; stopped without saving \(last checkpoint: "
+                        r".*ckpt-4\)", err), err
+    ckpts = tmp_path / "checkpoints"
+    assert sorted(f for f in os.listdir(ckpts) if f.endswith(".index")) == \
+        ["ckpt-2.index", "ckpt-4.index"]
+    # Steps 3 and 4 were skipped, not applied: ckpt-4 holds step 2's weights.
+    two, four = (tf.train.load_checkpoint(str(ckpts / f"ckpt-{n}")) for n in (2, 4))
+    for name in two.get_variable_to_shape_map():
+        if name.startswith("model/"):
+            np.testing.assert_array_equal(two.get_tensor(name), four.get_tensor(name))
 
 
 @pytest.mark.parametrize("extra, code, message", [

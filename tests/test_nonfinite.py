@@ -1,0 +1,142 @@
+"""No precision applies a non-finite step or writes a checkpoint with non-finite weights.
+
+The linear task's exact update shows that a step with a non-finite gradient is skipped, not
+applied, in float32, bfloat16 and float16 alike; SSD's configuration that once blew up under
+bfloat16 (the oneDNN weight-gradient defect, common/conv2d.py) trains as float32 does.
+"""
+import os
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import ROOT, run_cli, stderr_last_line
+from linear_task import LinearTask, expected_params
+
+from common import dllogger, runner
+
+PRECISIONS = {"fp32": [], "bf16": ["--amp", "--amp_dtype", "bfloat16"],
+              "fp16": ["--amp", "--amp_dtype", "float16"]}
+SSD_MAIN = os.path.join(ROOT, "ssd320", "main.py")
+
+
+def _checkpoint_tensors(model_dir):
+    out = {}
+    for name in sorted(f[:-6] for f in os.listdir(model_dir) if f.endswith(".index")):
+        reader = tf.train.load_checkpoint(os.path.join(model_dir, name))
+        out[name] = {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map()}
+    return out
+
+
+def _step_counter():
+    """A counter the traced loss increments once per micro-batch: the step number."""
+    return tf.Variable(0, dtype=tf.int64, trainable=False)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_a_step_with_a_non_finite_gradient_is_skipped_in_every_precision(precision, tmp_path,
+                                                                          monkeypatch):
+    real, calls = LinearTask.train_loss, _step_counter()
+
+    def nan_at_step_3(self, model, batch, state=None):
+        loss, state = real(self, model, batch, state)
+        calls.assign_add(1)
+        return loss * tf.where(calls == 3, float("nan"), 1.0), state
+
+    monkeypatch.setattr(LinearTask, "train_loss", nan_at_step_3)
+    # A fixed float16 scale: dynamic scaling would also skip the steps that find its level.
+    fixed = ["--static_loss_scale", "128"] if precision == "fp16" else []
+    summary = runner.run(LinearTask, ["x", "--results_dir", str(tmp_path), "--num_iter", "5",
+                                      *PRECISIONS[precision], *fixed])
+    assert summary["final_step"] == 5 and summary["skipped_steps"] == 1
+    assert np.isfinite(summary["final_loss"])
+    kernel, bias = (v.numpy() for v in LinearTask.last_model.weights)
+    want_kernel, want_bias = expected_params(1, 4)  # 5 steps, one of them not applied
+    tol = 1e-6 if precision == "fp32" else 2e-2
+    np.testing.assert_allclose(kernel, want_kernel, rtol=tol)
+    np.testing.assert_allclose(bias, want_bias, rtol=tol)
+    records = dllogger.read_records(os.path.join(tmp_path, "log.json"))
+    logged = [r["data"].get("skipped_steps", 0) for r in dllogger.step_logs(records)]
+    assert logged == [0, 0, 1, 1, 1]
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_non_finite_weights_are_never_saved(precision, tmp_path, monkeypatch, capsys):
+    """A weight turned infinite at step 3 (as a faulty update would) stops the run at the next
+    save with one line; every checkpoint on disk is finite."""
+    real, calls = LinearTask.train_loss, _step_counter()
+
+    def weights_turn_inf_at_step_3(self, model, batch, state=None):
+        calls.assign_add(1)
+        kernel = model.layers[0].kernel
+        kernel.assign(tf.where(calls == 3, tf.fill(kernel.shape, float("inf")), kernel.value))
+        return real(self, model, batch, state)
+
+    monkeypatch.setattr(LinearTask, "train_loss", weights_turn_inf_at_step_3)
+    args = ["x", "--results_dir", str(tmp_path), "--num_iter", "6", "--save_checkpoint_steps",
+            "2", *PRECISIONS[precision]]
+    assert runner.main(LinearTask, args) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("x: error: ") and "/kernel is not finite at step 4; stopped without " \
+        "saving (last checkpoint: " in err and err.endswith("ckpt-2)")
+    saved = _checkpoint_tensors(tmp_path / "checkpoints")
+    assert list(saved) == ["ckpt-2"]
+    assert all(np.isfinite(t).all() for t in saved["ckpt-2"].values()
+               if isinstance(t, np.ndarray) and np.issubdtype(t.dtype, np.floating))
+
+
+def test_a_checkpoint_with_non_finite_weights_is_refused(tmp_path, capsys):
+    args = ["x", "--results_dir", str(tmp_path), "--num_iter", "2"]
+    runner.run(LinearTask, args)
+    with runner.process_state_restored():
+        trainer = runner.setup(LinearTask, args)
+        trainer.restore()
+        trainer.model.layers[0].bias.assign([float("nan")])
+        trainer.checkpoints.save(3)  # under the trainer's own check, as another tool might
+        trainer.log.close()
+    assert runner.main(LinearTask, args[:-1] + ["4"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("x: error: checkpoint ") and "ckpt-3 holds non-finite values (" in err
+
+
+@pytest.mark.parametrize("max_bad, stop_step", [(2, 4), (3, 5)])
+def test_consecutive_non_finite_steps_stop_the_run_and_name_the_variable(
+        max_bad, stop_step, tmp_path, monkeypatch, capsys):
+    real = LinearTask.train_loss
+
+    def nan_from_step_3(self, model, batch, state=None):
+        loss, state = real(self, model, batch, state)
+        calls.assign_add(1)
+        return loss * tf.where(calls >= 3, float("nan"), 1.0), state
+
+    calls = _step_counter()
+    monkeypatch.setattr(LinearTask, "train_loss", nan_from_step_3)
+    args = ["x", "--results_dir", str(tmp_path), "--num_iter", "20", "--max_bad_steps",
+            str(max_bad), "--save_checkpoint_steps", "2"]
+    assert runner.main(LinearTask, args) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"x: error: loss is nan at step {stop_step}: the gradients were not "
+                          f"finite for {max_bad} consecutive steps since step 3 (first: ")
+    assert "/kernel), and none of them was applied; stopped without saving" in err
+
+
+def test_ssd_at_64_pixels_trains_under_amp_as_under_fp32(tmp_path):
+    """The issue's case: SSD's tiny trunk at --image_size 64, 4 steps in FP32, then resumed for
+    4 more under --amp (bfloat16). It used to exit 0 with fpn_p7's kernel near 1e23."""
+    common = [sys.executable, SSD_MAIN, "--mode", "train", "--arch", "resnet_tiny", "--image_size",
+              "64", "--batch_size", "8", "--iter_unit", "batch", "--seed", "1",
+              "--display_every", "1"]
+    losses = {}
+    for name, second in (("fp32", []), ("amp", ["--amp"])):
+        out = tmp_path / name
+        for steps, extra in (("4", []), ("8", second)):
+            proc = run_cli(common + ["--num_iter", steps, "--results_dir", str(out), *extra])
+            assert proc.returncode == 0, stderr_last_line(proc)
+        records = dllogger.read_records(str(out / "log.json"))
+        losses[name] = [r["data"]["loss"] for r in dllogger.step_logs(records)]
+        saved = _checkpoint_tensors(out / "checkpoints")["ckpt-8"]
+        weights = [v for k, v in saved.items() if k.startswith("model/")
+                   and isinstance(v, np.ndarray) and v.dtype.kind == "f"]
+        assert len(weights) > 100 and max(float(np.abs(v).max()) for v in weights) < 100
+    assert len(losses["amp"]) == 8 and np.all(np.isfinite(losses["amp"]))
+    np.testing.assert_allclose(losses["amp"], losses["fp32"], rtol=0.05)
