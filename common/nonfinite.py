@@ -7,8 +7,10 @@ not wait for the device every step; it reads the counters at the loop's sync poi
 evaluation, save, stop) and stops the run once ``--max_bad_steps`` consecutive steps were
 non-finite, or when the last step of the run is, naming the step the streak began at and the
 first variable whose gradient was not finite. An isolated non-finite step (one bad batch, or
-float16's loss scale finding its level) is skipped and counted, and training goes on. Weights are also checked before every save and after every restore: a checkpoint with
-non-finite weights is never written, and one from elsewhere is refused.
+float16's loss scale finding its level) is skipped and counted, and training goes on.
+
+Weights are also checked before every save and after every restore (the trainer): a checkpoint
+with non-finite weights is never written, and one from elsewhere is refused.
 """
 from __future__ import annotations
 
