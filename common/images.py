@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 
+import numpy as np
 import tensorflow as tf
 from PIL import Image
 
@@ -39,7 +40,10 @@ def read_image(path: str):
 def jpeg_bytes(path: str) -> bytes:
     """The image as JPEG bytes, after decoding it in full: a file that TensorFlow's decoder (what
     training uses) cannot read, such as a truncated JPEG with a valid header, stops here with its
-    name. JPEGs are kept as they are; other formats (and CMYK JPEGs) are re-encoded as RGB JPEG."""
+    name. JPEGs are kept as they are. Other formats are decoded as training and predict decode
+    them (TensorFlow: PNG, BMP, GIF's first frame; 16-bit PNGs scaled to 8 bits, value / 257)
+    and re-encoded as RGB JPEG; what TensorFlow cannot decode (CMYK JPEG, TIFF) goes through
+    PIL, with 16-bit grey scaled the same way."""
     with open(path, "rb") as f:
         data = f.read()
     if data[:3] == b"\xff\xd8\xff":
@@ -48,12 +52,29 @@ def jpeg_bytes(path: str) -> bytes:
             return data
         except tf.errors.OpError:
             pass  # PIL below re-encodes what it can read in full (CMYK, odd markers)
+    elif _tf_decodes(data):
+        image = tf.io.decode_image(data, channels=3, expand_animations=False)
+        return tf.io.encode_jpeg(image, quality=95).numpy()
     try:
         image = Image.open(io.BytesIO(data))
         image.load()  # decodes every pixel: a truncated file raises here
+        if image.mode.startswith("I"):  # 16- or 32-bit grey: PIL's convert would clip to white
+            grey = np.asarray(image, dtype=np.float64)
+            image = Image.fromarray(np.clip(np.round(grey / 257), 0, 255).astype(np.uint8))
         image = image.convert("RGB")
     except Exception as e:  # PIL raises many types for bad files
         raise DataError(f"{path} is not a readable image ({e})") from None
     out = io.BytesIO()
     image.save(out, format="JPEG", quality=95)
     return out.getvalue()
+
+
+def _tf_decodes(data: bytes) -> bool:
+    """Whether TensorFlow's decode_image reads ``data`` in full (a PNG, BMP or GIF)."""
+    if data[:8] != b"\x89PNG\r\n\x1a\n" and data[:2] != b"BM" and data[:4] != b"GIF8":
+        return False
+    try:
+        tf.io.decode_image(data, channels=3, expand_animations=False)
+        return True
+    except tf.errors.OpError:
+        return False

@@ -1,18 +1,59 @@
-"""The command line every model's ``prepare_dataset.py`` shares: argparse, then one line on
-stderr and exit code 1 for data it cannot prepare (``DataError``), never a traceback."""
+"""What every model's ``prepare_dataset.py`` shares: the command line (argparse, then one line
+on stderr and exit code 1 for data it cannot prepare, never a traceback), and ``staged``, which
+writes a preparation beside the previous one and swaps it in only once it is complete."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import re
+import shutil
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
+from common import checkpoints, tfrecord_writer
 from common.errors import DataError
+
+STAGE = ".preparing"  # inside the output directory: the same file system, so renames are atomic
+_SHARD = re.compile(r"^(?P<prefix>.+)-\d{5}-of-\d{5}$")
 
 
 def add_shards(p: argparse.ArgumentParser, train: int, val: int) -> None:
     """``--train_shards`` and ``--val_shards``, with the model's defaults."""
     p.add_argument("--train_shards", type=int, default=train)
     p.add_argument("--val_shards", type=int, default=val)
+
+
+@contextlib.contextmanager
+def staged(out_dir: str, log=print) -> Iterator[str]:
+    """Yields a staging directory for the new preparation's files. When the block completes,
+    they replace the previous preparation's (a TFRecord shard set replaces every earlier set
+    of its prefix, with their index files); when it fails (bad data, a full or read-only disk,
+    Ctrl-C), the staging directory goes and ``out_dir`` is left exactly as it was. The disk
+    must hold both preparations for the moment of the swap."""
+    checkpoints.check_output_dir(out_dir, "the output directory", purpose="the output needs")
+    stage = os.path.join(out_dir, STAGE)
+    shutil.rmtree(stage, ignore_errors=True)  # a killed run's leftovers
+    try:
+        os.makedirs(stage)
+        yield stage
+        _swap_in(stage, out_dir, log)
+    except OSError as e:
+        raise DataError(f"cannot write the preparation to {out_dir} ({e.strerror or e}); the "
+                        "previous preparation there is unchanged") from None
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _swap_in(stage: str, out_dir: str, log) -> None:
+    prefixes = {m.group("prefix") for m in map(_SHARD.match, os.listdir(stage)) if m}
+    for prefix in sorted(prefixes):
+        tfrecord_writer.remove_stale(out_dir, prefix, log)
+    for d, _, files in os.walk(stage):
+        target = os.path.join(out_dir, os.path.relpath(d, stage))
+        os.makedirs(target, exist_ok=True)
+        for f in files:
+            os.replace(os.path.join(d, f), os.path.join(target, f))
 
 
 def main(doc: str, arguments: Callable[[argparse.ArgumentParser], None],
@@ -28,4 +69,8 @@ def main(doc: str, arguments: Callable[[argparse.ArgumentParser], None],
     except DataError as e:
         print(f"prepare_dataset.py: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("prepare_dataset.py: interrupted; the previous preparation is unchanged",
+              file=sys.stderr)
+        return 130
     return 0

@@ -114,7 +114,8 @@ def test_coco_evaluation_equals_pycocotools_run_directly(shapes_records):
             for a in gt["annotations"]]
     dets += [{"image_id": gt["images"][0]["id"], "category_id": 1, "bbox": [1, 1, 20, 20],
               "score": 0.9}]  # a false positive
-    ours = coco_eval.evaluate(gt_path, dets, [im["id"] for im in gt["images"]])
+    ours = coco_eval.evaluate(coco_eval.ground_truth(gt_path), dets,
+                              [im["id"] for im in gt["images"]])
     coco = COCO(gt_path)
     ev = COCOeval(coco, coco.loadRes(dets), "bbox")
     ev.evaluate(), ev.accumulate(), ev.summarize()
@@ -234,7 +235,7 @@ def test_prepare_refuses_bad_annotations_with_one_line(tmp_path, fault, message)
                     str(root), str(tmp_path / "out")])
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"prepare_dataset.py: error: {path}: annotation {ann['id']} ")
+    assert last.startswith(f"prepare_dataset.py: error: {path}: annotations[0] (id {ann['id']}) ")
     assert message in last
 
 

@@ -87,11 +87,11 @@ def prepare(src: str, out_dir: str, train_shards: int, val_shards: int, seed: in
             log=print) -> dict:
     train, classes = list_split(src, "train")
     val, _ = list_split(src, "val", classes)
-    os.makedirs(os.path.join(out_dir, "idx"), exist_ok=True)
-    with open(os.path.join(out_dir, "labels.txt"), "w") as f:
-        f.write("".join(c + "\n" for c in classes))
-    write_split(train, classes, out_dir, "train", train_shards, seed, log)
-    write_split(val, classes, out_dir, "validation", val_shards, seed, log)
+    with prepare_cli.staged(out_dir, log) as stage:
+        with open(os.path.join(stage, "labels.txt"), "w") as f:
+            f.write("".join(c + "\n" for c in classes))
+        write_split(train, classes, stage, "train", train_shards, seed, log)
+        write_split(val, classes, stage, "validation", val_shards, seed, log)
     log(f"wrote {len(train)} train and {len(val)} validation images of {len(classes)} classes "
         f"to {out_dir} (index files in {out_dir}/idx)")
     return {"classes": len(classes), "train": len(train), "validation": len(val)}

@@ -11,6 +11,9 @@ import io
 
 import numpy as np
 
+from common.errors import DataError
+from ssd import coco_json
+
 STATS = ("AP", "AP50", "AP75", "APs", "APm", "APl", "AR1", "AR10", "AR100", "ARs", "ARm", "ARl")
 
 
@@ -27,13 +30,34 @@ def to_coco(outputs) -> list[dict]:
     return results
 
 
-def evaluate(ground_truth, detections: list[dict], image_ids) -> dict:
-    """{AP, AP50, ..., ARl} (pycocotools' 12 numbers); ``ground_truth`` is a path or a COCO."""
+def ground_truth(path: str):
+    """A pycocotools COCO of ``path``, after ``coco_json.instances`` checked its structure."""
     from pycocotools.coco import COCO
+
+    images, anns, cats = coco_json.instances(path)
+    gt = COCO()
+    gt.dataset = {"images": images, "annotations": anns, "categories": cats}
+    with contextlib.redirect_stdout(io.StringIO()):
+        gt.createIndex()
+    return gt
+
+
+def require_listed(gt, image_ids, path: str) -> None:
+    """One line when an evaluated image is not in the ground truth (annotations of another
+    dataset, or of another preparation)."""
+    missing = sorted({int(i) for i in np.asarray(image_ids).ravel()} - set(gt.imgs))
+    if missing:
+        raise DataError(f"{path} does not list image id {missing[0]} of the validation records "
+                        f"({len(missing)} such): are they another dataset's annotations? Prepare "
+                        "the data again with ssd320/prepare_dataset.py")
+
+
+def evaluate(gt, detections: list[dict], image_ids, path: str = "the ground truth") -> dict:
+    """{AP, AP50, ..., ARl} (pycocotools' 12 numbers) against ``gt`` (``ground_truth``)."""
     from pycocotools.cocoeval import COCOeval
 
+    require_listed(gt, image_ids, path)
     with contextlib.redirect_stdout(io.StringIO()):  # pycocotools narrates every step
-        gt = COCO(ground_truth) if isinstance(ground_truth, str) else ground_truth
         if not detections:
             return {name: 0.0 for name in STATS}
         dt = gt.loadRes(detections)

@@ -8,7 +8,6 @@ batch, linear warm-up from 0.43332 x base over 1000 steps then cosine decay to 0
 """
 from __future__ import annotations
 
-import json
 import os
 
 import keras
@@ -21,7 +20,7 @@ from common.errors import DataError, UsageError
 from common.images import normalize, read_image
 from common.task import RecordTask, l2_regularization
 from ssd import anchors as anchor_gen
-from ssd import coco_eval, losses, postprocess, tfdata_pipeline
+from ssd import coco_eval, coco_json, losses, postprocess, tfdata_pipeline
 from ssd.model import ARCHS, build_ssd, decayed_kernels
 
 COCO_TRAIN_IMAGES = 118_287  # the nominal epoch of synthetic data
@@ -78,16 +77,25 @@ class SSDTask(RecordTask):
                              f"{self.label_map['num_classes']} in label_map.json")
         self.anchors = anchor_gen.generate(f.image_size)  # (A, 4) normalised
         self.names = {c["id"]: c["name"] for c in (self.label_map or {}).get("categories", [])}
+        self._gt = None
 
     def _read_label_map(self):
         path = os.path.join(self.flags.data_dir or "", "label_map.json")
         if not self.flags.data_dir or not os.path.exists(path):
             return None
-        try:
-            with open(path) as f:
-                return json.load(f)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path} is not valid JSON ({e})") from None
+        return coco_json.label_map(path)
+
+    def _ground_truth_path(self) -> str:
+        path = os.path.join(self.flags.data_dir, "validation_annotations.json")
+        if not os.path.exists(path):
+            raise DataError(f"{path} is missing: prepare the data with ssd320/prepare_dataset.py")
+        return path
+
+    def _ground_truth(self):
+        """The validation annotations, checked once (``coco_json.instances``), as a COCO."""
+        if self._gt is None:
+            self._gt = coco_eval.ground_truth(self._ground_truth_path())
+        return self._gt
 
     # --- model and optimisation ---------------------------------------------------------
     def build_model(self):
@@ -125,10 +133,16 @@ class SSDTask(RecordTask):
                 "height": batch["height"], "width": batch["width"]}
 
     def summarize(self, outputs):
-        path = os.path.join(self.flags.data_dir, "validation_annotations.json")
-        if not os.path.exists(path):
-            raise DataError(f"{path} is missing: prepare the data with ssd320/prepare_dataset.py")
-        return coco_eval.evaluate(path, coco_eval.to_coco(outputs), outputs["image_id"])
+        return coco_eval.evaluate(self._ground_truth(), coco_eval.to_coco(outputs),
+                                  outputs["image_id"], self._ground_truth_path())
+
+    def check_eval_inputs(self, first_batch):
+        """validation_annotations.json exists, is COCO instances JSON, and lists the images of
+        this rank's first evaluation batch (not another dataset's annotations)."""
+        gt = self._ground_truth()
+        if first_batch is not None:
+            coco_eval.require_listed(gt, first_batch["image_id"].numpy(),
+                                     self._ground_truth_path())
 
     # --- data ---------------------------------------------------------------------------
     def record_check(self):

@@ -23,7 +23,8 @@ _BOX_KEYS = ("ymin", "xmin", "ymax", "xmax")
 
 
 def parse(record, num_classes: int) -> dict:
-    """The record's fields; fails on a class id outside 1..num_classes or an inverted box."""
+    """The record's fields; fails on a class id outside 1..num_classes, an inverted box or more
+    than MAX_BOXES boxes."""
     features = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
                 "image/height": tf.io.FixedLenFeature([], tf.int64),
                 "image/width": tf.io.FixedLenFeature([], tf.int64),
@@ -39,7 +40,10 @@ def parse(record, num_classes: int) -> dict:
                | tf.reduce_any((boxes < 0) | (boxes > 1)))
     box_check = tf.debugging.Assert(tf.logical_not(bad_box), [tf.strings.format(
         "a box is inverted or outside 0..1: {}", boxes, summarize=8)])
-    with tf.control_dependencies([box_check]):
+    # prepare_dataset.py keeps at most MAX_BOXES; DALI refuses more too (its padding).
+    count_check = tf.debugging.Assert(tf.shape(boxes)[0] <= MAX_BOXES, [tf.strings.format(
+        "the image has {} boxes, more than " + str(MAX_BOXES), tf.shape(boxes)[0])])
+    with tf.control_dependencies([box_check, count_check]):
         boxes = tf.identity(boxes)
     return {"encoded": ex["image/encoded"], "boxes": boxes, "classes": classes,
             "image_id": ex["image/id"], "height": ex["image/height"], "width": ex["image/width"]}

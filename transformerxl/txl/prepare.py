@@ -80,15 +80,15 @@ def prepare(corpus_dir: str, out_dir: str, log=print) -> dict:
         raise DataError(f"the corpus is not UTF-8 text ({e.reason} at byte {e.start})") from None
     if any(unknown.values()) and unk is None:
         vocab.append(UNK)  # index len(vocab) before the append, as encoded above
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "vocab.txt"), "w", encoding="utf-8") as f:
-        f.write("".join(w + "\n" for w in vocab))
-    for split, ids in streams.items():
-        np.save(os.path.join(out_dir, f"{split}.npy"), ids)
     info = {"vocab_size": len(vocab), "tokens": {s: int(len(v)) for s, v in streams.items()},
             "unknown_words": unknown}
-    with open(os.path.join(out_dir, "corpus-info.json"), "w") as f:
-        json.dump(info, f, indent=1)
+    with prepare_cli.staged(out_dir, log) as stage:
+        with open(os.path.join(stage, "vocab.txt"), "w", encoding="utf-8") as f:
+            f.write("".join(w + "\n" for w in vocab))
+        for split, ids in streams.items():
+            np.save(os.path.join(stage, f"{split}.npy"), ids)
+        with open(os.path.join(stage, "corpus-info.json"), "w") as f:
+            json.dump(info, f, indent=1)
     log(f"vocabulary {len(vocab):,}; tokens " + ", ".join(
         f"{s} {n:,}" for s, n in info["tokens"].items())
         + (f"; words not in train: {unknown['valid']:,} valid, {unknown['test']:,} test"
