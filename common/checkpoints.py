@@ -88,6 +88,22 @@ def check_output_dir(path: str, flag: str, need_bytes: int = 64 << 10,
                         f"{need_bytes / 2**20:.1f} MiB")
 
 
+def write_atomically(path: str, text: str) -> None:
+    """``path`` holds ``text`` in full or keeps what it held: written beside it, then renamed."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        raise DataError(f"cannot write {path} ({e.strerror or e})") from None
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
 class CheckpointStore:
     """Saves and restores ``objects`` (model, optimizer, step) plus optional loss-scale state."""
 

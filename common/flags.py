@@ -37,7 +37,8 @@ def _define_common(fv: flags.FlagValues) -> None:
     flags.DEFINE_string("results_dir", "./results", "Logs, summaries and exports go here.", **d)
     flags.DEFINE_string("model_dir", None, "Checkpoints (default: <results_dir>/checkpoints).", **d)
     flags.DEFINE_string("log_filename", "log.json", "DLLogger JSON file inside --results_dir.", **d)
-    flags.DEFINE_integer("seed", None, "Random seed (model initialisation, data order).", **d)
+    flags.DEFINE_integer("seed", None, "Random seed (model initialisation, data order).",
+                         lower_bound=0, upper_bound=2**32 - 1, **d)
     flags.DEFINE_boolean("dali", False, "Read data with a DALI pipeline instead of tf.data.", **d)
     flags.DEFINE_string("export_dir", None, "Export a SavedModel here after the run.", **d)
     flags.DEFINE_string("to_predict", None, "predict mode: a file, a directory or a glob.", **d)
@@ -125,6 +126,10 @@ def validate(f: flags.FlagValues) -> None:
         if f.num_iter <= f.warmup_steps:
             raise UsageError(f"--num_iter ({f.num_iter}) must exceed --warmup_steps "
                              f"({f.warmup_steps}) so that some steps are timed")
+    if f.log_filename and (os.sep in f.log_filename
+                           or os.path.isdir(os.path.join(f.results_dir, f.log_filename))):
+        raise UsageError(f"--log_filename {f.log_filename} must name a file inside --results_dir"
+                         ", not a directory or a path")
     if f.model_dir is None:
         f.model_dir = os.path.join(f.results_dir, "checkpoints")
     if f.data_idx_dir is None and f.data_dir is not None:

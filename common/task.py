@@ -167,7 +167,9 @@ class Task(abc.ABC):
         return self.eval_dataset().repeat() if self.flags.data_dir else self.train_dataset()
 
     # --- inference ----------------------------------------------------------------------
-    def predict(self, model: keras.Model, paths: Sequence[str]) -> list[dict]:
+    def predict_file(self, model: keras.Model, path: str) -> list[dict]:
+        """The prediction records of one ``--to_predict`` file (a ``DataError`` when it cannot
+        be read: the trainer reports it and goes on with the other files)."""
         raise NotImplementedError(f"{self.name} has no predict mode")
 
     def export(self, model: keras.Model, export_dir: str) -> None:

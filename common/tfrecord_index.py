@@ -15,7 +15,7 @@ import re
 import struct
 from collections.abc import Sequence
 
-from common.errors import DataError
+from common.errors import DataError, one_line
 
 _SHARD = re.compile(r"^(?P<split>.+)-(?P<i>\d{5})-of-(?P<n>\d{5})$")
 
@@ -164,8 +164,44 @@ def ensure_indexes(files, idx_dir: str, dist) -> None:
 
     if problems:
         dist.on_chief(build, "building the DALI index files")
+    dist.on_chief(lambda: verify_checksums(files, idx_dir), "checking the TFRecord checksums")
     still = invalid_indexes(files, idx_dir)
     if still:
         path, why = next(iter(still.items()))
         raise DataError(f"DALI index file {index_path(idx_dir, path)} is {why} "
                         "(is --data_idx_dir on a shared file system?)")
+
+
+def _stamp(tfrecord: str) -> str:
+    st = os.stat(tfrecord)
+    return f"{st.st_size} {st.st_mtime_ns}\n"
+
+
+def verify_checksums(files: Sequence[str], idx_dir: str) -> None:
+    """DALI's reader does not check the records' CRCs, which tf.data does: every file is read
+    through tf.data once, and a file that passed gets a stamp (``<idx_dir>/<name>.crc-ok``, its
+    size and modification time) so later runs skip it until it changes. A bad record stops the
+    run with one line naming the file and the record, as the tf.data pipeline does."""
+    import tensorflow as tf
+
+    for path in files:
+        stamp_file = index_path(idx_dir, path)[: -len(".idx")] + ".crc-ok"
+        try:
+            with open(stamp_file) as f:
+                if f.read() == _stamp(path):
+                    continue
+        except OSError:
+            pass
+        n = 0
+        try:
+            for _ in tf.data.TFRecordDataset(path):
+                n += 1
+        except tf.errors.OpError as e:
+            raise DataError(f"cannot read the input data: {path}, record {n}: "
+                            f"{one_line(e.message)}") from None
+        try:
+            with open(stamp_file + ".tmp", "w") as f:
+                f.write(_stamp(path))
+            os.replace(stamp_file + ".tmp", stamp_file)
+        except OSError:
+            pass  # a read-only index directory: checked again next run

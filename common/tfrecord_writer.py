@@ -17,7 +17,7 @@ from common import tfrecord_index
 
 
 def remove_stale(out_dir: str, prefix: str, log) -> None:
-    pattern = re.compile(rf"^{re.escape(prefix)}-\d{{5}}-of-\d{{5}}(\.tmp)?(\.idx)?$")
+    pattern = re.compile(rf"^{re.escape(prefix)}-\d{{5}}-of-\d{{5}}(\.tmp)?(\.idx|\.crc-ok)?$")
     stale = [os.path.join(d, f) for d in (out_dir, os.path.join(out_dir, "idx"))
              if os.path.isdir(d) for f in os.listdir(d) if pattern.match(f)]
     for path in stale:

@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from common import benchmark, checkpoints, precision
-from common.errors import DataError, TrainingError
+from common.errors import DataError, TrainingError, one_line
 from common.graceful_stop import GracefulStop
 from common.input_errors import batches
 from common.nonfinite import NonFiniteGuard, first_non_finite
@@ -89,6 +89,11 @@ class Trainer:
                 checkpoints.check_output_dir(self.flags.model_dir, "--model_dir", need,
                                              "a checkpoint needs"),
                 self.checkpoints.clean_leftovers()), "checking --model_dir")
+        if self.flags.export_dir:  # refused now, not after the training it would follow
+            need = int(1.1 * checkpoints.nbytes(self.model.variables)) + (1 << 20)
+            self.dist.on_chief(lambda: checkpoints.check_output_dir(
+                self.flags.export_dir, "--export_dir", need, "the export needs"),
+                "checking --export_dir")
         self._train_step = None
         self._eval_step = None
         self.log.print(f"{task.name}: {count_params(self.model.trainable_variables):,} trainable "
@@ -311,8 +316,8 @@ class Trainer:
                 if do_eval:
                     with timed.paused(), window.paused():
                         eval_results = self.evaluate(epoch=epoch)
-                if stopping:
-                    path = saved or self.save()
+                if stopping:  # every rank calls save() once at this step, or none does
+                    path = saved if do_save else self.save()
                     self.log.print(f"{stop.requested_by or 'a signal on another rank'}: stopped at "
                                    f"step {step}, checkpoint {path}; run again to resume")
                     summary["stopped_by_signal"] = True
@@ -463,16 +468,33 @@ class Trainer:
 
     # --- inference ------------------------------------------------------------------------
     def predict(self, paths) -> dict:
+        """Every file's predictions, in order, into ``predictions.json`` (written whole or not
+        at all). A file that cannot be read is reported, recorded with its error and skipped;
+        the run fails only when no file can be read."""
         self.restore(required=True)
-        records = self.task.predict(self.model, paths)
-        for i, r in enumerate(records):
-            self.log.log((0, i), r)
+        records, failed = [], []
+        for n, path in enumerate(paths, 1):
+            try:
+                found = self.task.predict_file(self.model, path)
+            except (DataError, OSError, tf.errors.OpError) as e:
+                why = str(e) if isinstance(e, DataError) else f"{path}: {one_line(str(e))}"
+                failed.append(why)
+                found = [{"file": path, "error": why}]
+                self.log.print(f"skipped {path}: {why}")
+            for r in found:
+                self.log.log((0, len(records)), r)
+                records.append(r)
+            if len(paths) > 1:
+                self.log.print(f"predict: {n}/{len(paths)} files")
+        if len(failed) == len(paths):
+            raise DataError(failed[0] if len(paths) == 1 else
+                            f"none of the {len(paths)} files could be read (first: {failed[0]})")
         if self.dist.is_chief:
             out = os.path.join(self.flags.results_dir, "predictions.json")
-            with open(out, "w") as fh:
-                json.dump(records, fh, indent=1)
-            self.log.print(f"wrote {len(records)} predictions to {out}")
-        return {"predictions": len(records)}
+            checkpoints.write_atomically(out, json.dumps(records, indent=1))
+            self.log.print(f"wrote {len(records) - len(failed)} predictions to {out}"
+                           + (f" ({len(failed)} file(s) skipped)" if failed else ""))
+        return {"predictions": len(records) - len(failed), "skipped_files": len(failed)}
 
     def export(self, export_dir: str) -> None:
         if self.dist.is_chief:

@@ -115,12 +115,26 @@ def other_checkout(script: str) -> str | None:
     return here
 
 
+def quiet_interrupts(prog: str) -> None:
+    """Ctrl-C outside training (while TensorFlow imports, or the data are checked) ends with one
+    line instead of a traceback; the process still reports SIGINT to its parent."""
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        if issubclass(kind, KeyboardInterrupt):
+            print(f"{prog}: interrupted", file=sys.stderr)
+        else:
+            previous(kind, value, tb)
+    sys.excepthook = hook
+
+
 def require(script: str) -> None:
     """Exits with status 2 and one line on stderr when the stack cannot run ``script`` (a
     ``main.py`` or ``prepare_dataset.py`` path), or when the installed repository is another
     checkout than the one ``script`` belongs to."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # as common.runner: no C++ INFO lines
     prog = os.path.basename(script)
+    quiet_interrupts(prog)
     found = problems()
     other = other_checkout(script)
     if other:

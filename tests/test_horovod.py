@@ -49,16 +49,24 @@ def test_fp16_gradient_compression_is_close(tmp_path):
     _check_ranks(out, steps=2, atol=1e-2)
 
 
-def test_sigterm_on_one_rank_stops_both_at_the_same_step_then_resumes(tmp_path):
+@pytest.mark.parametrize("rank, sig, save_every", [(1, signal.SIGTERM, "0"),
+                                                    (0, signal.SIGINT, "1"),
+                                                    (1, signal.SIGTERM, "1")])
+def test_a_signal_on_one_rank_stops_both_at_the_same_step_then_resumes(tmp_path, rank, sig,
+                                                                        save_every):
+    """Also on a step that saves anyway (--save_checkpoint_steps 1): one save, every rank
+    exits 0."""
     out = str(tmp_path / "out")
-    args = [sys.executable, WORKER, out, "--num_iter", "100000"]
+    args = [sys.executable, WORKER, out, "--num_iter", "100000", "--save_checkpoint_steps",
+            save_every]
     proc = subprocess.Popen(MPIRUN + args, stdout=open(tmp_path / "log", "w"),
                             stderr=subprocess.STDOUT)
     deadline = time.time() + 120
     while time.time() < deadline and "step 20/" not in (tmp_path / "log").read_text():
         time.sleep(0.5)
-    os.kill(int((tmp_path / "out" / "pid1").read_text()), signal.SIGTERM)  # rank 1 only
+    os.kill(int((tmp_path / "out" / f"pid{rank}").read_text()), sig)  # one rank only
     assert proc.wait(timeout=120) == 0, (tmp_path / "log").read_text()[-3000:]
+    assert "Traceback" not in (tmp_path / "log").read_text()
     r0, r1 = (np.load(os.path.join(out, f"rank{r}.npz")) for r in range(2))
     stopped = int(r0["step"])
     assert 20 <= stopped < 100000 and int(r1["step"]) == stopped

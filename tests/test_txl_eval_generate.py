@@ -62,3 +62,26 @@ def test_sampling_with_top_k_1_is_greedy_and_sampling_is_seeded():
     a = generate(model, [1, 2], 8, greedy=False, temperature=2.0, seed=5)
     assert a == generate(model, [1, 2], 8, greedy=False, temperature=2.0, seed=5)
     assert all(0 <= t < 30 for t in a)
+
+
+def test_a_prompt_longer_than_the_memory_is_read_in_segments_of_mem_len(monkeypatch):
+    """Memory bounded by mem_len: no segment longer than it goes through the model, and only
+    the last token's next-word probabilities are computed (an 8k-word prompt once took 3.4 GB);
+    a prompt within the memory gives what one segment gives."""
+    model = _model(mem_len=8)
+    seen, real_hidden, real_log_prob = [], model.hidden, model.log_prob
+    monkeypatch.setattr(model, "hidden", lambda t, m, **kw: (seen.append(t.shape[1]),
+                                                             real_hidden(t, m, **kw))[1])
+    monkeypatch.setattr(model, "log_prob", lambda t, m: (seen.append(("lp", t.shape[1])),
+                                                         real_log_prob(t, m))[1])
+    prompt = [int(t) for t in np.random.default_rng(0).integers(0, 30, 100)]
+    reports = []
+    new = generate(model, prompt, 3, progress=lambda *a: reports.append(a))
+    assert len(new) == 3 and reports[-1][:2] == (3, 3)
+    assert max(s for s in seen if isinstance(s, int)) <= 8
+    assert all(s == ("lp", 1) for s in seen if not isinstance(s, int))
+    short = prompt[:9]  # 8 in the memory, the last read with it: one segment's context
+    one_segment, _ = real_log_prob(tf.constant([short], tf.int32), model.empty_mems(1))
+    first = []
+    generate(model, short, 1, scores=first)
+    np.testing.assert_allclose(first[0], one_segment[0, -1].numpy(), rtol=1e-4, atol=1e-5)

@@ -159,17 +159,12 @@ class ResNetTask(RecordTask):
         return self._dataset("validation", False)
 
     # --- inference ----------------------------------------------------------------------
-    def predict(self, model, paths):
-        size = self.flags.image_size
-        records = []
-        for path in paths:
-            image = read_image(path)
-            x = tfdata_pipeline.eval_crop(image, size)[None]
-            probs = tf.nn.softmax(model(x, training=False)[0]).numpy()
-            top = np.argsort(-probs)[:5]
-            rec = {"file": path, "top5_classes": [int(c) for c in top],
-                   "top5_probs": [round(float(probs[c]), 5) for c in top]}
-            if self.class_names:
-                rec["top5_names"] = [self.class_names[c] for c in top]
-            records.append(rec)
-        return records
+    def predict_file(self, model, path):
+        x = tfdata_pipeline.eval_crop(read_image(path), self.flags.image_size)[None]
+        probs = tf.nn.softmax(model(x, training=False)[0]).numpy()
+        top = np.argsort(-probs)[:5]
+        rec = {"file": path, "top5_classes": [int(c) for c in top],
+               "top5_probs": [round(float(probs[c]), 5) for c in top]}
+        if self.class_names:
+            rec["top5_names"] = [self.class_names[c] for c in top]
+        return [rec]

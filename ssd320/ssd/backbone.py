@@ -38,11 +38,11 @@ def load_trunk(model: keras.Model, path: str, arch: str) -> int:
     if len(dense) != 1:
         raise DataError(f"--backbone_checkpoint {prefix} is not a resnet50v1.5 checkpoint")
     resnet = build_resnet(arch, num_classes=dense.pop()[1])
-    status = tf.train.Checkpoint(model=resnet).restore(prefix)
-    status.expect_partial()
-    try:
+    try:  # another ResNet's checkpoint fails here (shapes) or in the match (missing layers)
+        status = tf.train.Checkpoint(model=resnet).restore(prefix)
+        status.expect_partial()
         status.assert_existing_objects_matched()
-    except (AssertionError, ValueError) as e:
+    except (AssertionError, ValueError, tf.errors.OpError) as e:
         raise DataError(f"--backbone_checkpoint {prefix} does not fit --arch {arch} "
                         f"({str(e).splitlines()[0][:200]})") from None
     loaded = 0

@@ -78,6 +78,7 @@ class SSDTask(RecordTask):
         self.anchors = anchor_gen.generate(f.image_size)  # (A, 4) normalised
         self.names = {c["id"]: c["name"] for c in (self.label_map or {}).get("categories", [])}
         self._gt = None
+        self._detect = None  # predict's compiled detection, made at its first file
 
     def _read_label_map(self):
         path = os.path.join(self.flags.data_dir or "", "label_map.json")
@@ -186,31 +187,36 @@ class SSDTask(RecordTask):
         return batch["images"]
 
     # --- inference ----------------------------------------------------------------------
-    def predict(self, model, paths):
+    def predict_file(self, model, path):
+        """Detections above --score_threshold in the image's pixels, and a PNG drawing of them
+        in ``<results_dir>/predictions/``, named after the file (``a.jpg`` -> ``a.jpg.png``;
+        ``-2``, ``-3`` ... when two inputs share a name, so no drawing replaces another)."""
         from ssd.draw import draw_detections
 
         f = self.flags
+        if self._detect is None:
+            self._detect = tf.function(lambda x: self.detect(model, x))
+            self._drawn = set()
+        image = read_image(path)
+        h, w = int(image.shape[0]), int(image.shape[1])
+        x = normalize(tf.image.resize(image, (f.image_size, f.image_size)))
+        det = {k: v[0].numpy() for k, v in self._detect(x[None]).items()}
+        keep = [k for k in range(int(det["num_detections"]))
+                if det["scores"][k] >= f.score_threshold]
+        boxes = [[round(float(v), 2) for v in det["boxes"][k] * [h, w, h, w]] for k in keep]
+        classes = [int(det["classes"][k]) for k in keep]
+        rec = {"file": path, "boxes_ymin_xmin_ymax_xmax": boxes, "classes": classes,
+               "names": [self.names.get(c, str(c)) for c in classes],
+               "scores": [round(float(det["scores"][k]), 4) for k in keep]}
         out_dir = os.path.join(f.results_dir, "predictions")
         os.makedirs(out_dir, exist_ok=True)
-        detect = tf.function(lambda x: self.detect(model, x))
-        records = []
-        for path in paths:
-            image = read_image(path)
-            h, w = int(image.shape[0]), int(image.shape[1])
-            x = normalize(tf.image.resize(image, (f.image_size, f.image_size)))
-            det = {k: v[0].numpy() for k, v in detect(x[None]).items()}
-            keep = [k for k in range(int(det["num_detections"]))
-                    if det["scores"][k] >= f.score_threshold]
-            boxes = [[round(float(v), 2) for v in det["boxes"][k] * [h, w, h, w]] for k in keep]
-            classes = [int(det["classes"][k]) for k in keep]
-            rec = {"file": path, "boxes_ymin_xmin_ymax_xmax": boxes, "classes": classes,
-                   "names": [self.names.get(c, str(c)) for c in classes],
-                   "scores": [round(float(det["scores"][k]), 4) for k in keep]}
-            png = os.path.join(out_dir, os.path.splitext(os.path.basename(path))[0] + ".png")
-            draw_detections(image.numpy(), rec, png)
-            rec["drawn"] = png
-            records.append(rec)
-        return records
+        name, n = os.path.basename(path), 1
+        while (drawn := f"{name}.png" if n == 1 else f"{name}-{n}.png") in self._drawn:
+            n += 1
+        self._drawn.add(drawn)
+        rec["drawn"] = os.path.join(out_dir, drawn)
+        draw_detections(image.numpy(), rec, rec["drawn"])
+        return [rec]
 
     def export(self, model, export_dir):
         """A SavedModel whose ``serving_default`` takes normalised (N, S, S, 3) images and

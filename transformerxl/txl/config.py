@@ -96,10 +96,18 @@ def apply_preset(fv: flags.FlagValues) -> None:
 
 def model_config(fv: flags.FlagValues, vocab_size: int, amp: bool) -> TXLConfig:
     """The model of these flags; under AMP the softmax sizes are padded to multiples of 8."""
+    given = f"--cutoffs {','.join(fv.cutoffs)}"
     try:
         cutoffs = tuple(int(c) for c in fv.cutoffs)
     except ValueError:
-        raise UsageError(f"--cutoffs {','.join(fv.cutoffs)}: give integers") from None
+        raise UsageError(f"{given}: give integers") from None
+    if any(c <= 0 for c in cutoffs):
+        raise UsageError(f"{given}: every cutoff must be positive")
+    if any(b <= a for a, b in zip(cutoffs, cutoffs[1:])):
+        raise UsageError(f"{given}: the cutoffs must increase strictly")
+    if cutoffs and cutoffs[-1] >= vocab_size:
+        raise UsageError(f"{given}: the last cutoff must be below the vocabulary size "
+                         f"({vocab_size:,}); the last cluster would be empty")
     return TXLConfig(
         vocab_size=vocab_size, n_layer=fv.n_layer, d_model=fv.d_model, n_head=fv.n_head,
         d_head=fv.d_head, d_inner=fv.d_inner, cutoffs=cutoffs, dropout=fv.dropout,

@@ -28,13 +28,26 @@ SPLITS = ("train", "valid", "test")
 EOS, UNK = "<eos>", "<unk>"
 
 
+def utf8_lines(path: str):
+    """The file's lines, decoded; a byte that is not UTF-8 stops with one line naming the file
+    and the byte's offset in it."""
+    offset = 0
+    with open(path, "rb") as f:
+        for raw in f:
+            try:
+                yield raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"{path}: byte {offset + e.start} is not UTF-8 text ({e.reason}: "
+                                f"{raw[e.start:e.start + 1].hex()})") from None
+            offset += len(raw)
+
+
 def _lines(path: str, log, every: int = 200_000):
     start = time.time()
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if n % every == 0:
-                log(f"{os.path.basename(path)}: {n:,} lines ({n / (time.time() - start):,.0f}/s)")
-            yield line.split()
+    for n, line in enumerate(utf8_lines(path), 1):
+        if n % every == 0:
+            log(f"{os.path.basename(path)}: {n:,} lines ({n / (time.time() - start):,.0f}/s)")
+        yield line.split()
 
 
 def build_vocab(train_path: str, log=print) -> list[str]:
@@ -65,19 +78,16 @@ def prepare(corpus_dir: str, out_dir: str, log=print) -> dict:
     if missing:
         raise DataError(f"{missing[0]} does not exist (expected train.txt, valid.txt and "
                         f"test.txt in {corpus_dir})")
-    try:
-        vocab = build_vocab(paths["train"], log)
-        if len(vocab) < 2:
-            raise DataError(f"{paths['train']} has no words")
-        index = {w: i for i, w in enumerate(vocab)}
-        unk = index.get(UNK)
-        streams, unknown = {}, {}
-        for split in SPLITS:
-            # Words outside the vocabulary can only occur in valid and test.
-            streams[split], unknown[split] = encode(paths[split], index,
-                                                    unk if unk is not None else len(vocab), log)
-    except UnicodeDecodeError as e:
-        raise DataError(f"the corpus is not UTF-8 text ({e.reason} at byte {e.start})") from None
+    vocab = build_vocab(paths["train"], log)
+    if len(vocab) < 2:
+        raise DataError(f"{paths['train']} has no words")
+    index = {w: i for i, w in enumerate(vocab)}
+    unk = index.get(UNK)
+    streams, unknown = {}, {}
+    for split in SPLITS:
+        # Words outside the vocabulary can only occur in valid and test.
+        streams[split], unknown[split] = encode(paths[split], index,
+                                                unk if unk is not None else len(vocab), log)
     if any(unknown.values()) and unk is None:
         vocab.append(UNK)  # index len(vocab) before the append, as encoded above
     info = {"vocab_size": len(vocab), "tokens": {s: int(len(v)) for s, v in streams.items()},

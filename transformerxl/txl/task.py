@@ -29,6 +29,7 @@ from txl.generate import generate
 from txl.lamb import NvidiaLamb
 from txl.metrics import PerplexityMetric
 from txl.model import TransformerXL
+from txl.prepare import utf8_lines
 
 
 class TransformerXLTask(Task):
@@ -57,6 +58,8 @@ class TransformerXLTask(Task):
                                  f"the number of processes ({dist.size})")
         if f.mode == "predict" and not f.data_dir:
             raise UsageError("--mode predict needs --data_dir (its vocab.txt maps words)")
+        if f.top_k > vocab_size:
+            raise UsageError(f"--top_k {f.top_k} exceeds the vocabulary ({vocab_size:,} words)")
         self._tokens = {}
 
     # --- data files ---------------------------------------------------------------------
@@ -68,8 +71,7 @@ class TransformerXLTask(Task):
         return path
 
     def _read_vocab(self) -> list[str]:
-        with open(self._path("vocab.txt"), encoding="utf-8") as fh:
-            vocab = fh.read().split("\n")[:-1]
+        vocab = [line.rstrip("\n") for line in utf8_lines(self._path("vocab.txt"))]
         if len(vocab) < 2 or len(set(vocab)) != len(vocab):
             raise DataError(f"{self._path('vocab.txt')} is not a vocabulary written by "
                             "prepare_dataset.py (fewer than 2 words, or repeated ones)")
@@ -88,10 +90,15 @@ class TransformerXLTask(Task):
                     raise DataError(f"{path} is not a NumPy array ({e})") from None
                 if ids.ndim != 1 or ids.dtype != np.int32:
                     raise DataError(f"{path} holds {ids.dtype} {ids.shape}, not int32 token ids")
-                if len(ids) and (ids.min() < 0 or ids.max() >= self.cfg.vocab_size):
-                    raise DataError(f"{path}: token id {int(ids.max())} is outside the "
-                                    f"{self.cfg.vocab_size:,}-word vocab.txt (prepared from "
-                                    "another corpus?)")
+                if len(ids) and ids.min() < 0:
+                    at = int(np.argmax(ids < 0))
+                    raise DataError(f"{path}: token id {int(ids[at])} at position {at:,} is "
+                                    "negative (not written by prepare_dataset.py?)")
+                if len(ids) and ids.max() >= self.cfg.vocab_size:
+                    at = int(np.argmax(ids >= self.cfg.vocab_size))
+                    raise DataError(f"{path}: token id {int(ids[at])} at position {at:,} is "
+                                    f"outside the {self.cfg.vocab_size:,}-word vocab.txt "
+                                    "(prepared from another corpus?)")
                 self._tokens[split] = ids
         return self._tokens[split]
 
@@ -184,8 +191,9 @@ class TransformerXLTask(Task):
         tokens = self.tokens(self._eval_split())
         if tfdata_pipeline.eval_segment_count(len(tokens), f.eval_batch_size, f.eval_tgt_len,
                                               drop_short) < 1:
-            raise DataError(f"the {self._eval_split()} split is too short for one segment of "
-                            f"--eval_tgt_len {f.eval_tgt_len} in {f.eval_batch_size} streams")
+            raise DataError(f"the {self._eval_split()} split ({len(tokens):,} tokens) is too "
+                            f"short for one segment of --eval_tgt_len {f.eval_tgt_len} in each "
+                            f"of --eval_batch_size {f.eval_batch_size} streams")
         return tfdata_pipeline.eval_dataset(tokens, f.eval_batch_size, f.eval_tgt_len, dist.rank,
                                             dist.size, drop_short)
 
@@ -213,23 +221,22 @@ class TransformerXLTask(Task):
             ids.append(index.get(word, unk))
         return ids
 
-    def predict(self, model, paths):
+    def predict_file(self, model, path):
+        """One record per prompt (a line of the file), continued by --gen_len words."""
         f = self.flags
+        prompts = [line.strip() for line in utf8_lines(path) if line.strip()]
+        if not prompts:
+            raise DataError(f"{path} has no prompt (one prompt a line)")
         records = []
-        for path in paths:
-            try:
-                with open(path, encoding="utf-8") as fh:
-                    prompts = [line.strip() for line in fh if line.strip()]
-            except UnicodeDecodeError:
-                raise DataError(f"{path} is not UTF-8 text") from None
-            if not prompts:
-                raise DataError(f"{path} has no prompt (one prompt a line)")
-            for prompt in prompts:
-                ids = generate(model, self.encode(prompt), f.gen_len, greedy=not f.sample,
-                               temperature=f.temperature, top_k=f.top_k, seed=f.seed)
-                records.append({"file": path, "prompt": prompt,
-                                "continuation": " ".join(self.vocab[i] for i in ids),
-                                "token_ids": ids, "sampled": f.sample})
+        for n, prompt in enumerate(prompts, 1):
+            ids = generate(model, self.encode(prompt), f.gen_len, greedy=not f.sample,
+                           temperature=f.temperature, top_k=f.top_k, seed=f.seed,
+                           progress=lambda done, total, rate, n=n: self.ctx.logger.print(
+                               f"{os.path.basename(path)}, prompt {n}/{len(prompts)}: "
+                               f"{done}/{total} words ({rate:.1f}/s)"))
+            records.append({"file": path, "prompt": prompt,
+                            "continuation": " ".join(self.vocab[i] for i in ids),
+                            "token_ids": ids, "sampled": f.sample})
         return records
 
     def export(self, model, export_dir):
