@@ -126,7 +126,9 @@ def validate(f: flags.FlagValues) -> None:
         if f.num_iter <= f.warmup_steps:
             raise UsageError(f"--num_iter ({f.num_iter}) must exceed --warmup_steps "
                              f"({f.warmup_steps}) so that some steps are timed")
-    if f.log_filename and (os.sep in f.log_filename
+    # What a run writes in --results_dir itself cannot be the log's name.
+    taken = (".", "..", "tensorboard", "checkpoints", "predictions", "predictions.json")
+    if f.log_filename and (os.sep in f.log_filename or f.log_filename in taken
                            or os.path.isdir(os.path.join(f.results_dir, f.log_filename))):
         raise UsageError(f"--log_filename {f.log_filename} must name a file inside --results_dir"
                          ", not a directory or a path")

@@ -11,8 +11,10 @@ import shutil
 import sys
 from collections.abc import Callable, Iterable, Iterator
 
+import tensorflow as tf
+
 from common import checkpoints, tfrecord_writer
-from common.errors import DataError
+from common.errors import DataError, one_line
 
 STAGE = ".preparing"  # inside the output directory: the same file system, so renames are atomic
 _SHARD = re.compile(r"^(?P<prefix>.+)-\d{5}-of-\d{5}$")
@@ -38,9 +40,12 @@ def staged(out_dir: str, log=print) -> Iterator[str]:
         os.makedirs(stage)
         yield stage
         _swap_in(stage, out_dir, log)
-    except OSError as e:
-        raise DataError(f"cannot write the preparation to {out_dir} ({e.strerror or e}); the "
-                        "previous preparation there is unchanged") from None
+    except (OSError, tf.errors.OpError) as e:  # TFRecordWriter's are TensorFlow's
+        why = e.strerror if isinstance(e, OSError) else one_line(e.message).split("; ")[-1]
+        st = os.statvfs(out_dir)
+        raise DataError(f"cannot write the preparation to {out_dir} ({why or e}; "
+                        f"{st.f_bavail * st.f_frsize / 2**20:.1f} MiB free there); the previous "
+                        "preparation there is unchanged") from None
     finally:
         shutil.rmtree(stage, ignore_errors=True)
 

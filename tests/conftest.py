@@ -3,6 +3,7 @@ import contextlib
 import importlib.util
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -58,4 +59,37 @@ def digits_records(tmp_path_factory):
     digits.export(str(root / "folder"), size=32, limit=60)
     prepare.prepare(str(root / "folder"), str(root / "records"), train_shards=3, val_shards=2,
                     log=lambda *_: None)
+    return str(root / "records")
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory):
+    """A prepared corpus of simple generated sentences (about 6,000 train tokens)."""
+    import numpy as np
+    root = tmp_path_factory.mktemp("txl_corpus")
+    rng = np.random.default_rng(0)
+    subjects = "the king | a fool | my lord | the queen | her brother | this ghost".split(" | ")
+    verbs = "sees | loves | fears | speaks to | follows | waits for".split(" | ")
+    objects = "the night | his sword | the castle | a letter | our friend | the sea".split(" | ")
+
+    def text(lines):
+        return "".join(" " + " ".join(f"{rng.choice(subjects)} {rng.choice(verbs)} "
+                                      f"{rng.choice(objects)} ." for _ in range(3)) + " \n"
+                       for _ in range(lines))
+    for split, lines in (("train", 450), ("valid", 40), ("test", 40)):
+        (root / f"{split}.txt").write_text(text(lines))
+    proc = run_cli([sys.executable, os.path.join(ROOT, "transformerxl", "prepare_dataset.py"),
+                    str(root), str(root / "prepared")])
+    assert proc.returncode == 0, proc.stderr
+    return str(root / "prepared")
+
+
+@pytest.fixture(scope="session")
+def shapes_records(tmp_path_factory):
+    """24 train / 8 val generated images in COCO's layout (``coco/`` beside it), prepared by
+    prepare_dataset."""
+    from ssd import prepare, shapes
+    root = tmp_path_factory.mktemp("shapes")
+    shapes.export(str(root / "coco"), train=24, val=8, seed=3)
+    prepare.prepare(str(root / "coco"), str(root / "records"), 2, 1, log=lambda *_: None)
     return str(root / "records")

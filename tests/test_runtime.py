@@ -108,6 +108,11 @@ def test_nan_loss_stops_with_one_line_and_keeps_the_checkpoint(tmp_path, monkeyp
     (["--mode", "evaluate"], 2, "--mode evaluate needs --data_dir"),
     (["--dali"], 2, "--dali needs --data_dir"),
     (["--mode", "training_benchmark", "--num_iter", "5"], 2, "use --iter_unit batch"),
+    (["--seed", "-1"], 2, "flag --seed=-1: -1 is not an integer in the range [0, 4294967295]"),
+    (["--log_filename", "tensorboard"], 2, "--log_filename tensorboard must name a file inside "
+                                           "--results_dir, not a directory or a path"),
+    (["--log_filename", "."], 2, "--log_filename . must name a file inside --results_dir, not "
+                                 "a directory or a path"),
 ])
 def test_bad_command_lines_fail_with_one_line(extra, code, message):
     proc = run_cli([sys.executable, MAIN, *extra])
@@ -184,3 +189,15 @@ def test_the_parameter_record_holds_what_the_run_derived(tmp_path):
     assert params["global_batch_size"] == 16  # 8 per process x 2 micro-batches x 1 process
     assert params["lr_peak"] == pytest.approx(0.512 * 16 / 256)  # the linear scaling rule
     assert params["total_steps"] == 2 and params["steps_per_epoch"] >= 1
+
+
+def test_ctrl_c_during_start_up_is_one_line(tmp_path):
+    """SIGINT while TensorFlow imports or the model is built: no KeyboardInterrupt traceback."""
+    proc = subprocess.Popen([sys.executable, MAIN, "--mode", "train", *TINY, "--results_dir",
+                             str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode in (130, -signal.SIGINT), err
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == "main.py: interrupted"

@@ -12,22 +12,13 @@ from conftest import ROOT, dtype_policy, run_cli
 
 from common import dllogger, runner, tfrecord_index
 from common.images import normalize
-from ssd import anchors, coco_eval, dali_pipeline, prepare, shapes, tfdata_pipeline
+from ssd import anchors, coco_eval, dali_pipeline, shapes, tfdata_pipeline
 from ssd.model import build_ssd
 from ssd.task import SSDTask
 
 MAIN = os.path.join(ROOT, "ssd320", "main.py")
 TINY = ["--arch", "resnet_tiny", "--image_size", "128", "--batch_size", "4", "--display_every",
         "1", "--lr_warmup_steps", "2"]
-
-
-@pytest.fixture(scope="session")
-def shapes_records(tmp_path_factory):
-    """24 train / 8 val generated images in COCO's layout, prepared by prepare_dataset."""
-    root = tmp_path_factory.mktemp("shapes")
-    shapes.export(str(root / "coco"), train=24, val=8, seed=3)
-    prepare.prepare(str(root / "coco"), str(root / "records"), 2, 1, log=lambda *_: None)
-    return str(root / "records")
 
 
 def _count(variables):

@@ -19,27 +19,6 @@ MAIN = os.path.join(ROOT, "transformerxl", "main.py")
 TINY = ["--preset", "tiny", "--seed", "3", "--lr_warmup_steps", "2", "--display_every", "1"]
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    """A prepared corpus of simple generated sentences (about 6,000 train tokens)."""
-    root = tmp_path_factory.mktemp("txl_corpus")
-    rng = np.random.default_rng(0)
-    subjects = "the king | a fool | my lord | the queen | her brother | this ghost".split(" | ")
-    verbs = "sees | loves | fears | speaks to | follows | waits for".split(" | ")
-    objects = "the night | his sword | the castle | a letter | our friend | the sea".split(" | ")
-
-    def text(lines):
-        return "".join(" " + " ".join(f"{rng.choice(subjects)} {rng.choice(verbs)} "
-                                      f"{rng.choice(objects)} ." for _ in range(3)) + " \n"
-                       for _ in range(lines))
-    for split, lines in (("train", 450), ("valid", 40), ("test", 40)):
-        (root / f"{split}.txt").write_text(text(lines))
-    proc = run_cli([sys.executable, os.path.join(ROOT, "transformerxl", "prepare_dataset.py"),
-                    str(root), str(root / "prepared")])
-    assert proc.returncode == 0, proc.stderr
-    return str(root / "prepared")
-
-
 def _run(args, data, out):
     return runner.run(TransformerXLTask, ["main.py", *TINY, "--data_dir", data,
                                           "--results_dir", str(out), *args])

@@ -106,8 +106,12 @@ def model_config(fv: flags.FlagValues, vocab_size: int, amp: bool) -> TXLConfig:
     if any(b <= a for a, b in zip(cutoffs, cutoffs[1:])):
         raise UsageError(f"{given}: the cutoffs must increase strictly")
     if cutoffs and cutoffs[-1] >= vocab_size:
-        raise UsageError(f"{given}: the last cutoff must be below the vocabulary size "
-                         f"({vocab_size:,}); the last cluster would be empty")
+        if fv["cutoffs"].present:
+            raise UsageError(f"{given}: the last cutoff must be below the vocabulary size "
+                             f"({vocab_size:,}); the last cluster would be empty")
+        # A preset's or the default's cutoffs on a smaller vocabulary: the clusters that
+        # would be empty go (the task says so, and the log records the cutoffs used).
+        cutoffs = tuple(c for c in cutoffs if c < vocab_size)
     return TXLConfig(
         vocab_size=vocab_size, n_layer=fv.n_layer, d_model=fv.d_model, n_head=fv.n_head,
         d_head=fv.d_head, d_inner=fv.d_inner, cutoffs=cutoffs, dropout=fv.dropout,

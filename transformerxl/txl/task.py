@@ -46,6 +46,10 @@ class TransformerXLTask(Task):
         vocab_size = len(self.vocab) if self.vocab else f.vocab_size
         amp = ctx.precision.policy != "float32"
         self.cfg = config.model_config(f, vocab_size, amp)
+        if len(self.cfg.cutoffs) < len(f.cutoffs):
+            ctx.logger.print(f"note: cutoffs {','.join(f.cutoffs)} reach beyond the "
+                             f"{vocab_size:,}-word vocabulary; the adaptive softmax uses "
+                             f"{','.join(map(str, self.cfg.cutoffs)) or 'none'}")
         if amp:
             odd = {k: v for k, v in (("d_model", f.d_model), ("d_inner", f.d_inner),
                                      ("n_head x d_head", f.n_head * f.d_head)) if v % 8}
@@ -120,7 +124,9 @@ class TransformerXLTask(Task):
         return model
 
     def effective_settings(self):
-        return {"vocab_size": self.cfg.vocab_size}  # vocab.txt's with --data_dir
+        # vocab.txt's size with --data_dir, and the cutoffs that fit it
+        return {"vocab_size": self.cfg.vocab_size,
+                "cutoffs": [str(c) for c in self.cfg.cutoffs]}
 
     def build_optimizer(self, steps_per_epoch, total_steps):
         f = self.flags

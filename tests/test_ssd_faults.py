@@ -1,0 +1,314 @@
+"""SSD320 under faults, through main.py's code path and prepare_dataset.py: a bad evaluation split
+never costs the training before it, bad data gets the same answer from both pipelines, every
+structural error in a user's file is one line naming the file and field, outputs are checked
+before the work that fills them, and flags the validators used to miss."""
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import tensorflow as tf
+from conftest import ROOT, run_cli, stderr_last_line
+from reliability_helpers import ckpt_digests, digests, tmpfs
+
+from common import dllogger, runner, tfrecord_index
+from ssd import prepare, shapes
+from ssd.task import SSDTask
+
+PREPARE = os.path.join(ROOT, "ssd320", "prepare_dataset.py")
+TINY = ["--arch", "resnet_tiny", "--image_size", "128", "--batch_size", "4", "--display_every",
+        "1", "--lr_warmup_steps", "2", "--iter_unit", "batch", "--seed", "1"]
+
+
+def _data(shapes_records, tmp_path):
+    """A copy of the prepared shapes to damage."""
+    data = tmp_path / "data"
+    shutil.copytree(shapes_records, data)
+    return data
+
+
+def _main(capsys, *args) -> tuple[int, str]:
+    """runner.main (main.py's code path, in this process): exit code and the last stderr line."""
+    code = runner.main(SSDTask, ["main.py", *TINY, *args])
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    return code, lines[-1] if lines else ""
+
+
+def _trained_steps(results_dir) -> int:
+    path = os.path.join(results_dir, "log.json")
+    if not os.path.exists(path):
+        return 0
+    return sum("loss" in r["data"] for r in dllogger.step_logs(dllogger.read_records(path)))
+
+
+def _rewrite_records(path, edit):
+    """Rewrites a TFRecord file with ``edit(tf.train.Example)`` applied to each record."""
+    examples = []
+    for raw in tf.data.TFRecordDataset(str(path)):
+        ex = tf.train.Example.FromString(raw.numpy())
+        edit(ex)
+        examples.append(ex.SerializeToString())
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for e in examples:
+            w.write(e)
+    tfrecord_index.write_index(str(path), tfrecord_index.index_path(
+        os.path.join(os.path.dirname(path), "idx"), str(path)))
+
+
+# --- a bad evaluation split never costs the training before it ------------------------------
+@pytest.mark.parametrize("fault, message", [
+    ("missing annotations", "validation_annotations.json is missing: prepare the data with "),
+    ("other dataset", "validation_annotations.json does not list image id "),
+    ("truncated annotations", "validation_annotations.json is not COCO instances JSON: "),
+    ("no validation records", "no validation-NNNNN-of-NNNNN TFRecord files in "),
+])
+def test_a_bad_evaluation_split_stops_before_step_1(shapes_records, tmp_path, capsys, fault,
+                                                   message):
+    data = _data(shapes_records, tmp_path)
+    gt = data / "validation_annotations.json"
+    if fault == "missing annotations":
+        gt.unlink()
+    elif fault == "other dataset":
+        coco = json.loads(gt.read_text())
+        for im in coco["images"]:
+            im["id"] += 1000
+        for a in coco["annotations"]:
+            a["image_id"] += 1000
+        gt.write_text(json.dumps(coco))
+    elif fault == "truncated annotations":
+        gt.write_bytes(gt.read_bytes()[:200])
+    else:
+        for f in data.glob("validation-*"):
+            f.unlink()
+    out = tmp_path / "r"
+    code, last = _main(capsys, "--mode", "train_and_evaluate", "--num_iter", "2", "--data_dir",
+                       str(data), "--results_dir", str(out))
+    assert code == 1 and message in last and last.startswith("main.py: error: "), last
+    assert _trained_steps(out) == 0 and not list((out / "checkpoints").glob("ckpt-*"))
+
+
+def test_an_evaluation_that_fails_midway_finds_its_training_saved(shapes_records, tmp_path,
+                                                                    capsys):
+    """The first batch reads (checked before step 1); a later record is corrupt: the run stops
+    at the evaluation, with the checkpoint of the step before it already on disk."""
+    data = _data(shapes_records, tmp_path)
+    (shard,) = data.glob("validation-*")
+    entries = tfrecord_index.scan(str(shard))
+    offset, size = entries[-1]  # the last of 8 records: the evaluation's second batch
+    raw = bytearray(shard.read_bytes())
+    raw[offset + 12 + size // 2] ^= 0xFF  # a byte of its data: the record's CRC fails
+    shard.write_bytes(bytes(raw))
+    out = tmp_path / "r"
+    code, last = _main(capsys, "--mode", "train_and_evaluate", "--num_iter", "3", "--data_dir",
+                       str(data), "--results_dir", str(out))
+    assert code == 1 and f"{shard}, record 7: " in last, last
+    assert sorted(ckpt_digests(out / "checkpoints")) == ["ckpt-3.data-00000-of-00001",
+                                                         "ckpt-3.index"]
+
+
+# --- bad data: the same answer from both pipelines -----------------------------------------
+@pytest.mark.parametrize("dali", [False, True])
+def test_a_record_failing_its_checksum_is_refused_by_both_pipelines(shapes_records, tmp_path,
+                                                                    capsys, dali):
+    data = _data(shapes_records, tmp_path)
+    shard = sorted(data.glob("train-*"))[0]
+    offset, size = tfrecord_index.scan(str(shard))[2]
+    raw = bytearray(shard.read_bytes())
+    raw[offset + 12 + size // 2] ^= 0x01
+    shard.write_bytes(bytes(raw))
+    code, last = _main(capsys, "--mode", "train", "--num_iter", "2", "--data_dir", str(data),
+                       "--results_dir", str(tmp_path / "r"), *(["--dali"] if dali else []))
+    assert code == 1 and last.startswith("main.py: error: cannot read the input data: ")
+    assert f"{shard}, record 2: " in last, last
+
+
+@pytest.mark.parametrize("dali", [False, True])
+def test_a_record_with_more_than_100_boxes_is_refused_by_both_pipelines(shapes_records,
+                                                                        tmp_path, capsys, dali):
+    data = _data(shapes_records, tmp_path)
+    shard = sorted(data.glob("train-*"))[0]
+
+    def crowd(ex):
+        f = ex.features.feature
+        f["image/object/class/label"].int64_list.value[:] = [1] * 101
+        for k, v in (("ymin", 0.1), ("xmin", 0.1), ("ymax", 0.5), ("xmax", 0.5)):
+            f[f"image/object/bbox/{k}"].float_list.value[:] = [v] * 101
+    _rewrite_records(shard, crowd)
+    code, last = _main(capsys, "--mode", "train", "--num_iter", "2", "--data_dir", str(data),
+                       "--results_dir", str(tmp_path / "r"), *(["--dali"] if dali else []))
+    assert code == 1 and f"{shard}, record 0: the image has 101 boxes, more than 100" in last, \
+        last
+
+
+def test_prepare_keeps_the_100_largest_boxes_and_says_so(tmp_path):
+    root = tmp_path / "coco"
+    shapes.export(str(root), train=3, val=2, seed=5)
+    path = root / "annotations" / "instances_train2017.json"
+    coco = json.loads(path.read_text())
+    image = coco["images"][0]
+    extra = [{"id": 10_000 + i, "image_id": image["id"], "category_id": 1, "iscrowd": 0,
+              "bbox": [1.0, 1.0, 2.0 + (i % 50) * 0.1, 2.0], "area": 4.0} for i in range(120)]
+    coco["annotations"] += extra
+    path.write_text(json.dumps(coco))
+    lines = []
+    prepare.prepare(str(root), str(tmp_path / "out"), 1, 1, log=lines.append)
+    assert "train: 1 image(s) have more than 100 boxes; their 100 largest are kept" in lines
+    counts = []
+    for raw in tf.data.TFRecordDataset(str(next((tmp_path / "out").glob("train-*")))):
+        ex = tf.train.Example.FromString(raw.numpy())
+        counts.append(len(ex.features.feature["image/object/class/label"].int64_list.value))
+    assert max(counts) == 100
+
+
+def _bad_annotations(coco, fault):
+    if fault == "duplicate image id":
+        coco["images"][1]["id"] = coco["images"][0]["id"]
+    elif fault == "missing height":
+        del coco["images"][0]["height"]
+    elif fault == "images not a list":
+        coco["images"] = {"0": coco["images"][0]}
+    elif fault == "width a string":
+        coco["images"][0]["width"] = str(coco["images"][0]["width"])
+    elif fault == "missing id":
+        del coco["annotations"][0]["id"]
+    elif fault == "no images":
+        coco["images"], coco["annotations"] = [], []
+    return coco
+
+
+@pytest.mark.parametrize("fault, message", [
+    ("binary", "is not COCO instances JSON: byte 0 is not UTF-8 (a binary file?)"),
+    ("truncated", "is not COCO instances JSON: "),
+    ("duplicate image id", ": images[1] and images[0] have the same id "),
+    ("missing height", ": images[0].height is missing"),
+    ("images not a list", ": 'images' is dict, not a list"),
+    ("width a string", ": images[0].width is \""),
+    ("missing id", ": annotations[0].id is missing"),
+    ("no images", " lists no images: the train2017 split would be empty"),
+])
+def test_prepare_names_the_file_and_field_of_a_structural_error(tmp_path, fault, message):
+    root = tmp_path / "coco"
+    shapes.export(str(root), train=3, val=2, seed=5)
+    path = root / "annotations" / "instances_train2017.json"
+    if fault == "binary":
+        path.write_bytes(b"\xff\xd8\xff\xe0" + os.urandom(64))
+    elif fault == "truncated":
+        path.write_bytes(path.read_bytes()[:-30])
+    else:
+        path.write_text(json.dumps(_bad_annotations(json.loads(path.read_text()), fault)))
+    proc = run_cli([sys.executable, PREPARE, str(root), str(tmp_path / "out")])
+    last = stderr_last_line(proc)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert last.startswith(f"prepare_dataset.py: error: {path}") and message in last, last
+    assert not (tmp_path / "out" / "label_map.json").exists()
+
+
+@pytest.mark.parametrize("content, message", [
+    ({"categories": []}, "label_map.json: the label map.num_classes is missing"),
+    ({"num_classes": 4}, "label_map.json: the top-level 'categories' list is missing"),
+    ([1, 2], "label_map.json holds a list, not an object"),
+])
+def test_a_label_map_without_its_keys_is_one_line(shapes_records, tmp_path, capsys, content,
+                                                  message):
+    data = _data(shapes_records, tmp_path)
+    (data / "label_map.json").write_text(json.dumps(content))
+    code, last = _main(capsys, "--mode", "train", "--num_iter", "1", "--data_dir", str(data),
+                       "--results_dir", str(tmp_path / "r"))
+    assert code == 1 and message in last, last
+
+
+def test_an_empty_training_split_is_one_line(shapes_records, tmp_path, capsys):
+    data = _data(shapes_records, tmp_path)
+    for f in data.glob("train-*"):
+        f.unlink()
+    empty = data / "train-00000-of-00001"
+    empty.write_bytes(b"")
+    tfrecord_index.write_index(str(empty), str(data / "idx" / f"{empty.name}.idx"))
+    code, last = _main(capsys, "--mode", "train", "--num_iter", "1", "--data_dir", str(data),
+                       "--results_dir", str(tmp_path / "r"))
+    assert code == 1 and "the training split is empty or smaller than one batch" in last, last
+
+
+# --- outputs are checked before the work that fills them -----------------------------------
+def test_prepare_into_a_full_disk_keeps_the_previous_preparation(tmp_path):
+    root = tmp_path / "coco"
+    shapes.export(str(root), train=4, val=2, seed=5)
+    with tmpfs(tmp_path / "disk", 1200) as disk:
+        out = os.path.join(disk, "out")
+        prepare.prepare(str(root), out, 1, 1, log=lambda *_: None)
+        before = digests(out)
+        big = tmp_path / "big"
+        shapes.export(str(big), train=200, val=2, seed=6)  # does not fit beside it
+        proc = run_cli([sys.executable, PREPARE, str(big), out])
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr
+        assert stderr_last_line(proc).startswith(f"prepare_dataset.py: error: cannot write the "
+                                                 f"preparation to {out} (No space left on device; ")
+        assert digests(out) == before
+
+
+def test_prepare_into_a_file_is_one_line(tmp_path):
+    root = tmp_path / "coco"
+    shapes.export(str(root), train=2, val=2, seed=5)
+    (tmp_path / "out").write_text("not a directory")
+    proc = run_cli([sys.executable, PREPARE, str(root), str(tmp_path / "out")])
+    assert proc.returncode == 1
+    assert stderr_last_line(proc) == (f"prepare_dataset.py: error: the output directory "
+                                      f"{tmp_path / 'out'} is a file, not a directory")
+
+
+@pytest.mark.parametrize("kind", ["file", "read-only"])
+def test_an_unusable_export_dir_is_refused_before_training(tmp_path, capsys, kind):
+    target = tmp_path / "export"
+    if kind == "file":
+        target.write_text("")
+        context = None
+    else:
+        context = tmpfs(target, 64, read_only=True)
+        context.__enter__()
+    try:
+        code, last = _main(capsys, "--mode", "train", "--num_iter", "2", "--export_dir",
+                           str(target), "--results_dir", str(tmp_path / "r"))
+    finally:
+        if context:
+            context.__exit__(None, None, None)
+    assert code == 1 and last.startswith(f"main.py: error: --export_dir {target} is "), last
+    assert _trained_steps(tmp_path / "r") == 0
+
+
+def test_predict_draws_each_input_once_and_skips_an_unreadable_file(shapes_records, tmp_path,
+                                                                    capsys):
+    out = tmp_path / "r"
+    code, _ = _main(capsys, "--mode", "train", "--num_iter", "1", "--results_dir", str(out),
+                    "--data_dir", shapes_records)
+    assert code == 0
+    images = tmp_path / "images"
+    images.mkdir()
+    source = sorted((Path(shapes_records).parent / "coco" / "val2017").iterdir())
+    shutil.copy(source[0], images / "a.jpg")
+    tf.io.write_file(str(images / "a.png"), tf.io.encode_png(tf.io.decode_jpeg(
+        tf.io.read_file(str(source[1])))))
+    (images / "b.jpg").write_bytes(b"not an image")
+    code, _ = _main(capsys, "--mode", "predict", "--to_predict", str(images), "--results_dir",
+                    str(out), "--data_dir", shapes_records)
+    assert code == 0
+    records = json.loads((out / "predictions.json").read_text())
+    assert [os.path.basename(r["file"]) for r in records] == ["a.jpg", "a.png", "b.jpg"]
+    assert sorted(os.listdir(out / "predictions")) == ["a.jpg.png", "a.png.png"]
+    assert "error" in records[2] and "b.jpg is not an image" in records[2]["error"]
+    assert not any(f.startswith("predictions.json.tmp") for f in os.listdir(out))
+
+
+# --- flags the validators used to miss ------------------------------------------------------
+def test_a_backbone_checkpoint_of_another_resnet_is_one_line(tmp_path, capsys):
+    from rn50.task import ResNetTask
+    rn = tmp_path / "rn"
+    runner.run(ResNetTask, ["main.py", "--arch", "resnet_tiny", "--num_classes", "10",
+                            "--image_size", "32", "--batch_size", "2", "--mode", "train",
+                            "--iter_unit", "batch", "--num_iter", "1", "--results_dir", str(rn)])
+    code, last = _main(capsys, "--mode", "train", "--num_iter", "1", "--arch", "resnet50",
+                       "--image_size", "64", "--batch_size", "1", "--backbone_checkpoint",
+                       str(rn / "checkpoints"), "--results_dir", str(tmp_path / "r"))
+    assert code == 1 and last.startswith("main.py: error: --backbone_checkpoint ")
+    assert "does not fit --arch resnet50" in last, last
