@@ -245,3 +245,24 @@ def test_checked_range_accepts_no_values_and_reports_the_first_bad_one():
     with pytest.raises(tf.errors.InvalidArgumentError) as e:  # as in a pipeline: a graph
         next(iter(ds))
     assert reason(e.value.message) == "class 0 is outside 1..7"
+
+
+@pytest.mark.parametrize("kind", ["png16 grey", "png16 rgb", "tiff32 grey"])
+def test_16_bit_images_are_prepared_as_tensorflow_decodes_them(tmp_path, kind):
+    """Scaled to 8 bits (value / 257), not clipped to white as PIL's convert('RGB') did."""
+    from PIL import Image
+
+    from common.images import jpeg_bytes
+    ramp = (np.arange(32 * 32).reshape(32, 32) * 60).astype(np.uint16)  # 0 .. 61,380
+    if kind == "tiff32 grey":  # TensorFlow cannot decode TIFF: the PIL path
+        path = tmp_path / "x.tif"
+        Image.fromarray(ramp.astype(np.int32), mode="I").save(path)
+        want = np.repeat((ramp / 257)[..., None], 3, -1)
+    else:
+        pixels = ramp[..., None] if kind == "png16 grey" else np.stack([ramp, ramp // 2,
+                                                                         ramp // 4], -1)
+        path = tmp_path / "x.png"
+        path.write_bytes(tf.io.encode_png(tf.constant(pixels)).numpy())
+        want = np.broadcast_to(pixels / 257, (32, 32, 3))
+    got = tf.io.decode_jpeg(jpeg_bytes(str(path))).numpy().astype(float)
+    assert np.abs(got - want).mean() < 3 and got.max() < 250
