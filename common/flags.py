@@ -95,7 +95,12 @@ def build(define_model_flags: Callable[[flags.FlagValues], None] | None = None,
 
 
 def parse(fv: flags.FlagValues, argv: Sequence[str]) -> flags.FlagValues:
-    """Parses ``argv`` (program name first); raises ``UsageError`` with one line on any problem."""
+    """Parses ``argv`` (program name first); raises ``UsageError`` with one line on any problem.
+    ``--help`` (``-h``, ``--helpfull``) prints every flag with its default and exits 0."""
+    if any(a in ("-h", "--help", "--helpfull") for a in argv[1:]):
+        prog = os.path.basename(argv[0]) if argv else "main.py"
+        print(f"usage: {prog} [--flag=value ...]\n\n{fv.get_help(include_special_flags=False)}")
+        raise SystemExit(0)
     try:
         rest = fv(list(argv))
     except flags.Error as e:

@@ -201,3 +201,9 @@ def test_ctrl_c_during_start_up_is_one_line(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode in (130, -signal.SIGINT), err
     assert "Traceback" not in err and err.strip().splitlines()[-1] == "main.py: interrupted"
+
+
+def test_help_lists_every_flag_and_exits_zero():
+    proc = run_cli([sys.executable, MAIN, "--help"])
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: main.py")
+    assert "--batch_size" in proc.stdout and "--arch" in proc.stdout  # common and ResNet's own
