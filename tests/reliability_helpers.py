@@ -2,6 +2,7 @@
 import contextlib
 import hashlib
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -37,3 +38,28 @@ def tmpfs(path, size_kib: int, read_only: bool = False):
         yield path
     finally:
         subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def damaged_copy(prepared, tmp_path):
+    """A copy of a prepared dataset (``tmp_path/data``) for a test to damage."""
+    data = tmp_path / "data"
+    shutil.copytree(prepared, data)
+    return data
+
+
+def main_in_process(task_cls, capsys, argv) -> tuple[int, str]:
+    """``runner.main`` (main.py's code path, in this process): the exit code and the last line
+    on stderr."""
+    from common import runner
+    code = runner.main(task_cls, ["main.py", *argv])
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    return code, lines[-1] if lines else ""
+
+
+def trained_steps(results_dir) -> int:
+    """Training steps logged in ``results_dir/log.json`` (0 when there is none)."""
+    from common import dllogger
+    path = os.path.join(results_dir, "log.json")
+    if not os.path.exists(path):
+        return 0
+    return sum("loss" in r["data"] for r in dllogger.step_logs(dllogger.read_records(path)))

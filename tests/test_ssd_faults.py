@@ -11,9 +11,16 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 from conftest import ROOT, run_cli, stderr_last_line
-from reliability_helpers import ckpt_digests, digests, tmpfs
+from reliability_helpers import (
+    ckpt_digests,
+    damaged_copy,
+    digests,
+    main_in_process,
+    tmpfs,
+    trained_steps,
+)
 
-from common import dllogger, runner, tfrecord_index
+from common import runner, tfrecord_index
 from ssd import prepare, shapes
 from ssd.task import SSDTask
 
@@ -22,25 +29,8 @@ TINY = ["--arch", "resnet_tiny", "--image_size", "128", "--batch_size", "4", "--
         "1", "--lr_warmup_steps", "2", "--iter_unit", "batch", "--seed", "1"]
 
 
-def _data(shapes_records, tmp_path):
-    """A copy of the prepared shapes to damage."""
-    data = tmp_path / "data"
-    shutil.copytree(shapes_records, data)
-    return data
-
-
 def _main(capsys, *args) -> tuple[int, str]:
-    """runner.main (main.py's code path, in this process): exit code and the last stderr line."""
-    code = runner.main(SSDTask, ["main.py", *TINY, *args])
-    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
-    return code, lines[-1] if lines else ""
-
-
-def _trained_steps(results_dir) -> int:
-    path = os.path.join(results_dir, "log.json")
-    if not os.path.exists(path):
-        return 0
-    return sum("loss" in r["data"] for r in dllogger.step_logs(dllogger.read_records(path)))
+    return main_in_process(SSDTask, capsys, [*TINY, *args])
 
 
 def _rewrite_records(path, edit):
@@ -66,7 +56,7 @@ def _rewrite_records(path, edit):
 ])
 def test_a_bad_evaluation_split_stops_before_step_1(shapes_records, tmp_path, capsys, fault,
                                                    message):
-    data = _data(shapes_records, tmp_path)
+    data = damaged_copy(shapes_records, tmp_path)
     gt = data / "validation_annotations.json"
     if fault == "missing annotations":
         gt.unlink()
@@ -86,14 +76,14 @@ def test_a_bad_evaluation_split_stops_before_step_1(shapes_records, tmp_path, ca
     code, last = _main(capsys, "--mode", "train_and_evaluate", "--num_iter", "2", "--data_dir",
                        str(data), "--results_dir", str(out))
     assert code == 1 and message in last and last.startswith("main.py: error: "), last
-    assert _trained_steps(out) == 0 and not list((out / "checkpoints").glob("ckpt-*"))
+    assert trained_steps(out) == 0 and not list((out / "checkpoints").glob("ckpt-*"))
 
 
 def test_an_evaluation_that_fails_midway_finds_its_training_saved(shapes_records, tmp_path,
                                                                     capsys):
     """The first batch reads (checked before step 1); a later record is corrupt: the run stops
     at the evaluation, with the checkpoint of the step before it already on disk."""
-    data = _data(shapes_records, tmp_path)
+    data = damaged_copy(shapes_records, tmp_path)
     (shard,) = data.glob("validation-*")
     entries = tfrecord_index.scan(str(shard))
     offset, size = entries[-1]  # the last of 8 records: the evaluation's second batch
@@ -112,7 +102,7 @@ def test_an_evaluation_that_fails_midway_finds_its_training_saved(shapes_records
 @pytest.mark.parametrize("dali", [False, True])
 def test_a_record_failing_its_checksum_is_refused_by_both_pipelines(shapes_records, tmp_path,
                                                                     capsys, dali):
-    data = _data(shapes_records, tmp_path)
+    data = damaged_copy(shapes_records, tmp_path)
     shard = sorted(data.glob("train-*"))[0]
     offset, size = tfrecord_index.scan(str(shard))[2]
     raw = bytearray(shard.read_bytes())
@@ -127,7 +117,7 @@ def test_a_record_failing_its_checksum_is_refused_by_both_pipelines(shapes_recor
 @pytest.mark.parametrize("dali", [False, True])
 def test_a_record_with_more_than_100_boxes_is_refused_by_both_pipelines(shapes_records,
                                                                         tmp_path, capsys, dali):
-    data = _data(shapes_records, tmp_path)
+    data = damaged_copy(shapes_records, tmp_path)
     shard = sorted(data.glob("train-*"))[0]
 
     def crowd(ex):
@@ -175,6 +165,12 @@ def _bad_annotations(coco, fault):
         del coco["annotations"][0]["id"]
     elif fault == "no images":
         coco["images"], coco["annotations"] = [], []
+    elif fault == "box outside":
+        coco["annotations"][0]["bbox"] = [100.0, 5.0, 500.0, 20.0]
+    elif fault == "unknown category":
+        coco["annotations"][0]["category_id"] = 99
+    elif fault == "unknown image":
+        coco["annotations"][0]["image_id"] = 12345
     return coco
 
 
@@ -187,6 +183,9 @@ def _bad_annotations(coco, fault):
     ("width a string", ": images[0].width is \""),
     ("missing id", ": annotations[0].id is missing"),
     ("no images", " lists no images: the train2017 split would be empty"),
+    ("box outside", ": annotations[0] (id 1) has bbox [100.0, 5.0, 500.0, 20.0] outside its "),
+    ("unknown category", ": annotations[0] (id 1) has category 99, which is not listed"),
+    ("unknown image", ": annotations[0] (id 1) refers to image 12345, which is not listed"),
 ])
 def test_prepare_names_the_file_and_field_of_a_structural_error(tmp_path, fault, message):
     root = tmp_path / "coco"
@@ -212,7 +211,7 @@ def test_prepare_names_the_file_and_field_of_a_structural_error(tmp_path, fault,
 ])
 def test_a_label_map_without_its_keys_is_one_line(shapes_records, tmp_path, capsys, content,
                                                   message):
-    data = _data(shapes_records, tmp_path)
+    data = damaged_copy(shapes_records, tmp_path)
     (data / "label_map.json").write_text(json.dumps(content))
     code, last = _main(capsys, "--mode", "train", "--num_iter", "1", "--data_dir", str(data),
                        "--results_dir", str(tmp_path / "r"))
@@ -220,7 +219,7 @@ def test_a_label_map_without_its_keys_is_one_line(shapes_records, tmp_path, caps
 
 
 def test_an_empty_training_split_is_one_line(shapes_records, tmp_path, capsys):
-    data = _data(shapes_records, tmp_path)
+    data = damaged_copy(shapes_records, tmp_path)
     for f in data.glob("train-*"):
         f.unlink()
     empty = data / "train-00000-of-00001"
@@ -274,7 +273,7 @@ def test_an_unusable_export_dir_is_refused_before_training(tmp_path, capsys, kin
         if context:
             context.__exit__(None, None, None)
     assert code == 1 and last.startswith(f"main.py: error: --export_dir {target} is "), last
-    assert _trained_steps(tmp_path / "r") == 0
+    assert trained_steps(tmp_path / "r") == 0
 
 
 def test_predict_draws_each_input_once_and_skips_an_unreadable_file(shapes_records, tmp_path,

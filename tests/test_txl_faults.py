@@ -4,15 +4,13 @@ files, a preparation that fails leaves the previous one intact, flags checked ag
 vocabulary, and predict that skips an unreadable prompt file."""
 import json
 import os
-import shutil
 import sys
 
 import numpy as np
 import pytest
 from conftest import ROOT, run_cli, stderr_last_line
-from reliability_helpers import digests, tmpfs
+from reliability_helpers import damaged_copy, digests, main_in_process, tmpfs, trained_steps
 
-from common import dllogger, runner
 from txl.task import TransformerXLTask
 
 PREPARE = os.path.join(ROOT, "transformerxl", "prepare_dataset.py")
@@ -20,23 +18,8 @@ TINY = ["--preset", "tiny", "--seed", "3", "--lr_warmup_steps", "2", "--display_
         "--iter_unit", "batch"]
 
 
-def _data(corpus, tmp_path):
-    data = tmp_path / "data"
-    shutil.copytree(corpus, data)
-    return data
-
-
 def _main(capsys, *args) -> tuple[int, str]:
-    code = runner.main(TransformerXLTask, ["main.py", *TINY, *args])
-    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
-    return code, lines[-1] if lines else ""
-
-
-def _trained_steps(results_dir) -> int:
-    path = os.path.join(results_dir, "log.json")
-    if not os.path.exists(path):
-        return 0
-    return sum("loss" in r["data"] for r in dllogger.step_logs(dllogger.read_records(path)))
+    return main_in_process(TransformerXLTask, capsys, [*TINY, *args])
 
 
 @pytest.mark.parametrize("fault, message", [
@@ -47,7 +30,7 @@ def _trained_steps(results_dir) -> int:
     ("not numpy", "valid.npy is not a NumPy array"),
 ])
 def test_bad_evaluation_tokens_stop_before_step_1(corpus, tmp_path, capsys, fault, message):
-    data = _data(corpus, tmp_path)
+    data = damaged_copy(corpus, tmp_path)
     valid = data / "valid.npy"
     if fault == "missing":
         valid.unlink()
@@ -64,11 +47,11 @@ def test_bad_evaluation_tokens_stop_before_step_1(corpus, tmp_path, capsys, faul
                        str(data), "--results_dir", str(out), "--eval_batch_size", "4",
                        "--eval_tgt_len", "64")
     assert code == 1 and message in last and last.startswith("main.py: error: "), last
-    assert _trained_steps(out) == 0 and not list((out / "checkpoints").glob("ckpt-*"))
+    assert trained_steps(out) == 0 and not list((out / "checkpoints").glob("ckpt-*"))
 
 
 def test_a_byte_that_is_not_utf8_in_vocab_txt_is_named_with_its_offset(corpus, tmp_path, capsys):
-    data = _data(corpus, tmp_path)
+    data = damaged_copy(corpus, tmp_path)
     vocab = (data / "vocab.txt").read_bytes()
     at = vocab.index(b"\n", 10) + 1  # the first byte of a later line
     (data / "vocab.txt").write_bytes(vocab[:at] + b"\xff" + vocab[at + 1:])
