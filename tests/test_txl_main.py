@@ -190,7 +190,7 @@ def test_corrupt_token_file_is_named(tmp_path, corpus):
     proc = run_cli([sys.executable, MAIN, *TINY, "--data_dir", str(bad), "--results_dir",
                     str(tmp_path / "out"), "--mode", "train"])
     assert proc.returncode == 1
-    assert "train.npy: token id 1000000 is outside the" in stderr_last_line(proc)
+    assert "train.npy: token id 1000000 at position 2 is outside the" in stderr_last_line(proc)
 
 
 def test_two_processes_train_and_evaluate_as_one(tmp_path, corpus):
