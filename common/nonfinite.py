@@ -28,9 +28,10 @@ def _finite_each(tensors) -> tf.Tensor:
 
 
 def _first_false(flags: tf.Tensor) -> tf.Tensor:
-    """Index of the first False in ``flags`` (int64), or -1 when there is none."""
-    bad = tf.where(tf.logical_not(flags))[:, 0]
-    return tf.cond(tf.size(bad) > 0, lambda: bad[0], lambda: tf.constant(-1, tf.int64))
+    """Index of the first False in ``flags`` (int64), or -1 when there is none (static shapes
+    only: XLA compiles it quickly)."""
+    first = tf.argmin(tf.cast(flags, tf.int32), output_type=tf.int64)
+    return tf.where(tf.reduce_all(flags), tf.constant(-1, tf.int64), first)
 
 
 def first_non_finite(variables: Sequence) -> str | None:

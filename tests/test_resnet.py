@@ -130,9 +130,13 @@ def test_xla_compiles_the_train_step(tmp_path):
     trainer.log.close()
     assert trainer.ctx.precision.xla
     batch = next(iter(trainer.task.train_dataset()))
-    hlo = trainer._build_train_step().experimental_get_compiler_ir(
-        (batch,), trainer._initial_train_states())(stage="hlo")
-    assert "HloModule" in hlo  # the whole step lowers to one XLA module
+    gradients, update = trainer._build_train_step().xla_parts
+    states = trainer._initial_train_states()
+    # The step is two XLA modules: forward and backward, then the optimizer's update (the
+    # all-reduce and the non-finite check sit between them).
+    assert "HloModule" in gradients.experimental_get_compiler_ir((batch,), states)(stage="hlo")
+    _, grads, _ = gradients((batch,), states)
+    assert "HloModule" in update.experimental_get_compiler_ir(grads)(stage="hlo")
 
 
 def test_amp_environment_variable_through_main(tmp_path):

@@ -193,9 +193,11 @@ def test_the_parameter_record_holds_what_the_run_derived(tmp_path):
 
 def test_ctrl_c_during_start_up_is_one_line(tmp_path):
     """SIGINT while TensorFlow imports or the model is built: no KeyboardInterrupt traceback."""
+    # As from a terminal: a test run started in the background inherits SIGINT ignored.
     proc = subprocess.Popen([sys.executable, MAIN, "--mode", "train", *TINY, "--results_dir",
-                             str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                             str(tmp_path), "--iter_unit", "batch", "--num_iter", "50"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(1.5)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=300)  # generous: a loaded machine imports slowly

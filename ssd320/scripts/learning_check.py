@@ -7,7 +7,7 @@ prepare_dataset.py, then SSD with the tiny ResNet trunk is trained at 128x128 fr
 under float32 and under AMP (bfloat16 on a CPU), evaluating COCO AP on the held-out images after
 every epoch. Prints both AP50 curves.
 
-    python ssd320/scripts/learning_check.py --steps 1200
+    python ssd320/scripts/learning_check.py --steps 1800
 """
 import argparse
 import os
@@ -48,7 +48,7 @@ def train(records: str, results: str, precision: str, steps: int, seed: int) -> 
             "curve": [(r["step"][1], r["data"]["eval_AP50"]) for r in evals]}
 
 
-def run(steps: int = 1200, seed: int = 1) -> dict:
+def run(steps: int = 1800, seed: int = 1) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         records = prepare(tmp)
         return {p: train(records, os.path.join(tmp, p), p, steps, seed) for p in PRECISIONS}
@@ -56,7 +56,7 @@ def run(steps: int = 1200, seed: int = 1) -> dict:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=1200)
+    p.add_argument("--steps", type=int, default=1800)
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args()
     print(report(run(args.steps, args.seed)))
