@@ -26,9 +26,11 @@ demo-ssd: deps
 test: deps
 	$(MAKE) lint pytest-fast
 
-# Learning curves and other runs that take minutes each; not part of `make test`.
+# Learning curves and other runs that take minutes each; not part of `make test`. The runs are
+# kept in $(LEARNING_RUNS)/MODEL for the report: python -m benchtools.report (see README).
+LEARNING_RUNS ?= results/learning
 test-slow: deps
-	$(PYTHON) -m pytest tests -m slow $(PYTEST_ARGS)
+	$(MAKE) pytest-slow
 
 lint:
 	$(PYTHON) -m ruff check .
@@ -38,7 +40,7 @@ pytest-fast:
 	$(PYTHON) -m pytest tests -m "not slow" $(PYTEST_ARGS)
 
 pytest-slow:
-	$(PYTHON) -m pytest tests -m slow $(PYTEST_ARGS)
+	$(PYTHON) -m pytest tests -m slow --keep_runs $(LEARNING_RUNS) $(PYTEST_ARGS)
 
 # The same two suites on the NGC 25.02 container's stack: the stock image's packages, then
 # scripts/install_deps.sh over them exactly as the Dockerfile runs it.
@@ -53,7 +55,7 @@ test-ngc: ngc-deps
 	$(NGC_MAKE) lint pytest-fast
 
 test-slow-ngc: ngc-deps
-	$(NGC_MAKE) pytest-slow
+	$(NGC_MAKE) LEARNING_RUNS=results/learning-ngc pytest-slow
 
 clean:
 	rm -rf results demo_data .pytest_cache

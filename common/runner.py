@@ -6,6 +6,7 @@ import gc
 import glob
 import os
 import random
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -17,7 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from common import checkpoints, distributed, flags, precision
+from common import checkpoints, distributed, flags, machine, precision
 from common.dllogger import Logger, read_records
 from common.errors import DataError, TrainingError, UsageError
 from common.task import RunContext, Task
@@ -66,7 +67,9 @@ def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
     # holds the values this run uses (classes from label_map.json, the vocabulary's size, the
     # scaled learning rate), not only what the command line asked for.
     logger.parameters({**flags.as_dict(fv), "world_size": dist.size,
-                       **trainer.effective_settings(), **prec.describe()})
+                       **trainer.effective_settings(), **prec.describe(),
+                       "model": task_cls.name, "headline_metric": task_cls.headline_metric,
+                       "machine": machine.describe(), "tensorflow": tf.__version__})
     logger.print(
         f"precision: policy {prec.policy} (amp: {prec.sources['amp']}), loss scale "
         f"{prec.loss_scale or 'none'}, tf32 {'on' if prec.tf32 else 'off'} "
@@ -130,6 +133,18 @@ def _run(task_cls: type[Task], argv: Sequence[str]) -> dict:
         return summary
     finally:
         logger.close()
+
+
+def fresh_results_dir(path: str) -> str:
+    """``path`` emptied for a new run: the learning checks keep their runs where the report
+    (``python -m benchtools.report``) reads them, and a run that found an earlier one's
+    checkpoints would resume it. Only a directory that holds a run (its log.json) is removed."""
+    if os.path.isdir(path) and os.listdir(path):
+        if not os.path.exists(os.path.join(path, "log.json")):
+            raise UsageError(f"{path} is not empty and holds no run (no log.json): not removed")
+        shutil.rmtree(path)
+    os.makedirs(path, exist_ok=True)
+    return path
 
 
 def run_main_py(main_py: str, args: Sequence[str], results_dir: str) -> list[dict]:

@@ -36,6 +36,7 @@ class RunContext:
 class Task(abc.ABC):
     name = "task"
     item_unit = "items"  # what throughput counts: images, tokens, ...
+    headline_metric: str | None = None  # the evaluation metric results quote (charts plot it)
     flag_defaults: Mapping[str, Any] = {}  # model-specific defaults for common flags
 
     @staticmethod

@@ -1,32 +1,88 @@
 #!/usr/bin/env bash
-# Runs a model's main.py on GPUS GPUs of one machine with a precision preset: the part of every
-# model's train.sh that is the same. mpirun by default, LAUNCHER=horovodrun for horovodrun.
+# Runs a model's main.py with a precision preset on one machine, several (mpirun -H), or a
+# SLURM allocation (srun, optionally in a container through pyxis/enroot): the part of every
+# model's train.sh that is the same.
 #   bash scripts/launch.sh MAIN_PY PRECISION GPUS [xla|noxla] [main.py flags]
 #   PRECISION: amp (float16 + dynamic loss scaling on a GPU), tf32, or fp32 (TF32 off)
+#   GPUS: GPUs per machine (one process each)
+# Environment:
+#   LAUNCHER=mpirun (default) | horovodrun | srun
+#   HOSTS=node1:8,node2:8   mpirun/horovodrun across machines (GPUS is then ignored)
+#   CONTAINER=IMAGE         srun only: run in this image (pyxis: --container-image), with
+#   CONTAINER_WORKDIR       the repository inside it (default /workspace/tf-model-scripts, the
+#   MOUNTS=src:dst,...      Dockerfile's) and these mounts (--container-mounts)
+#   DRY_RUN=1               print the command line instead of running it
 set -euo pipefail
-MAIN=${1:?usage: launch.sh MAIN_PY amp|tf32|fp32 GPUS [xla|noxla] [flags]}
-PRECISION=${2:?usage: launch.sh MAIN_PY amp|tf32|fp32 GPUS [xla|noxla] [flags]}
-GPUS=${3:?usage: launch.sh MAIN_PY amp|tf32|fp32 GPUS [xla|noxla] [flags]}
+usage="usage: launch.sh MAIN_PY amp|tf32|fp32 GPUS [xla|noxla] [flags]"
+die() { echo "launch.sh: error: $*" >&2; exit 2; }
+MAIN=${1:?$usage}
+PRECISION=${2:?$usage}
+GPUS=${3:?$usage}
 XLA=${4:-noxla}
 shift $(( $# < 4 ? $# : 4 ))
+[[ "$GPUS" =~ ^[1-9][0-9]*$ ]] || die "GPUS must be a positive number, not $GPUS"
 
 case "$PRECISION" in
   amp) flags=(--amp) ;;
   tf32) flags=(--tf32) ;;
   fp32) flags=(--no_tf32) ;;
-  *) echo "launch.sh: error: precision must be amp, tf32 or fp32, not $PRECISION" >&2; exit 2 ;;
+  *) die "precision must be amp, tf32 or fp32, not $PRECISION" ;;
 esac
 case "$XLA" in
   xla) flags+=(--xla) ;;
   noxla) ;;
-  *) echo "launch.sh: error: the xla argument must be xla or noxla, not $XLA" >&2; exit 2 ;;
+  *) die "the xla argument must be xla or noxla, not $XLA" ;;
 esac
+
+# What every rank on another machine needs from this shell's environment (mpirun -x).
+forward=(-x PATH -x LD_LIBRARY_PATH)
+for v in TF_ENABLE_AUTO_MIXED_PRECISION NVIDIA_TF32_OVERRIDE TF_XLA_FLAGS TF_CPP_MIN_LOG_LEVEL \
+         PYTHONPATH $(compgen -v | grep -E '^(NCCL|HOROVOD)_' || true); do
+  if [ -n "${!v+x}" ]; then forward+=(-x "$v"); fi
+done
+
+# shellcheck source=world.sh
+source "$(dirname "$0")/world.sh"
+
+main=$MAIN
 launch=()
-if [ "$GPUS" -gt 1 ]; then
-  if [ "${LAUNCHER:-mpirun}" = horovodrun ]; then
-    launch=(horovodrun -np "$GPUS" -H "localhost:$GPUS")
-  else
-    launch=(mpirun --allow-run-as-root --bind-to socket -np "$GPUS")
-  fi
+case "${LAUNCHER:-mpirun}" in
+  mpirun)
+    if [ -n "${HOSTS:-}" ]; then  # Horovod's documented multi-host line
+      np=$(world_size "$GPUS") || exit 2
+      launch=(mpirun --allow-run-as-root -np "$np" -H "$HOSTS" --bind-to none --map-by slot
+              "${forward[@]}" -mca pml ob1 -mca btl ^openib)
+    elif [ "$GPUS" -gt 1 ]; then
+      launch=(mpirun --allow-run-as-root --bind-to socket -np "$GPUS")
+    fi ;;
+  horovodrun)
+    if [ -n "${HOSTS:-}" ]; then
+      np=$(world_size "$GPUS") || exit 2
+      launch=(horovodrun -np "$np" -H "$HOSTS")
+    elif [ "$GPUS" -gt 1 ]; then
+      launch=(horovodrun -np "$GPUS" -H "localhost:$GPUS")
+    fi ;;
+  srun)  # one task per GPU on every node of the allocation; Horovod finds its ranks by PMIx
+    [ -n "${SLURM_JOB_ID:-}${DRY_RUN:-}" ] ||
+      die "LAUNCHER=srun runs inside a SLURM allocation (sbatch or salloc)"
+    launch=(srun --mpi=pmix --ntasks-per-node="$GPUS")
+    if [ -n "${CONTAINER:-}" ]; then
+      root=$(cd "$(dirname "$0")/.." && pwd)
+      case "$MAIN" in
+        "$root"/*) main="${CONTAINER_WORKDIR:-/workspace/tf-model-scripts}/${MAIN#"$root"/}" ;;
+        *) die "MAIN_PY must be inside this repository ($root) to be found in the container" ;;
+      esac
+      launch+=(--container-image="$CONTAINER"
+               --container-workdir="${CONTAINER_WORKDIR:-/workspace/tf-model-scripts}")
+      if [ -n "${MOUNTS:-}" ]; then launch+=(--container-mounts="$MOUNTS"); fi
+    fi ;;
+  *) die "LAUNCHER must be mpirun, horovodrun or srun, not $LAUNCHER" ;;
+esac
+
+cmd=("${launch[@]}" python "$main" "${flags[@]}" "$@")
+if [ -n "${DRY_RUN:-}" ]; then
+  printf '%q ' "${cmd[@]}" | sed 's/ $//'
+  echo
+  exit 0
 fi
-exec "${launch[@]}" python "$MAIN" "${flags[@]}" "$@"
+exec "${cmd[@]}"

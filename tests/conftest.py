@@ -16,6 +16,21 @@ TINY = ["--arch", "resnet_tiny", "--num_classes", "10", "--image_size", "32", "-
         "--lr_warmup_epochs", "0", "--display_every", "1"]
 
 
+def pytest_addoption(parser):
+    parser.addoption("--keep_runs", metavar="DIR",
+                     help="the learning checks (-m slow) keep their runs in DIR/MODEL, for "
+                          "python -m benchtools.report")
+
+
+@pytest.fixture
+def learning_runs(request, tmp_path):
+    """Where a learning check puts its runs: --keep_runs DIR/MODEL, else a temporary dir."""
+    def where(model: str) -> str:
+        keep = request.config.getoption("keep_runs")
+        return os.path.join(os.path.abspath(keep), model) if keep else str(tmp_path / model)
+    return where
+
+
 @contextlib.contextmanager
 def dtype_policy(name: str):
     """Keras' global dtype policy set to ``name`` inside the block, float32 again after it."""

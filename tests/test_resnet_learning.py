@@ -4,9 +4,9 @@ from conftest import load_script
 
 
 @pytest.mark.slow
-def test_resnet50_learns_digits_under_fp32_and_amp_alike(tmp_path):
+def test_resnet50_learns_digits_under_fp32_and_amp_alike(learning_runs):
     learning_check = load_script("resnet50v1.5", "learning_check")
-    out = learning_check.run(epochs=3, seed=1, workdir=str(tmp_path))
+    out = learning_check.run(epochs=3, seed=1, workdir=learning_runs("resnet50v1.5"))
     print(learning_check.report(out))  # the README's table (pytest -s shows it)
     fp32, amp = out["fp32"], out["amp"]
     assert amp["summary"]["precision"] == "mixed_bfloat16"

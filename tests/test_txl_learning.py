@@ -7,9 +7,10 @@ from conftest import load_script
 
 
 @pytest.mark.slow
-def test_fp32_and_amp_learn_english_alike():
+def test_fp32_and_amp_learn_english_alike(learning_runs):
     learning_check = load_script("transformerxl", "learning_check")
-    res = learning_check.run(steps=1500, eval_every=250, seeds=(1, 2, 3))
+    res = learning_check.run(steps=1500, eval_every=250, seeds=(1, 2, 3),
+                             workdir=learning_runs("transformerxl"))
     print(learning_check.report(res))  # the README's table (pytest -s shows it)
     bar = res["unigram_ppl"] / 2
     best = {p: learning_check.best(res[p])[1] for p in learning_check.PRECISIONS}

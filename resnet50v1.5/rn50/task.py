@@ -58,6 +58,7 @@ def define_flags(fv: flags.FlagValues) -> None:
 class ResNetTask(RecordTask):
     name = "resnet50v1.5"
     item_unit = "images"
+    headline_metric = "top1"
     flag_defaults = {"batch_size": 256, "num_iter": 90, "iter_unit": "epoch"}
     define_flags = staticmethod(define_flags)
     prepare_script = "resnet50v1.5/prepare_dataset.py"

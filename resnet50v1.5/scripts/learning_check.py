@@ -6,7 +6,9 @@ prepared with prepare_dataset.py, and the full ResNet-50 is trained at 32x32 fro
 under float32 and under AMP (bfloat16 on a CPU). Prints top-1 per epoch and the per-epoch mean
 training loss of both runs.
 
-    python resnet50v1.5/scripts/learning_check.py --epochs 3
+    python resnet50v1.5/scripts/learning_check.py --epochs 3 --results_dir results/learning/rn50
+
+With --results_dir the runs are kept (DIR/fp32, DIR/amp) for ``python -m benchtools.report``.
 """
 import argparse
 import os
@@ -41,7 +43,8 @@ def train(records: str, results: str, precision: str, epochs: int, seed: int) ->
         "main.py", "--mode", "train_and_evaluate", "--arch", "resnet50", "--num_classes", "10",
         "--image_size", "32", "--batch_size", "32", "--num_iter", str(epochs),
         "--lr_warmup_epochs", "1", "--zero_init_residual", "--crop_area_min", "0.5",
-        "--seed", str(seed), "--data_dir", records, "--results_dir", results,
+        "--seed", str(seed), "--data_dir", records,
+        "--results_dir", runner.fresh_results_dir(results),
         "--display_every", "1", *PRECISIONS[precision]])
     records_ = dllogger.read_records(os.path.join(results, "log.json"))
     steps = dllogger.step_logs(records_)
@@ -55,10 +58,11 @@ def train(records: str, results: str, precision: str, epochs: int, seed: int) ->
 
 
 def run(epochs: int = 3, seed: int = 1, workdir: str | None = None) -> dict:
+    """Both precisions' runs; kept under ``workdir`` when it is given (the data is not)."""
     with tempfile.TemporaryDirectory() as tmp:
-        root = workdir or tmp
-        records = prepare_digits(root)
-        return {p: train(records, os.path.join(root, p), p, epochs, seed) for p in PRECISIONS}
+        records = prepare_digits(tmp)
+        return {p: train(records, os.path.join(workdir or tmp, p), p, epochs, seed)
+                for p in PRECISIONS}
 
 
 def report(out: dict) -> str:
@@ -77,8 +81,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--results_dir", help="keep the runs here (DIR/fp32, DIR/amp)")
     args = p.parse_args()
-    print(report(run(args.epochs, args.seed)))
+    print(report(run(args.epochs, args.seed, args.results_dir)))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# ResNet-50 v1.5 with NVIDIA's 90-epoch recipe (the defaults of main.py) on GPUS GPUs of one
-# machine, through mpirun (LAUNCHER=horovodrun for horovodrun).
+# ResNet-50 v1.5 with NVIDIA's 90-epoch recipe (the defaults of main.py) on GPUS GPUs per
+# machine, through scripts/launch.sh (mpirun; LAUNCHER=horovodrun or srun, HOSTS for several
+# machines).
 #   bash scripts/train.sh PRECISION GPUS [xla|noxla] [extra main.py flags]
 #   PRECISION: amp (float16 + dynamic loss scaling), tf32, or fp32 (TF32 off)
 # Environment: DATA_DIR (TFRecords + idx/), RESULTS_DIR, BATCH_SIZE (per GPU), EPOCHS, LAUNCHER.

@@ -7,7 +7,10 @@ prepare_dataset.py, then SSD with the tiny ResNet trunk is trained at 128x128 fr
 under float32 and under AMP (bfloat16 on a CPU), evaluating COCO AP on the held-out images after
 every epoch. Prints both AP50 curves.
 
-    python ssd320/scripts/learning_check.py --steps 1800
+    python ssd320/scripts/learning_check.py --steps 1800 --results_dir results/learning/ssd320
+
+With --results_dir the runs are kept (DIR/fp32, DIR/amp: each run's log.json, TensorBoard
+scalars and checkpoints) for ``python -m benchtools.report``.
 """
 import argparse
 import os
@@ -42,24 +45,27 @@ def train(records: str, results: str, precision: str, steps: int, seed: int) -> 
         os.path.join(_model_dir, "main.py"),
         ["--mode", "train_and_evaluate", *RECIPE, "--iter_unit", "batch", "--num_iter",
          str(steps), "--seed", str(seed), "--data_dir", records, *PRECISIONS[precision]],
-        results)
+        runner.fresh_results_dir(results))
     evals = [r for r in dllogger.step_logs(records) if "eval_AP50" in r["data"]]
     return {"summary": dllogger.last_summary(records),
             "curve": [(r["step"][1], r["data"]["eval_AP50"]) for r in evals]}
 
 
-def run(steps: int = 1800, seed: int = 1) -> dict:
+def run(steps: int = 1800, seed: int = 1, workdir: str | None = None) -> dict:
+    """Both precisions' runs; kept under ``workdir`` when it is given (the data is not)."""
     with tempfile.TemporaryDirectory() as tmp:
         records = prepare(tmp)
-        return {p: train(records, os.path.join(tmp, p), p, steps, seed) for p in PRECISIONS}
+        return {p: train(records, os.path.join(workdir or tmp, p), p, steps, seed)
+                for p in PRECISIONS}
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=1800)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--results_dir", help="keep the runs here (DIR/fp32, DIR/amp)")
     args = p.parse_args()
-    print(report(run(args.steps, args.seed)))
+    print(report(run(args.steps, args.seed, args.results_dir)))
 
 
 def report(results: dict) -> str:

@@ -60,6 +60,7 @@ def define_flags(fv: flags.FlagValues) -> None:
 class SSDTask(RecordTask):
     name = "ssd320"
     item_unit = "images"
+    headline_metric = "AP50"
     flag_defaults = {"batch_size": 32, "num_iter": 12500, "iter_unit": "batch"}
     define_flags = staticmethod(define_flags)
     prepare_script = "ssd320/prepare_dataset.py"

@@ -20,7 +20,10 @@ differs from the first step, and where the skill appears is that sensitive. So o
 precision compares two draws of that lottery; the best of a few seeds compares what each
 precision can learn.
 
-    python transformerxl/scripts/learning_check.py --steps 1500 --seeds 1,2,3
+    python transformerxl/scripts/learning_check.py --steps 1500 --seeds 1,2,3 \
+        --results_dir results/learning/txl
+
+With --results_dir the runs are kept for ``python -m benchtools.report``.
 """
 import argparse
 import json
@@ -71,23 +74,24 @@ def train(data: str, results: str, precision: str, steps: int, eval_every: int,
         os.path.join(_model_dir, "main.py"),
         ["--mode", "train_and_evaluate", *RECIPE, "--iter_unit", "batch", "--num_iter",
          str(steps), "--eval_every", str(eval_every), "--seed", str(seed), "--data_dir", data,
-         *PRECISIONS[precision]], results)
+         *PRECISIONS[precision]], runner.fresh_results_dir(results))
     evals = [r for r in dllogger.step_logs(records) if "eval_ppl" in r["data"]]
     return {"summary": dllogger.last_summary(records),
             "curve": [(r["step"][1], r["data"]["eval_ppl"]) for r in evals]}
 
 
 def run(steps: int = 1500, eval_every: int = 250, seeds=(1, 2, 3),
-        wheel: str = os.path.join(_root, ".cache", WHEEL)) -> dict:
-    """Every precision from every seed: {"fp32": {seed: run}, "amp": {...}, ...}."""
+        wheel: str = os.path.join(_root, ".cache", WHEEL), workdir: str | None = None) -> dict:
+    """Every precision from every seed: {"fp32": {seed: run}, "amp": {...}, ...}; the runs
+    are kept under ``workdir`` (PRECISION-SEED) when it is given."""
     with tempfile.TemporaryDirectory() as tmp:
         data = prepare(tmp, wheel)
         valid = np.load(os.path.join(data, "valid.npy"))
         out = {"unigram_ppl": unigram_ppl(valid, np.load(os.path.join(data, "train.npy"))),
                "oracle_unigram_ppl": unigram_ppl(valid)}
         for p in PRECISIONS:
-            out[p] = {seed: train(data, os.path.join(tmp, f"{p}-{seed}"), p, steps, eval_every,
-                                  seed) for seed in seeds}
+            out[p] = {seed: train(data, os.path.join(workdir or tmp, f"{p}-{seed}"), p, steps,
+                                  eval_every, seed) for seed in seeds}
         return out
 
 
@@ -122,9 +126,10 @@ def main():
     ap.add_argument("--seeds", default="1,2,3", help="comma-separated; each precision is "
                     "trained from each")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--results_dir", help="keep the runs here (DIR/fp32-1, DIR/amp-1, ...)")
     args = ap.parse_args()
     seeds = [int(x) for x in args.seeds.split(",")]
-    res = run(args.steps, args.eval_every, seeds)
+    res = run(args.steps, args.eval_every, seeds, workdir=args.results_dir)
     print(report(res))
     if args.json:
         with open(args.json, "w") as fh:

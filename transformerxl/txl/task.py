@@ -35,6 +35,7 @@ from txl.prepare import utf8_lines
 class TransformerXLTask(Task):
     name = "transformerxl"
     item_unit = "tokens"
+    headline_metric = "ppl"
     flag_defaults = {"batch_size": 256, "num_iter": 40000, "iter_unit": "batch"}
     define_flags = staticmethod(config.define_flags)
 

@@ -1,0 +1,295 @@
+"""Charts and a Markdown page from the DLLogger logs of runs: FP32-vs-AMP learning curves and
+the speed-ups of a sweep, the pictures NVIDIA's model-script pages show.
+
+    python -m benchtools.report results/learning/ssd320 results/sweep --out results/report
+
+Every argument is a run directory (one that holds its log.json) or a directory whose
+subdirectories are runs, which is what the learning checks' --results_dir and benchtools.sweep
+leave. Training runs of a model make one chart: training loss and the model's headline
+evaluation metric against step, one line per run, labelled by what differs between the runs
+(precision, seed, ...). Benchmark runs of a model and mode make one grouped bar chart:
+throughput for each batch size, GPU count and XLA setting, a bar per precision, each labelled
+with its speed-up against FP32 at the same setting. Writes OUT/report.md with the PNGs beside
+it. matplotlib draws headless (Agg).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from common.dllogger import read_records, step_logs  # noqa: E402
+
+BENCHMARK_MODES = ("training_benchmark", "inference_benchmark")
+# Settings that name files or where a value came from, never what was trained.
+_IGNORED = {"results_dir", "model_dir", "data_dir", "data_idx_dir", "log_filename",
+            "export_dir", "to_predict", "display_every", "TF_XLA_FLAGS"}
+# Settings that the precision label already says.
+_PRECISION_KEYS = {"amp", "amp_dtype", "dtype_policy", "loss_scale", "static_loss_scale", "tf32",
+                   "no_tf32", "xla"}
+_COLOURS = {"FP32": "tab:blue", "TF32": "tab:green", "AMP (bfloat16)": "tab:orange",
+            "AMP (float16)": "tab:red"}
+_STYLES = ("-", "--", ":", "-.")
+
+
+class ReportError(Exception):
+    """Input the report cannot use; main() prints it as one line."""
+
+
+@dataclass
+class Run:
+    path: str
+    params: dict
+    summary: dict
+    steps: list = field(default_factory=list)
+
+    @property
+    def model(self) -> str:
+        return self.params.get("model", "model")
+
+    @property
+    def mode(self) -> str:
+        return self.params.get("mode", "")
+
+    @property
+    def precision(self) -> str:
+        """FP32, TF32 (float32 with TF32 on a GPU), AMP (bfloat16) or AMP (float16)."""
+        policy = self.params.get("dtype_policy") or self.summary.get("precision", "float32")
+        if policy.startswith("mixed_"):
+            return f"AMP ({policy.removeprefix('mixed_')})"
+        on_gpu = "no GPU" not in self.params.get("machine", "no GPU")
+        return "TF32" if self.params.get("tf32") and on_gpu else "FP32"
+
+    @property
+    def label(self) -> str:
+        return self.precision + (" + XLA" if self.params.get("xla") else "")
+
+    def series(self, key: str) -> list[tuple[int, float]]:
+        return [(r["step"][1], r["data"][key]) for r in self.steps if key in r["data"]]
+
+
+def _load(path: str) -> Run:
+    log = os.path.join(path, "log.json")
+    try:
+        records = read_records(log)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ReportError(f"cannot read {log}: {e}") from None
+    params = [r["data"] for r in records if r.get("step") == "PARAMETER"]
+    summaries = [r["data"] for r in records if r.get("step") == []]
+    if not params:
+        raise ReportError(f"{log} has no PARAMETER record: not a log of these scripts")
+    # A resumed run appends its own records: the first PARAMETER says what was trained, the
+    # last summary how the whole run ended.
+    return Run(path, params[0], summaries[-1] if summaries else {}, step_logs(records))
+
+
+def find_runs(paths) -> list[Run]:
+    """The runs at ``paths``: each a run directory or a directory of them (one level down)."""
+    runs = []
+    for path in paths:
+        if not os.path.isdir(path):
+            raise ReportError(f"{path}: no such directory")
+        if os.path.exists(os.path.join(path, "log.json")):
+            runs.append(_load(path))
+            continue
+        found = sorted(os.path.join(path, d) for d in os.listdir(path)
+                       if os.path.exists(os.path.join(path, d, "log.json")))
+        if not found:
+            raise ReportError(f"{path} holds no run: no log.json in it or its subdirectories")
+        runs.extend(_load(p) for p in found)
+    return runs
+
+
+def _differing(runs) -> list[str]:
+    """The settings whose values differ between ``runs`` (precision and paths aside)."""
+    keys = sorted({k for r in runs for k in r.params} - _IGNORED - _PRECISION_KEYS)
+    return [k for k in keys if not k.endswith("_source")
+            and len({json.dumps(r.params.get(k), sort_keys=True) for r in runs}) > 1]
+
+
+def _labels(runs) -> list[str]:
+    differ = _differing(runs)
+    return [", ".join([r.label] + [f"{k} {r.params.get(k)}" for k in differ]) for r in runs]
+
+
+def _metric_key(runs) -> str | None:
+    """The evaluation series to plot: the model's headline metric, else the first logged."""
+    headline = runs[0].params.get("headline_metric")
+    if headline and any(r.series(f"eval_{headline}") for r in runs):
+        return f"eval_{headline}"
+    keys = [k for r in runs for s in r.steps for k in s["data"] if k.startswith("eval_")]
+    return keys[0] if keys else None
+
+
+def _log_scale_if_wide(ax, values) -> None:
+    values = [v for v in values if v == v and v > 0]  # NaN-free, positive
+    if values and max(values) / min(values) > 20:
+        ax.set_yscale("log")
+
+
+def learning_chart(model: str, runs, out_dir: str) -> tuple[str, str]:
+    """One PNG of loss and evaluation metric against step; returns its file name and a table."""
+    runs = sorted(runs, key=lambda r: (list(_COLOURS).index(r.precision)
+                                       if r.precision in _COLOURS else 9, r.path))
+    labels, metric = _labels(runs), _metric_key(runs)
+    fig, axes = plt.subplots(1, 2 if metric else 1, figsize=(10, 3.8), squeeze=False)
+    loss_ax = axes[0][0]
+    seen: dict[str, int] = {}
+    for run, label in zip(runs, labels):
+        colour = _COLOURS.get(run.precision)
+        # A colour per precision; runs of one precision (other seeds) get a line style each.
+        n = seen[run.label] = seen.get(run.label, -1) + 1
+        style = _STYLES[n % len(_STYLES)]
+        loss = run.series("loss")
+        loss_ax.plot([s for s, _ in loss], [v for _, v in loss], style, color=colour, lw=1,
+                     label=label)
+        if metric:
+            ev = run.series(metric)
+            axes[0][1].plot([s for s, _ in ev], [v for _, v in ev], style, marker="o", ms=3,
+                            color=colour, lw=1.2, label=label)
+    loss_ax.set(title=f"{model}: training loss", xlabel="step", ylabel="loss")
+    _log_scale_if_wide(loss_ax, [v for r in runs for _, v in r.series("loss")])
+    if metric:
+        axes[0][1].set(title=f"{model}: {metric} (held out)", xlabel="step", ylabel=metric)
+        _log_scale_if_wide(axes[0][1], [v for r in runs for _, v in r.series(metric)])
+    for ax in axes[0]:
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=8)
+    fig.tight_layout()
+    name = f"{model}_learning.png"
+    fig.savefig(os.path.join(out_dir, name), dpi=90)
+    plt.close(fig)
+
+    unit = next((k for k in runs[0].summary if k.startswith("train_") and k.endswith("_per_s")),
+                None)
+    rows = [f"| run | steps | final loss | {metric or 'metric'} | "
+            f"{unit or 'throughput'} |", "|---|---|---|---|---|"]
+    for run, label in zip(runs, labels):
+        loss = run.series("loss")
+        final = run.summary.get(metric) if metric else None
+        rows.append(f"| {label} | {run.summary.get('final_step', loss[-1][0] if loss else '-')} "
+                    f"| {_num(loss[-1][1]) if loss else '-'} | {_num(final)} | "
+                    f"{_num(run.summary.get(unit)) if unit else '-'} |")
+    return name, "\n".join(rows)
+
+
+def _num(v) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def _throughput_key(summary) -> str | None:
+    return next((k for k in summary if k.startswith("throughput_") and k.endswith("_per_s")),
+                None)
+
+
+def benchmark_chart(model: str, mode: str, runs, out_dir: str) -> tuple[str, str]:
+    """A grouped bar chart of throughput (bars: precision; groups: batch, GPUs, XLA)."""
+    key = _throughput_key(runs[0].summary)
+    unit = key.removeprefix("throughput_").removesuffix("_per_s")
+
+    def setting(r):
+        return (r.params.get("batch_size"), r.params.get("world_size", 1),
+                bool(r.params.get("xla")))
+
+    settings = sorted({setting(r) for r in runs})
+    precisions = [p for p in _COLOURS if any(r.precision == p for r in runs)]
+    value = {(setting(r), r.precision): r.summary.get(key) for r in runs}
+    width = 0.8 / len(precisions)
+    fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(settings) + 2), 3.8))
+    rows = [f"| batch/GPU | GPUs | XLA | precision | {unit}/s | vs FP32 | latency p50 ms |",
+            "|---|---|---|---|---|---|---|"]
+    latency = {(setting(r), r.precision): r.summary.get("latency_p50_ms") for r in runs}
+    for i, p in enumerate(precisions):
+        xs, heights = [], []
+        for j, s in enumerate(settings):
+            v = value.get((s, p))
+            if v is None:
+                continue
+            xs.append(j + (i - (len(precisions) - 1) / 2) * width)
+            heights.append(v)
+            base = value.get((s, "FP32"))
+            speedup = f"{v / base:.2f}x" if base else ""
+            ax.text(xs[-1], v, speedup, ha="center", va="bottom", fontsize=8)
+            rows.append(f"| {s[0]} | {s[1]} | {'on' if s[2] else 'off'} | {p} | {v:.1f} | "
+                        f"{speedup or '-'} | {_num(latency.get((s, p)))} |")
+        ax.bar(xs, heights, width, color=_COLOURS[p], label=p)
+    ax.set_xticks(range(len(settings)),
+                  [f"batch {b}\n{g} GPU{'s' if g > 1 else ''}{', XLA' if x else ''}"
+                   for b, g, x in settings], fontsize=8)
+    ax.set(title=f"{model}: {mode.replace('_', ' ')}", ylabel=f"{unit}/s")
+    ax.margins(y=0.15)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    name = f"{model}_{mode}.png"
+    fig.savefig(os.path.join(out_dir, name), dpi=90)
+    plt.close(fig)
+    return name, "\n".join(rows)
+
+
+def write_report(runs, out_dir: str, command: str) -> str:
+    """Charts and ``report.md`` in ``out_dir``; returns the page's path."""
+    os.makedirs(out_dir, exist_ok=True)
+    machines = sorted({f"{r.params.get('machine', 'unknown machine')}, TensorFlow "
+                       f"{r.params.get('tensorflow', '?')}" for r in runs})
+    page = ["# Results report", "",
+            f"Made on {datetime.date.today()} by `{command}` from {len(runs)} run(s), measured "
+            f"on: {'; '.join(machines)}.", ""]
+    failed = [r for r in runs if not r.summary]
+    done = [r for r in runs if r.summary]
+    models = list(dict.fromkeys(r.model for r in done))
+    for model in models:
+        mine = [r for r in done if r.model == model]
+        training = [r for r in mine if r.mode not in BENCHMARK_MODES and r.series("loss")]
+        if training:
+            name, table = learning_chart(model, training, out_dir)
+            page += [f"## {model}: learning", "", f"![{model} learning curves]({name})", "",
+                     table, ""]
+        for mode in BENCHMARK_MODES:
+            bench = [r for r in mine if r.mode == mode and _throughput_key(r.summary)]
+            if bench:
+                name, table = benchmark_chart(model, mode, bench, out_dir)
+                page += [f"## {model}: {mode.replace('_', ' ')}", "",
+                         f"![{model} {mode}]({name})", "", table, ""]
+    if failed:
+        page += ["## Runs without a summary (failed or still running)", ""]
+        page += [f"- `{r.path}`" for r in failed] + [""]
+    path = os.path.join(out_dir, "report.md")
+    with open(path, "w") as f:
+        f.write("\n".join(page))
+    return path
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchtools.report",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("runs", nargs="+", help="run directories, or directories of runs")
+    p.add_argument("--out", default="results/report", help="where report.md and PNGs go")
+    args = p.parse_args(argv)
+    command = "python -m benchtools.report " + " ".join(
+        sys.argv[1:] if argv is None else list(argv))
+    try:
+        runs = find_runs(args.runs)
+        path = write_report(runs, args.out, command)
+    except ReportError as e:
+        print(f"report: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"report: error: cannot write {args.out}: {e.strerror}", file=sys.stderr)
+        return 1
+    print(f"report: {len(runs)} run(s) -> {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""The launchers' command lines (DRY_RUN=1 prints them): one machine, several through mpirun
+-H, and a SLURM allocation through srun in a pyxis/enroot container. Only the command lines can
+be checked without GPUs and a cluster; each is what NVIDIA's recipes and Horovod's docs use."""
+import os
+import shlex
+import subprocess
+
+import pytest
+from conftest import ROOT
+
+CONTAINER_ROOT = "/workspace/tf-model-scripts"
+
+
+def dry(script, *args, **env):
+    """(exit code, the printed command as a list, stderr) of a launcher under DRY_RUN=1."""
+    full = {k: v for k, v in os.environ.items()
+            if not k.startswith(("SLURM_", "HOSTS", "LAUNCHER", "CONTAINER", "MOUNTS"))}
+    full.update(DRY_RUN="1", **env)
+    proc = subprocess.run(["bash", os.path.join(ROOT, script), *args], capture_output=True,
+                          text=True, env=full, cwd=ROOT, timeout=60)
+    return proc.returncode, shlex.split(proc.stdout), proc.stderr.strip()
+
+
+def flag(cmd, name):
+    return cmd[cmd.index(name) + 1]
+
+
+def test_one_machine_is_mpirun_with_one_process_per_gpu():
+    code, cmd, _ = dry("resnet50v1.5/scripts/RN50_AMP_8GPU.sh", DATA_DIR="/d")
+    assert code == 0
+    assert cmd[:7] == ["mpirun", "--allow-run-as-root", "--bind-to", "socket", "-np", "8",
+                       "python"]
+    assert cmd[7] == os.path.join(ROOT, "resnet50v1.5", "main.py") and cmd[8] == "--amp"
+    code, cmd, _ = dry("resnet50v1.5/scripts/RN50_TF32_1GPU.sh", DATA_DIR="/d")
+    assert cmd[0] == "python" and "--tf32" in cmd  # one GPU: no launcher
+
+
+def test_several_machines_through_mpirun_hosts():
+    code, cmd, _ = dry("ssd320/scripts/train.sh", "fp32", "8", "xla", HOSTS="n1:8,n2:8",
+                       TF_ENABLE_AUTO_MIXED_PRECISION="0", NCCL_IB_HCA="mlx5")
+    assert code == 0
+    assert flag(cmd, "-np") == "16" and flag(cmd, "-H") == "n1:8,n2:8"
+    forwarded = {cmd[i + 1] for i, c in enumerate(cmd) if c == "-x"}
+    assert {"PATH", "LD_LIBRARY_PATH", "TF_ENABLE_AUTO_MIXED_PRECISION", "NCCL_IB_HCA"} <= forwarded
+    # NVIDIA's 3.2 M training images over all 16 GPUs: 12,500 x 256 / (16 x 32) steps.
+    assert flag(cmd, "--num_iter") == "6250" and {"--no_tf32", "--xla"} <= set(cmd)
+    code, cmd, _ = dry("ssd320/scripts/train.sh", "fp32", "8", HOSTS="n1:8,n2:8",
+                       LAUNCHER="horovodrun")
+    assert cmd[:5] == ["horovodrun", "-np", "16", "-H", "n1:8,n2:8"]
+
+
+@pytest.mark.parametrize("model", ["resnet50v1.5", "ssd320", "transformerxl"])
+def test_slurm_runs_one_task_per_gpu_in_the_container(model):
+    code, cmd, err = dry(f"{model}/scripts/slurm.sbatch", "tf32", "noxla", "--seed", "7",
+                         SLURM_JOB_ID="42", SLURM_JOB_NUM_NODES="4",
+                         SLURM_NTASKS_PER_NODE="8", CONTAINER="nvcr.io/me/scripts:1",
+                         DATA_DIR="/lustre/data", MOUNTS="/ckpt:/ckpt")
+    assert code == 0, err
+    assert cmd[:3] == ["srun", "--mpi=pmix", "--ntasks-per-node=8"]
+    assert "--container-image=nvcr.io/me/scripts:1" in cmd
+    assert f"--container-workdir={CONTAINER_ROOT}" in cmd
+    results = os.path.join(ROOT, "results", f"{model}-42")
+    assert (f"--container-mounts=/ckpt:/ckpt,/lustre/data:/lustre/data,{results}:{results}"
+            in cmd)
+    main = cmd.index("python") + 1
+    assert cmd[main] == f"{CONTAINER_ROOT}/{model}/main.py"  # the image's code
+    assert flag(cmd, "--data_dir") == "/lustre/data" and flag(cmd, "--results_dir") == results
+    assert cmd[-2:] == ["--seed", "7"] and "--tf32" in cmd
+    if model == "transformerxl":  # 256 rows over 32 GPUs
+        assert flag(cmd, "--batch_size") == "8" and flag(cmd, "--batch_chunk") == "1"
+    if model == "ssd320":
+        assert flag(cmd, "--num_iter") == str(12500 * 256 // (32 * 32))
+
+
+def test_slurm_without_a_container_runs_this_checkout():
+    code, cmd, _ = dry("ssd320/scripts/slurm.sbatch", SLURM_JOB_ID="1", SLURM_JOB_NUM_NODES="1",
+                       SLURM_NTASKS_PER_NODE="4")
+    assert code == 0 and cmd[:3] == ["srun", "--mpi=pmix", "--ntasks-per-node=4"]
+    assert not [c for c in cmd if c.startswith("--container")]
+    assert cmd[cmd.index("python") + 1] == os.path.join(ROOT, "ssd320", "main.py")
+    assert "--amp" in cmd  # the default precision
+
+
+@pytest.mark.parametrize("script,args,env,message", [
+    ("ssd320/scripts/train.sh", ["amp", "8"], {"HOSTS": "n1:8,n2"},
+     "train.sh: error: HOSTS entries are host:slots, not 'n2'"),
+    ("scripts/launch.sh", ["x/main.py", "amp", "2"], {"LAUNCHER": "pdsh"},
+     "launch.sh: error: LAUNCHER must be mpirun, horovodrun or srun, not pdsh"),
+    ("scripts/launch.sh", ["x/main.py", "bf16", "2"], {},
+     "launch.sh: error: precision must be amp, tf32 or fp32, not bf16"),
+    ("scripts/launch.sh", ["x/main.py", "amp", "0"], {},
+     "launch.sh: error: GPUS must be a positive number, not 0"),
+    ("scripts/launch.sh", ["/elsewhere/main.py", "amp", "8"],
+     {"LAUNCHER": "srun", "CONTAINER": "img"},
+     "launch.sh: error: MAIN_PY must be inside this repository"),
+    ("ssd320/scripts/slurm.sbatch", [], {"REPO": "/tmp"},
+     "slurm.sbatch: error: /tmp is not this repository: submit from its root or set REPO"),
+])
+def test_launcher_errors_are_one_line(script, args, env, message):
+    code, _, err = dry(script, *args, **env)
+    assert code == 2 and len(err.splitlines()) == 1 and err.startswith(message), err
+
+
+def test_srun_outside_an_allocation_is_refused():
+    proc = subprocess.run(["bash", os.path.join(ROOT, "scripts/launch.sh"), "m.py", "amp", "8"],
+                          capture_output=True, text=True, timeout=60,
+                          env={"PATH": os.environ["PATH"], "LAUNCHER": "srun"})
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("launch.sh: error: LAUNCHER=srun runs inside a SLURM "
+                                   "allocation (sbatch or salloc)")

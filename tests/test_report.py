@@ -1,0 +1,70 @@
+"""benchtools.report: charts and a Markdown page from the logs of real (tiny) runs."""
+import os
+import re
+
+import matplotlib.image
+import pytest
+from conftest import TINY
+
+from benchtools import report
+from common import runner
+from rn50.task import ResNetTask
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, digits_records):
+    """Two training runs that differ only in precision, and a benchmark of both precisions."""
+    root = tmp_path_factory.mktemp("runs")
+    base = ["main.py", *TINY, "--data_dir", digits_records, "--seed", "3"]
+    for name, extra in (("fp32", []), ("amp", ["--amp"])):
+        runner.run(ResNetTask, base + ["--mode", "train_and_evaluate", "--num_iter", "2",
+                                       "--results_dir", str(root / "learning" / name), *extra])
+        runner.run(ResNetTask, base + ["--mode", "training_benchmark", "--iter_unit", "batch",
+                                       "--num_iter", "4", "--warmup_steps", "1",
+                                       "--results_dir", str(root / "sweep" / name), *extra])
+    return root
+
+
+def _png(path):
+    with open(path, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    height, width, _ = matplotlib.image.imread(path).shape
+    assert width > 300 and height > 200
+    assert os.path.getsize(path) < 200_000  # small enough to commit
+
+
+def test_report_draws_learning_curves_and_speedups(runs, tmp_path):
+    out = tmp_path / "report"
+    assert report.main([str(runs / "learning"), str(runs / "sweep"), "--out", str(out)]) == 0
+    page = (out / "report.md").read_text()
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", page)
+    assert images == ["resnet50v1.5_learning.png", "resnet50v1.5_training_benchmark.png"]
+    for name in images:
+        _png(out / name)
+    # The learning table: one row per run, labelled by precision (the only difference).
+    assert "| FP32 | 12 |" in page and "| AMP (bfloat16) | 12 |" in page
+    assert "eval_top1" in page  # the model's headline metric is plotted
+    # The benchmark table: FP32 is 1.00x against itself; AMP has a ratio of its own.
+    rows = [ln for ln in page.splitlines() if ln.startswith("| 8 | 1 | off |")]
+    assert len(rows) == 2 and "| FP32 |" in rows[0] and "| 1.00x |" in rows[0]
+    ratio = float(re.search(r"\| ([\d.]+)x \|", rows[1]).group(1))
+    runs_ = report.find_runs([str(runs / "sweep")])
+    tput = {r.precision: r.summary["throughput_images_per_s"] for r in runs_}
+    assert ratio == pytest.approx(tput["AMP (bfloat16)"] / tput["FP32"], abs=0.006)
+    assert "no GPU" in page  # the machine each figure came from
+
+
+def test_runs_differing_in_seed_are_labelled_by_it(runs):
+    a = report.find_runs([str(runs / "learning" / "fp32")])[0]
+    b = report.Run(a.path, {**a.params, "seed": 4}, a.summary, a.steps)
+    assert report._labels([a, b]) == ["FP32, seed 3", "FP32, seed 4"]
+
+
+def test_a_directory_without_runs_is_one_line(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert report.main([str(tmp_path / "empty")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"report: error: {tmp_path / 'empty'} holds no run: no log.json in it or its " \
+                  "subdirectories"
+    assert report.main([str(tmp_path / "missing")]) == 2
+    assert capsys.readouterr().err.strip().endswith("missing: no such directory")
