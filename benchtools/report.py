@@ -148,14 +148,18 @@ def learning_chart(model: str, runs, out_dir: str) -> tuple[str, str]:
         # A colour per precision; runs of one precision (other seeds) get a line style each.
         n = seen[run.label] = seen.get(run.label, -1) + 1
         style = _STYLES[n % len(_STYLES)]
-        loss = run.series("loss")
-        loss_ax.plot([s for s, _ in loss], [v for _, v in loss], style, color=colour, lw=1,
-                     label=label)
+        steps, loss = [s for s, _ in run.series("loss")], [v for _, v in run.series("loss")]
+        window = max(1, len(loss) // 40)  # noisy per-step losses: a running mean over 1/40
+        if window > 1:
+            loss_ax.plot(steps, loss, style, color=colour, lw=0.5, alpha=0.3)
+            loss = [_mean(loss[max(0, i - window + 1):i + 1]) for i in range(len(loss))]
+        loss_ax.plot(steps, loss, style, color=colour, lw=1.2, label=label)
         if metric:
             ev = run.series(metric)
             axes[0][1].plot([s for s, _ in ev], [v for _, v in ev], style, marker="o", ms=3,
                             color=colour, lw=1.2, label=label)
-    loss_ax.set(title=f"{model}: training loss", xlabel="step", ylabel="loss")
+    loss_ax.set(title=f"{model}: training loss", xlabel="step", ylabel="loss (running mean)"
+                if any(len(r.series("loss")) >= 80 for r in runs) else "loss")
     _log_scale_if_wide(loss_ax, [v for r in runs for _, v in r.series("loss")])
     if metric:
         axes[0][1].set(title=f"{model}: {metric} (held out)", xlabel="step", ylabel=metric)
@@ -179,6 +183,10 @@ def learning_chart(model: str, runs, out_dir: str) -> tuple[str, str]:
                     f"| {_num(loss[-1][1]) if loss else '-'} | {_num(final)} | "
                     f"{_num(run.summary.get(unit)) if unit else '-'} |")
     return name, "\n".join(rows)
+
+
+def _mean(values) -> float:
+    return sum(values) / len(values)
 
 
 def _num(v) -> str:
@@ -206,8 +214,7 @@ def benchmark_chart(model: str, mode: str, runs, out_dir: str) -> tuple[str, str
     value = {(setting(r), r.precision): r.summary.get(key) for r in runs}
     width = 0.8 / len(precisions)
     fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(settings) + 2), 3.8))
-    rows = [f"| batch/GPU | GPUs | XLA | precision | {unit}/s | vs FP32 | latency p50 ms |",
-            "|---|---|---|---|---|---|---|"]
+    rows = []
     latency = {(setting(r), r.precision): r.summary.get("latency_p50_ms") for r in runs}
     for i, p in enumerate(precisions):
         xs, heights = [], []
@@ -220,8 +227,8 @@ def benchmark_chart(model: str, mode: str, runs, out_dir: str) -> tuple[str, str
             base = value.get((s, "FP32"))
             speedup = f"{v / base:.2f}x" if base else ""
             ax.text(xs[-1], v, speedup, ha="center", va="bottom", fontsize=8)
-            rows.append(f"| {s[0]} | {s[1]} | {'on' if s[2] else 'off'} | {p} | {v:.1f} | "
-                        f"{speedup or '-'} | {_num(latency.get((s, p)))} |")
+            rows.append((j, i, f"| {s[0]} | {s[1]} | {'on' if s[2] else 'off'} | {p} | {v:.1f} "
+                               f"| {speedup or '-'} | {_num(latency.get((s, p)))} |"))
         ax.bar(xs, heights, width, color=_COLOURS[p], label=p)
     ax.set_xticks(range(len(settings)),
                   [f"batch {b}\n{g} GPU{'s' if g > 1 else ''}{', XLA' if x else ''}"
@@ -234,7 +241,9 @@ def benchmark_chart(model: str, mode: str, runs, out_dir: str) -> tuple[str, str
     name = f"{model}_{mode}.png"
     fig.savefig(os.path.join(out_dir, name), dpi=90)
     plt.close(fig)
-    return name, "\n".join(rows)
+    head = [f"| batch/GPU | GPUs | XLA | precision | {unit}/s | vs FP32 | latency p50 ms |",
+            "|---|---|---|---|---|---|---|"]
+    return name, "\n".join(head + [row for _, _, row in sorted(rows)])
 
 
 def write_report(runs, out_dir: str, command: str) -> str:
