@@ -41,6 +41,9 @@ def _define_common(fv: flags.FlagValues) -> None:
                          lower_bound=0, upper_bound=2**32 - 1, **d)
     flags.DEFINE_boolean("dali", False, "Read data with a DALI pipeline instead of tf.data.", **d)
     flags.DEFINE_string("export_dir", None, "Export a SavedModel here after the run.", **d)
+    flags.DEFINE_enum("use_tftrt", None, ("FP32", "FP16"), "inference_benchmark: time the "
+                      "model converted by TF-TRT at this precision (TensorFlow with TensorRT "
+                      "only: NVIDIA's containers).", **d)
     flags.DEFINE_string("to_predict", None, "predict mode: a file, a directory or a glob.", **d)
     flags.DEFINE_integer("display_every", 10, "Log every N steps.", lower_bound=1, **d)
     flags.DEFINE_integer("save_checkpoint_steps", 0, "Also checkpoint every N steps "

@@ -18,7 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from common import checkpoints, distributed, flags, machine, precision
+from common import checkpoints, distributed, flags, machine, precision, tftrt
 from common.dllogger import Logger, read_records
 from common.errors import DataError, TrainingError, UsageError
 from common.task import RunContext, Task
@@ -39,6 +39,8 @@ def _predict_paths(pattern: str) -> list[str]:
 def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
     """Flags, Horovod, precision, logs and the model: everything before the mode runs."""
     fv = flags.parse(flags.build(task_cls.define_flags, task_cls.flag_defaults), argv)
+    if fv.use_tftrt:
+        tftrt.require(fv.use_tftrt, fv.mode)
     dist = distributed.init()
     prec = precision.resolve(
         amp=fv.amp, amp_dtype=fv.amp_dtype, static_loss_scale=fv.static_loss_scale, tf32=fv.tf32,

@@ -163,6 +163,12 @@ class Task(abc.ABC):
         """The model inputs of a batch, for the inference benchmark."""
         return batch[0]
 
+    def serving_call(self, inputs, state) -> tuple[str, Any]:
+        """The exported SavedModel's signature (``export``) that computes what ``infer``
+        computes, and its arguments: a tensor when the signature takes one, else a dict by
+        argument name. The TF-TRT benchmark (--use_tftrt) times this call."""
+        return "serving_default", inputs
+
     def inference_dataset(self) -> tf.data.Dataset:
         """Batches for the inference benchmark: evaluation data if any, else synthetic."""
         return self.eval_dataset().repeat() if self.flags.data_dir else self.train_dataset()

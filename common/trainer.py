@@ -19,8 +19,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from common import benchmark, checkpoints, precision
-from common.errors import DataError, TrainingError, one_line
+from common import benchmark, checkpoints, precision, tftrt
+from common.errors import DataError, TrainingError, UsageError, one_line
 from common.graceful_stop import GracefulStop
 from common.input_errors import batches
 from common.nonfinite import NonFiniteGuard, first_non_finite
@@ -447,10 +447,13 @@ class Trainer:
     def benchmark_inference(self) -> dict:
         f, unit = self.flags, self.task.item_unit
         model, task = self.model, self.task
-        infer = tf.function(lambda x, state: task.infer(model, x, state),
-                            jit_compile=self.ctx.precision.xla)
         data = batches(task.inference_dataset())
         times, state = [], task.initial_state(model, "infer")
+        if f.use_tftrt:
+            infer = self._tftrt_infer(task.inference_inputs(next(data)), state)
+        else:
+            infer = tf.function(lambda x, state: task.infer(model, x, state),
+                                jit_compile=self.ctx.precision.xla)
         for i in range(1, f.num_iter + 1):
             batch = next(data)
             inputs = task.inference_inputs(batch)
@@ -461,6 +464,23 @@ class Trainer:
                 times.append(time.perf_counter() - t0)
         return {**benchmark.throughput(times, task.items_in(batch), unit),
                 **benchmark.latency(times), "batch_size": int(tf.nest.flatten(inputs)[0].shape[0])}
+
+    def _tftrt_infer(self, inputs, state):
+        """``infer`` through the SavedModel converted by TF-TRT (engines built for the shapes
+        of ``inputs``): exported, converted and loaded here, before any step is timed."""
+        if self.dist.size > 1:
+            raise UsageError("--use_tftrt benchmarks one GPU: run it without mpirun/horovodrun")
+        saved, converted = tftrt.paths(self.flags.results_dir)
+        key, example = self.task.serving_call(inputs, state)
+        self.task.export(self.model, saved)
+        signature = tftrt.load_serving(saved, key)
+        tftrt.convert(saved, converted, self.flags.use_tftrt, key,
+                      tftrt.serving_arguments(signature, example), log=self.log.print)
+        fn = tftrt.load_serving(converted, key)
+
+        def infer(x, state):
+            return fn(**tftrt.serving_arguments(fn, self.task.serving_call(x, state)[1])), state
+        return infer
 
     # --- inference ------------------------------------------------------------------------
     def predict(self, paths) -> dict:

@@ -213,6 +213,12 @@ class TransformerXLTask(Task):
     def inference_inputs(self, batch):
         return batch
 
+    def serving_call(self, inputs, state):
+        """The ``score`` signature at the evaluation's memory length (the steady state: the
+        memory keeps --eval_mem_len positions; TF-TRT needs fixed shapes per engine)."""
+        tokens, targets = inputs
+        return "score", {"tokens": tokens, "targets": targets, "mems": tf.stack(state)}
+
     # --- inference ----------------------------------------------------------------------
     @functools.cached_property
     def _index(self) -> dict:
