@@ -41,6 +41,9 @@ def _define_common(fv: flags.FlagValues) -> None:
                          lower_bound=0, upper_bound=2**32 - 1, **d)
     flags.DEFINE_boolean("dali", False, "Read data with a DALI pipeline instead of tf.data.", **d)
     flags.DEFINE_string("export_dir", None, "Export a SavedModel here after the run.", **d)
+    flags.DEFINE_boolean("export_onnx", False, "With --export_dir: also write model.onnx "
+                         "there (float32, tf2onnx), for TensorRT's trtexec or ONNX Runtime.",
+                         **d)
     flags.DEFINE_enum("use_tftrt", None, ("FP32", "FP16"), "inference_benchmark: time the "
                       "model converted by TF-TRT at this precision (TensorFlow with TensorRT "
                       "only: NVIDIA's containers).", **d)
@@ -126,6 +129,8 @@ def validate(f: flags.FlagValues) -> None:
     if f.mode == "evaluate" and f.data_dir is None:
         raise UsageError("--mode evaluate needs --data_dir (accuracy on synthetic data means "
                          "nothing; use --mode inference_benchmark for speed)")
+    if f.export_onnx and not f.export_dir:
+        raise UsageError("--export_onnx writes model.onnx into --export_dir: give --export_dir")
     if f.mode == "predict" and not f.to_predict:
         raise UsageError("--mode predict needs --to_predict (a file, a directory or a glob)")
     if f.mode in ("training_benchmark", "inference_benchmark"):

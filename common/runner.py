@@ -18,7 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from common import checkpoints, distributed, flags, machine, precision, tftrt
+from common import checkpoints, distributed, flags, machine, onnx_export, precision, tftrt
 from common.dllogger import Logger, read_records
 from common.errors import DataError, TrainingError, UsageError
 from common.task import RunContext, Task
@@ -41,6 +41,8 @@ def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
     fv = flags.parse(flags.build(task_cls.define_flags, task_cls.flag_defaults), argv)
     if fv.use_tftrt:
         tftrt.require(fv.use_tftrt, fv.mode)
+    if fv.export_onnx:
+        onnx_export.require()
     dist = distributed.init()
     prec = precision.resolve(
         amp=fv.amp, amp_dtype=fv.amp_dtype, static_loss_scale=fv.static_loss_scale, tf32=fv.tf32,

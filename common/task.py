@@ -179,6 +179,9 @@ class Task(abc.ABC):
         be read: the trainer reports it and goes on with the other files)."""
         raise NotImplementedError(f"{self.name} has no predict mode")
 
+    # What --export_onnx writes in --export_dir: file name -> the SavedModel signature in it.
+    onnx_files: Mapping[str, str] = {"model.onnx": "serving_default"}
+
     def export(self, model: keras.Model, export_dir: str) -> None:
         model.export(export_dir, format="tf_saved_model", verbose=False)
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import tempfile
 import time
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from common import benchmark, checkpoints, precision, tftrt
+from common import benchmark, checkpoints, onnx_export, precision, tftrt
 from common.errors import DataError, TrainingError, UsageError, one_line
 from common.graceful_stop import GracefulStop
 from common.input_errors import batches
@@ -513,6 +514,34 @@ class Trainer:
         return {"predictions": len(records) - len(failed), "skipped_files": len(failed)}
 
     def export(self, export_dir: str) -> None:
-        if self.dist.is_chief:
-            self.task.export(self.model, export_dir)
-            self.log.print(f"exported a SavedModel to {export_dir}")
+        if not self.dist.is_chief:
+            return
+        self.task.export(self.model, export_dir)
+        self.log.print(f"exported a SavedModel to {export_dir}")
+        if self.flags.export_onnx:
+            for path in self.export_onnx(export_dir):
+                self.log.print(f"exported ONNX (opset {onnx_export.OPSET}) to {path}")
+
+    def export_onnx(self, export_dir: str) -> list[str]:
+        """The task's ONNX files (``Task.onnx_files``, ``model.onnx`` at least) in
+        ``export_dir``: SavedModel signatures of the model in float32. Under AMP the model is
+        rebuilt in float32 with the trained weights (AMP keeps float32 weights), so the graph
+        holds no casts and TensorRT picks the engine's precision (``trtexec --fp16``), as
+        NVIDIA's ONNX exports do."""
+        with tempfile.TemporaryDirectory(dir=export_dir) as tmp:
+            source = export_dir
+            if keras.mixed_precision.dtype_policy().name != "float32":
+                policy = keras.mixed_precision.dtype_policy()
+                keras.mixed_precision.set_dtype_policy("float32")
+                try:
+                    model = self.task.build_model()
+                finally:
+                    keras.mixed_precision.set_dtype_policy(policy)
+                model.set_weights(self.model.get_weights())
+                self.task.export(model, tmp)
+                source = tmp
+            try:
+                return [onnx_export.export(source, os.path.join(export_dir, name), signature)
+                        for name, signature in self.task.onnx_files.items()]
+            except RuntimeError as e:
+                raise TrainingError(f"{e}; the SavedModel in {export_dir} is complete") from None

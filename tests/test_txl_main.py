@@ -88,7 +88,7 @@ def test_export_scores_and_continues_like_the_model(tmp_path, corpus):
     served = loaded.signatures["serving_default"](tokens=tokens, mems=empty)
     logp, mems = model.log_prob(tokens, model.empty_mems(2))
     np.testing.assert_allclose(served["log_probs"].numpy(), logp[:, -1].numpy(), atol=1e-5)
-    assert served["mems"].shape == (2, 2, 8, 32)  # memory kept to --mem_len
+    assert served["new_mems"].shape == (2, 2, 8, 32)  # memory kept to --mem_len
     scored = loaded.signatures["score"](tokens=tokens[:, :-1], targets=tokens[:, 1:],
                                         mems=tf.stack(model.initial_mems(2)))
     nll, _ = model(tokens[:, :-1], model.initial_mems(2), tokens[:, 1:], training=False)

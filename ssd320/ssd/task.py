@@ -219,17 +219,31 @@ class SSDTask(RecordTask):
         draw_detections(image.numpy(), rec, rec["drawn"])
         return [rec]
 
+    # With NMS (ONNX NonMaxSuppression), and without it for TensorRT's EfficientNMS plugin.
+    onnx_files = {"model.onnx": "serving_default", "model_before_nms.onnx": "decoded"}
+
     def export(self, model, export_dir):
-        """A SavedModel whose ``serving_default`` takes normalised (N, S, S, 3) images and
-        returns the post-NMS detections (normalised boxes, scores, category ids, counts)."""
+        """A SavedModel over normalised (N, S, S, 3) ``images``: ``serving_default`` returns
+        the post-NMS detections (normalised boxes, scores, category ids, counts); ``decoded``
+        returns what NMS takes, every anchor's clipped box ``decoded_boxes`` (N, A, 4) and
+        class scores ``class_scores`` (N, A, C)."""
         size = self.flags.image_size
         module = tf.Module()
         module.model = model
         module.anchors = tf.constant(self.anchors)
+        spec = [tf.TensorSpec([None, size, size, 3], tf.float32, name="images")]
 
-        @tf.function(input_signature=[tf.TensorSpec([None, size, size, 3], tf.float32)])
-        def serve(images):
+        @tf.function(input_signature=spec)
+        def decoded(images):
             out = model(images, training=False)
-            return postprocess.detect(out["cls_logits"], out["box_codes"], module.anchors)
-        module.serve = serve
-        tf.saved_model.save(module, export_dir, signatures={"serving_default": serve})
+            boxes, scores = postprocess.decode(out["cls_logits"], out["box_codes"],
+                                               module.anchors)
+            return {"decoded_boxes": boxes, "class_scores": scores}
+
+        @tf.function(input_signature=spec)
+        def serve(images):
+            d = decoded(images)
+            return postprocess.nms(d["decoded_boxes"], d["class_scores"])
+        module.serve, module.decoded = serve, decoded
+        tf.saved_model.save(module, export_dir,
+                            signatures={"serving_default": serve, "decoded": decoded})

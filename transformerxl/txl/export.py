@@ -14,7 +14,8 @@ from txl.model import TXLConfig
 def export(model: keras.Model, cfg: TXLConfig, vocab: list[str] | None, export_dir: str) -> None:
     """A SavedModel with two signatures over (B, Q) int32 tokens and the memory
     (n_layer, B, M, d_model) float32 (zeros of any M to start; M grows up to --mem_len):
-    ``serving_default`` -> the next word's log-probabilities (B, vocab) and the new memory;
+    ``serving_default`` -> the next word's log-probabilities ``log_probs`` (B, vocab) and the
+    new memory ``new_mems`` (an output named as an input would clash in ONNX);
     ``score`` (also given targets) -> the NLL (B, Q) and the new memory."""
     module = tf.Module()
     # The variables, not the Keras model: saving the model would trace its own default
@@ -26,13 +27,13 @@ def export(model: keras.Model, cfg: TXLConfig, vocab: list[str] | None, export_d
     @tf.function(input_signature=[tokens, mems])
     def next_word(tokens, mems):
         logp, new = model.log_prob(tokens, tf.unstack(mems, cfg.n_layer))
-        return {"log_probs": logp[:, -1], "mems": tf.stack(new)}
+        return {"log_probs": logp[:, -1], "new_mems": tf.stack(new)}
 
     @tf.function(input_signature=[tokens, tf.TensorSpec([None, None], tf.int32,
                                                         name="targets"), mems])
     def score(tokens, targets, mems):
         nll, new = model(tokens, tf.unstack(mems, cfg.n_layer), targets, training=False)
-        return {"nll": nll, "mems": tf.stack(new)}
+        return {"nll": nll, "new_mems": tf.stack(new)}
     module.next_word, module.score = next_word, score
     tf.saved_model.save(module, export_dir,
                         signatures={"serving_default": next_word, "score": score})

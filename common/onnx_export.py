@@ -1,0 +1,43 @@
+"""``--export_onnx``: the exported SavedModel's ``serving_default`` as ONNX (``model.onnx``
+beside it), converted by tf2onnx, the input of TensorRT's ``trtexec`` and of ONNX Runtime.
+
+tf2onnx runs in a process of its own (its command line, ``python -m tf2onnx.convert``): it
+rewrites TensorFlow graphs with process-wide settings that a training process should not
+carry, and its many lines of output stay in its own log (``model.onnx.log``).
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+from common.errors import UsageError, one_line
+
+OPSET = 17  # TensorRT 8.6 and later, ONNX Runtime 1.14 and later
+
+
+def require() -> None:
+    """One line at start-up when tf2onnx is missing (not after a whole training run)."""
+    missing = [m for m in ("tf2onnx", "onnx") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UsageError(f"--export_onnx needs {' and '.join(missing)}: run "
+                         "'bash scripts/install_deps.sh' (or pip install tf2onnx onnx)")
+
+
+def export(saved_model: str, out_path: str | None = None, signature: str = "serving_default",
+           opset: int = OPSET) -> str:
+    """``saved_model``'s ``signature`` as ONNX at ``out_path`` (default: model.onnx in it)."""
+    out_path = out_path or os.path.join(saved_model, "model.onnx")
+    log_path = out_path + ".log"
+    cmd = [sys.executable, "-m", "tf2onnx.convert", "--saved-model", saved_model,
+           "--signature_def", signature, "--opset", str(opset), "--output", out_path]
+    with open(log_path, "w") as log:
+        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT,
+                              env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    if proc.returncode != 0 or not os.path.exists(out_path):
+        with open(log_path) as f:
+            lines = [ln for ln in f.read().splitlines() if ln.strip()]
+        raise RuntimeError(f"tf2onnx could not convert {saved_model} (log: {log_path}): "
+                           f"{one_line(lines[-1]) if lines else 'no output'}")
+    return out_path
