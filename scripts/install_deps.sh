@@ -66,6 +66,13 @@ for name in ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tf-keras", "nump
         print(f"{name}=={md.version(name)}")
     except md.PackageNotFoundError:
         pass
+# onnx 1.18 and later use ml_dtypes' float4 types (ml_dtypes 0.5) without saying so in their
+# requirements: under an older ml_dtypes (TensorFlow 2.17's 0.4) tf2onnx would fail to import.
+try:
+    if tuple(int(x) for x in md.version("ml-dtypes").split(".")[:2]) < (0, 5):
+        print("onnx<1.18")
+except md.PackageNotFoundError:
+    pass
 EOF
 log "keeping $(paste -sd' ' "$constraints")"
 
