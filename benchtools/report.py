@@ -130,8 +130,9 @@ def _metric_key(runs) -> str | None:
 
 
 def _log_scale_if_wide(ax, values) -> None:
-    values = [v for v in values if v == v and v > 0]  # NaN-free, positive
-    if values and max(values) / min(values) > 20:
+    values = [v for v in values if v == v]  # NaN-free
+    # Perplexities fall by orders of magnitude; fractions (accuracy, AP) read best linear.
+    if values and min(values) >= 1 and max(values) / min(values) > 20:
         ax.set_yscale("log")
 
 
