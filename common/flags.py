@@ -41,6 +41,9 @@ def _define_common(fv: flags.FlagValues) -> None:
                          lower_bound=0, upper_bound=2**32 - 1, **d)
     flags.DEFINE_boolean("dali", False, "Read data with a DALI pipeline instead of tf.data.", **d)
     flags.DEFINE_string("export_dir", None, "Export a SavedModel here after the run.", **d)
+    flags.DEFINE_string("profile", None, "START:STOP: a TensorFlow profiler trace of those "
+                        "steps in <results_dir>/tensorboard, and the share of time in matmuls and "
+                        "convolutions, 16-bit or float32 (and on tensor cores, on a GPU).", **d)
     flags.DEFINE_boolean("export_onnx", False, "With --export_dir: also write model.onnx "
                          "there (float32, tf2onnx), for TensorRT's trtexec or ONNX Runtime.",
                          **d)

@@ -18,7 +18,16 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from common import checkpoints, distributed, flags, machine, onnx_export, precision, tftrt
+from common import (
+    checkpoints,
+    distributed,
+    flags,
+    machine,
+    onnx_export,
+    precision,
+    profiling,
+    tftrt,
+)
 from common.dllogger import Logger, read_records
 from common.errors import DataError, TrainingError, UsageError
 from common.task import RunContext, Task
@@ -43,6 +52,7 @@ def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
         tftrt.require(fv.use_tftrt, fv.mode)
     if fv.export_onnx:
         onnx_export.require()
+    profiling.parse_range(fv.profile)  # a malformed range stops here, with one line
     dist = distributed.init()
     prec = precision.resolve(
         amp=fv.amp, amp_dtype=fv.amp_dtype, static_loss_scale=fv.static_loss_scale, tf32=fv.tf32,
@@ -136,6 +146,7 @@ def _run(task_cls: type[Task], argv: Sequence[str]) -> dict:
         logger.summary(summary)
         return summary
     finally:
+        trainer.profiler.close()
         logger.close()
 
 

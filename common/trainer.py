@@ -20,7 +20,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from common import benchmark, checkpoints, onnx_export, precision, tftrt
+from common import benchmark, checkpoints, onnx_export, precision, profiling, tftrt
 from common.errors import DataError, TrainingError, UsageError, one_line
 from common.graceful_stop import GracefulStop
 from common.input_errors import batches
@@ -97,6 +97,9 @@ class Trainer:
                 "checking --export_dir")
         self._train_step = None
         self._eval_step = None
+        self.profiler = profiling.StepProfiler(
+            self.flags.profile, os.path.join(self.flags.results_dir, "tensorboard"), self.log,
+            enabled=self.dist.is_chief)
         self.log.print(f"{task.name}: {count_params(self.model.trainable_variables):,} trainable "
                        f"parameters, {count_params(self.model.variables):,} in all")
 
@@ -277,6 +280,8 @@ class Trainer:
                 if states is None or (step - 1) % spe == 0:  # a run's or an epoch's first step
                     states = self._initial_train_states()
                 micro = self._step_batches(data)
+                self.profiler.before(step)
+                states_in = states
                 loss, states = step_fn(micro, states)  # no wait for the device here
                 items = self._global_items(micro)
                 timed.add(items)
@@ -291,9 +296,12 @@ class Trainer:
                            or (f.save_checkpoint_steps and step % f.save_checkpoint_steps == 0))
                 stopping = stop.should_stop(self.dist)
                 warmed_up = step - start == f.warmup_steps
-                if not (display or do_eval or do_save or stopping or warmed_up):
+                profiled = self.profiler.stops_at(step)
+                if not (display or do_eval or do_save or stopping or warmed_up or profiled):
                     continue
                 loss = float(loss)  # the sync point: waits for the device
+                self.profiler.after(step, lambda m=micro, s=states_in: [
+                    step_fn.get_concrete_function(m, s).graph], final=last or stopping)
                 # A run that ends on non-finite steps stops with the error, except under float16
                 # loss scaling, where a skipped step is how the scale finds its level.
                 skipped = self.guard.check(step, loss, self.checkpoints.latest, self._loss_scale(),
@@ -326,6 +334,7 @@ class Trainer:
         if timed.seconds:
             summary[f"train_{unit}_per_s"] = timed.rate()
         summary.update(eval_results)
+        summary.update(self.profiler.report)
         return summary
 
     def _loss_scale(self) -> float | None:
@@ -430,9 +439,13 @@ class Trainer:
         last = time.perf_counter()
         for i in range(1, f.num_iter + 1):
             micro = self._step_batches(data)
+            self.profiler.before(i)
+            states_in = states
             loss, states = step_fn(micro, states)
             loss = float(loss)
             now = time.perf_counter()
+            self.profiler.after(i, lambda m=micro, s=states_in: [
+                step_fn.get_concrete_function(m, s).graph], final=i == f.num_iter)
             if i > f.warmup_steps:
                 times.append(now - last)
             last = now
@@ -443,7 +456,8 @@ class Trainer:
                              progress=(i, f.num_iter), tb_step=i)
         items_per_step = self._global_items(micro)
         return {**benchmark.throughput(times, items_per_step, unit),
-                **benchmark.latency(times), "global_batch_size": items_per_step}
+                **benchmark.latency(times), "global_batch_size": items_per_step,
+                **self.profiler.report}
 
     def benchmark_inference(self) -> dict:
         f, unit = self.flags, self.task.item_unit
@@ -458,13 +472,19 @@ class Trainer:
         for i in range(1, f.num_iter + 1):
             batch = next(data)
             inputs = task.inference_inputs(batch)
+            self.profiler.before(i)
+            state_in = state
             t0 = time.perf_counter()
             outputs, state = infer(inputs, state)
             tf.nest.map_structure(lambda t: t.numpy(), outputs)
             if i > f.warmup_steps:
                 times.append(time.perf_counter() - t0)
+            self.profiler.after(i, lambda x=inputs, s=state_in: [
+                infer.get_concrete_function(x, s).graph]
+                if hasattr(infer, "get_concrete_function") else [], final=i == f.num_iter)
         return {**benchmark.throughput(times, task.items_in(batch), unit),
-                **benchmark.latency(times), "batch_size": int(tf.nest.flatten(inputs)[0].shape[0])}
+                **benchmark.latency(times), "batch_size": int(tf.nest.flatten(inputs)[0].shape[0]),
+                **self.profiler.report}
 
     def _tftrt_infer(self, inputs, state):
         """``infer`` through the SavedModel converted by TF-TRT (engines built for the shapes
