@@ -18,6 +18,7 @@ import argparse
 import datetime
 import json
 import os
+import statistics
 import sys
 from dataclasses import dataclass, field
 
@@ -153,7 +154,8 @@ def learning_chart(model: str, runs, out_dir: str) -> tuple[str, str]:
         window = max(1, len(loss) // 40)  # noisy per-step losses: a running mean over 1/40
         if window > 1:
             loss_ax.plot(steps, loss, style, color=colour, lw=0.5, alpha=0.3)
-            loss = [_mean(loss[max(0, i - window + 1):i + 1]) for i in range(len(loss))]
+            loss = [statistics.fmean(loss[max(0, i - window + 1):i + 1])
+                    for i in range(len(loss))]
         loss_ax.plot(steps, loss, style, color=colour, lw=1.2, label=label)
         if metric:
             ev = run.series(metric)
@@ -184,10 +186,6 @@ def learning_chart(model: str, runs, out_dir: str) -> tuple[str, str]:
                     f"| {_num(loss[-1][1]) if loss else '-'} | {_num(final)} | "
                     f"{_num(run.summary.get(unit)) if unit else '-'} |")
     return name, "\n".join(rows)
-
-
-def _mean(values) -> float:
-    return sum(values) / len(values)
 
 
 def _num(v) -> str:

@@ -11,8 +11,10 @@ import importlib.util
 import os
 import subprocess
 import sys
+import tempfile
 
-from common.errors import UsageError, one_line
+from common import precision
+from common.errors import TrainingError, UsageError, one_line
 
 OPSET = 17  # TensorRT 8.6 and later, ONNX Runtime 1.14 and later
 
@@ -41,3 +43,24 @@ def export(saved_model: str, out_path: str | None = None, signature: str = "serv
         raise RuntimeError(f"tf2onnx could not convert {saved_model} (log: {log_path}): "
                            f"{one_line(lines[-1]) if lines else 'no output'}")
     return out_path
+
+
+def export_task(task, model, export_dir: str) -> list[str]:
+    """The task's ONNX files (``Task.onnx_files``, ``model.onnx`` at least) in ``export_dir``
+    (which holds the task's SavedModel): its signatures, of the model in float32. Under AMP the
+    model is rebuilt in float32 with the trained weights (AMP keeps float32 weights), so the
+    graph holds no casts and TensorRT picks the engine's precision (``trtexec --fp16``), as
+    NVIDIA's ONNX exports do."""
+    with tempfile.TemporaryDirectory(dir=export_dir) as tmp:
+        source = export_dir
+        if model.dtype_policy.name != "float32":
+            with precision.dtype_policy("float32"):
+                float32_model = task.build_model()
+            float32_model.set_weights(model.get_weights())
+            task.export(float32_model, tmp)
+            source = tmp
+        try:
+            return [export(source, os.path.join(export_dir, name), signature)
+                    for name, signature in task.onnx_files.items()]
+        except RuntimeError as e:
+            raise TrainingError(f"{e}; the SavedModel in {export_dir} is complete") from None

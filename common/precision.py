@@ -13,6 +13,7 @@ honoured here and nowhere else:
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import Mapping
@@ -167,3 +168,14 @@ def wrap_optimizer(optimizer: keras.optimizers.Optimizer, precision: Precision):
     if precision.loss_scale == "dynamic":
         return keras.optimizers.LossScaleOptimizer(optimizer)
     return FixedLossScaleOptimizer(optimizer, initial_scale=precision.loss_scale)
+
+
+@contextlib.contextmanager
+def dtype_policy(name: str):
+    """Keras' global dtype policy set to ``name`` inside the block, the one before it after."""
+    before = keras.mixed_precision.dtype_policy()
+    keras.mixed_precision.set_dtype_policy(name)
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_dtype_policy(before)

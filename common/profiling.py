@@ -67,13 +67,14 @@ class StepProfiler:
             tf.profiler.experimental.start(self.logdir)
             self.active, self.first = True, step
 
-    def after(self, step: int, graphs=(), final: bool = False) -> None:
-        """Call after the device has finished ``step`` (a sync point). ``graphs``: the
-        ``tf.Graph``s (or a callable giving them) that ran, for the ops' types on a CPU."""
+    def after(self, step: int, fn=None, args: tuple = (), final: bool = False) -> None:
+        """Call after the device has finished ``step`` (a sync point). ``fn(*args)`` is the
+        step just run: a ``tf.function``'s graph gives the ops' types on a CPU."""
         if self.active and (step >= self.range[1] or final):
             tf.profiler.experimental.stop()
             self.active = False
-            graphs = graphs() if callable(graphs) else graphs
+            graphs = ([fn.get_concrete_function(*args).graph]
+                      if hasattr(fn, "get_concrete_function") else [])
             self.report = {"profiled_steps": step - self.first + 1,
                            **summarize(latest_trace(self.logdir), graph_dtypes(graphs))}
             self.log.print("profile: " + describe(self.report) + f" (trace in {self.logdir})")

@@ -17,8 +17,6 @@ import tensorflow as tf
 
 from common.errors import UsageError
 
-PRECISIONS = ("FP32", "FP16")
-
 
 def _trt_convert():
     from tensorflow.python.compiler.tensorrt import trt_convert
@@ -100,3 +98,19 @@ def paths(results_dir: str) -> tuple[str, str]:
     """Where the SavedModel to convert and its TF-TRT conversion go."""
     root = os.path.join(results_dir, "tftrt")
     return os.path.join(root, "saved_model"), os.path.join(root, "converted")
+
+
+def benchmark_infer(task, model, results_dir: str, precision: str, inputs, state, log=print):
+    """``infer(x, state) -> (outputs, state)`` through the task's SavedModel converted by
+    TF-TRT at ``precision``, with engines built for the shapes of ``inputs``: exported,
+    converted and loaded here, before any step is timed."""
+    saved, converted = paths(results_dir)
+    key, example = task.serving_call(inputs, state)
+    task.export(model, saved)
+    convert(saved, converted, precision, key,
+            serving_arguments(load_serving(saved, key), example), log=log)
+    fn = load_serving(converted, key)
+
+    def infer(x, state):
+        return fn(**serving_arguments(fn, task.serving_call(x, state)[1])), state
+    return infer

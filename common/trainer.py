@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 import time
 
 import keras
@@ -300,8 +299,7 @@ class Trainer:
                 if not (display or do_eval or do_save or stopping or warmed_up or profiled):
                     continue
                 loss = float(loss)  # the sync point: waits for the device
-                self.profiler.after(step, lambda m=micro, s=states_in: [
-                    step_fn.get_concrete_function(m, s).graph], final=last or stopping)
+                self.profiler.after(step, step_fn, (micro, states_in), final=last or stopping)
                 # A run that ends on non-finite steps stops with the error, except under float16
                 # loss scaling, where a skipped step is how the scale finds its level.
                 skipped = self.guard.check(step, loss, self.checkpoints.latest, self._loss_scale(),
@@ -444,8 +442,7 @@ class Trainer:
             loss, states = step_fn(micro, states)
             loss = float(loss)
             now = time.perf_counter()
-            self.profiler.after(i, lambda m=micro, s=states_in: [
-                step_fn.get_concrete_function(m, s).graph], final=i == f.num_iter)
+            self.profiler.after(i, step_fn, (micro, states_in), final=i == f.num_iter)
             if i > f.warmup_steps:
                 times.append(now - last)
             last = now
@@ -465,7 +462,12 @@ class Trainer:
         data = batches(task.inference_dataset())
         times, state = [], task.initial_state(model, "infer")
         if f.use_tftrt:
-            infer = self._tftrt_infer(task.inference_inputs(next(data)), state)
+            if self.dist.size > 1:
+                raise UsageError("--use_tftrt benchmarks one GPU: run it without "
+                                 "mpirun/horovodrun")
+            infer = tftrt.benchmark_infer(task, model, f.results_dir, f.use_tftrt,
+                                          task.inference_inputs(next(data)), state,
+                                          log=self.log.print)
         else:
             infer = tf.function(lambda x, state: task.infer(model, x, state),
                                 jit_compile=self.ctx.precision.xla)
@@ -479,29 +481,10 @@ class Trainer:
             tf.nest.map_structure(lambda t: t.numpy(), outputs)
             if i > f.warmup_steps:
                 times.append(time.perf_counter() - t0)
-            self.profiler.after(i, lambda x=inputs, s=state_in: [
-                infer.get_concrete_function(x, s).graph]
-                if hasattr(infer, "get_concrete_function") else [], final=i == f.num_iter)
+            self.profiler.after(i, infer, (inputs, state_in), final=i == f.num_iter)
         return {**benchmark.throughput(times, task.items_in(batch), unit),
                 **benchmark.latency(times), "batch_size": int(tf.nest.flatten(inputs)[0].shape[0]),
                 **self.profiler.report}
-
-    def _tftrt_infer(self, inputs, state):
-        """``infer`` through the SavedModel converted by TF-TRT (engines built for the shapes
-        of ``inputs``): exported, converted and loaded here, before any step is timed."""
-        if self.dist.size > 1:
-            raise UsageError("--use_tftrt benchmarks one GPU: run it without mpirun/horovodrun")
-        saved, converted = tftrt.paths(self.flags.results_dir)
-        key, example = self.task.serving_call(inputs, state)
-        self.task.export(self.model, saved)
-        signature = tftrt.load_serving(saved, key)
-        tftrt.convert(saved, converted, self.flags.use_tftrt, key,
-                      tftrt.serving_arguments(signature, example), log=self.log.print)
-        fn = tftrt.load_serving(converted, key)
-
-        def infer(x, state):
-            return fn(**tftrt.serving_arguments(fn, self.task.serving_call(x, state)[1])), state
-        return infer
 
     # --- inference ------------------------------------------------------------------------
     def predict(self, paths) -> dict:
@@ -539,29 +522,5 @@ class Trainer:
         self.task.export(self.model, export_dir)
         self.log.print(f"exported a SavedModel to {export_dir}")
         if self.flags.export_onnx:
-            for path in self.export_onnx(export_dir):
+            for path in onnx_export.export_task(self.task, self.model, export_dir):
                 self.log.print(f"exported ONNX (opset {onnx_export.OPSET}) to {path}")
-
-    def export_onnx(self, export_dir: str) -> list[str]:
-        """The task's ONNX files (``Task.onnx_files``, ``model.onnx`` at least) in
-        ``export_dir``: SavedModel signatures of the model in float32. Under AMP the model is
-        rebuilt in float32 with the trained weights (AMP keeps float32 weights), so the graph
-        holds no casts and TensorRT picks the engine's precision (``trtexec --fp16``), as
-        NVIDIA's ONNX exports do."""
-        with tempfile.TemporaryDirectory(dir=export_dir) as tmp:
-            source = export_dir
-            if keras.mixed_precision.dtype_policy().name != "float32":
-                policy = keras.mixed_precision.dtype_policy()
-                keras.mixed_precision.set_dtype_policy("float32")
-                try:
-                    model = self.task.build_model()
-                finally:
-                    keras.mixed_precision.set_dtype_policy(policy)
-                model.set_weights(self.model.get_weights())
-                self.task.export(model, tmp)
-                source = tmp
-            try:
-                return [onnx_export.export(source, os.path.join(export_dir, name), signature)
-                        for name, signature in self.task.onnx_files.items()]
-            except RuntimeError as e:
-                raise TrainingError(f"{e}; the SavedModel in {export_dir} is complete") from None

@@ -68,12 +68,13 @@ case "${LAUNCHER:-mpirun}" in
     launch=(srun --mpi=pmix --ntasks-per-node="$GPUS")
     if [ -n "${CONTAINER:-}" ]; then
       root=$(cd "$(dirname "$0")/.." && pwd)
+      workdir=${CONTAINER_WORKDIR:-/workspace/tf-model-scripts}
       case "$MAIN" in
-        "$root"/*) main="${CONTAINER_WORKDIR:-/workspace/tf-model-scripts}/${MAIN#"$root"/}" ;;
+        "$root"/*) main="$workdir/${MAIN#"$root"/}" ;;
         *) die "MAIN_PY must be inside this repository ($root) to be found in the container" ;;
       esac
       launch+=(--container-image="$CONTAINER"
-               --container-workdir="${CONTAINER_WORKDIR:-/workspace/tf-model-scripts}")
+               --container-workdir="$workdir")
       if [ -n "${MOUNTS:-}" ]; then launch+=(--container-mounts="$MOUNTS"); fi
     fi ;;
   *) die "LAUNCHER must be mpirun, horovodrun or srun, not $LAUNCHER" ;;
