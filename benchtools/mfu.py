@@ -46,3 +46,50 @@ def forward_flops(model: keras.Model) -> int:
                     positions *= d
                 total += 2 * positions * layer.kernel.shape[0] * layer.kernel.shape[1]
     return int(total)
+
+
+# FLOPs per op of a traced graph: 2 x multiply-adds of the matmuls and convolutions, the ops
+# that the ceiling measures; what a model computes elsewhere (elementwise ops, reductions) is
+# not counted, for any model alike.
+def _matmul_flops(op) -> int:
+    a, b = (t.shape for t in op.inputs[:2])
+    out = op.outputs[0].shape
+    if op.type == "MatMul":
+        k = a[0] if op.get_attr("transpose_a") else a[1]
+    else:  # BatchMatMul*: the contraction is a's last dim, or its second last when adjointed
+        k = a[-2] if op.get_attr("adj_x") else a[-1]
+    return 2 * out.num_elements() * int(k)
+
+
+def _conv_flops(op) -> int:
+    kernel = op.inputs[1].shape  # (kh, kw, in, out) or, depthwise, (kh, kw, in, multiplier)
+    out = op.outputs[0].shape
+    per_output = kernel[0] * kernel[1] * (1 if op.type.startswith("Depthwise") else kernel[2])
+    return 2 * out.num_elements() * int(per_output)
+
+
+_COUNTED = {"MatMul": _matmul_flops, "BatchMatMul": _matmul_flops,
+            "BatchMatMulV2": _matmul_flops, "BatchMatMulV3": _matmul_flops,
+            "Conv2D": _conv_flops, "DepthwiseConv2dNative": _conv_flops}
+
+
+def graph_flops(fn, *args) -> int:
+    """Forward FLOPs of one call of ``fn(*args)``, counted from the graph TensorFlow traces for
+    it (every MatMul, BatchMatMul and Conv2D, with functions called inside it): the same count
+    for this repository's models and for any Keras model it is compared with. Shapes must be
+    static."""
+    graph = tf.function(fn, autograph=False).get_concrete_function(*args).graph
+    graphs, total = [graph], 0
+    seen = set()
+    while graphs:
+        g = graphs.pop()
+        for op in g.get_operations():
+            if op.type in _COUNTED:
+                if any(d is None for t in op.outputs for d in t.shape):
+                    raise ValueError(f"{op.name} has a dynamic shape: trace with static shapes")
+                total += _COUNTED[op.type](op)
+        for name, f in getattr(g, "_functions", {}).items():  # nested tf.functions
+            if name not in seen:
+                seen.add(name)
+                graphs.append(f.graph if hasattr(f, "graph") else f)
+    return int(total)

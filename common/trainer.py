@@ -26,6 +26,9 @@ from common.input_errors import batches
 from common.nonfinite import NonFiniteGuard, first_non_finite
 from common.task import RunContext, Task
 
+# Steps between the ranks' checks for a stop request under Horovod (besides the sync points).
+STOP_CHECK_EVERY = 10
+
 
 def count_params(variables) -> int:
     return int(sum(np.prod(v.shape) for v in variables))
@@ -56,6 +59,36 @@ class _Timer:
             yield
         finally:
             self._excluded += time.perf_counter() - t0
+
+
+class _Windows:
+    """A benchmark's timed windows: the steps dispatched between two host sync points and the
+    wall time from the end of one sync point's own work (logging, profiling) to the next
+    sync. Windows that start before the end of the warm-up are not timed."""
+
+    def __init__(self, warmup_steps: int):
+        self.warmup_steps, self.timed = warmup_steps, []  # timed: (seconds, steps) per window
+        self.last = None  # the latest window, timed or not
+        self._step, self._start = 0, time.perf_counter()
+
+    def close(self, step: int) -> None:
+        """At a sync point, right after the host waited for the device at ``step``."""
+        self.last = (time.perf_counter() - self._start, step - self._step)
+        if self._step >= self.warmup_steps:
+            self.timed.append(self.last)
+        self._step = step
+
+    def reopen(self) -> None:
+        """After the sync point's own work: the next window starts now."""
+        self._start = time.perf_counter()
+
+    def rate(self, items_per_step: int) -> float:
+        """Items/s of the latest window."""
+        seconds, steps = self.last
+        return items_per_step * steps / seconds if seconds > 0 else 0.0
+
+    def summary(self, items_per_step: int, unit: str) -> dict:
+        return benchmark.from_windows(self.timed, items_per_step, unit)
 
 
 class Trainer:
@@ -293,8 +326,11 @@ class Trainer:
                                         or (f.eval_every and step % f.eval_every == 0))
                 do_save = (end_of_epoch or last
                            or (f.save_checkpoint_steps and step % f.save_checkpoint_steps == 0))
-                stopping = stop.should_stop(self.dist)
                 warmed_up = step - start == f.warmup_steps
+                # Under Horovod, agreeing on a stop is an allreduce: it happens at steps every
+                # rank knows (sync points and every STOP_CHECK_EVERY steps), not at every step.
+                stopping = ((not self.dist.enabled or display or do_eval or do_save or warmed_up
+                             or step % STOP_CHECK_EVERY == 0) and stop.should_stop(self.dist))
                 profiled = self.profiler.stops_at(step)
                 if not (display or do_eval or do_save or stopping or warmed_up or profiled):
                     continue
@@ -428,39 +464,56 @@ class Trainer:
         return total
 
     # --- benchmarks -----------------------------------------------------------------------
+    def _benchmark_syncs(self, step: int) -> bool:
+        """Whether the host waits for the device after ``step`` of a benchmark: a logged step,
+        the end of the warm-up, the last step or the profiler's. Between sync points the host
+        only dispatches steps."""
+        f = self.flags
+        return (step % f.display_every == 0 or step == f.num_iter or step == f.warmup_steps
+                or self.profiler.stops_at(step))
+
     def benchmark_training(self) -> dict:
+        """Steps on the training data as in ``train`` (the same compiled step), without saves
+        or evaluations. The host waits for the device only at sync points
+        (``_benchmark_syncs``), as training does, so throughput is measured over the windows
+        between them after the warm-up (``common/benchmark.py``); a non-finite loss stops the
+        run within a window, as in training."""
         f, unit = self.flags, self.task.item_unit
         step_fn = self._compiled_train_step()
         self.dist.broadcast(self._state())
         data = batches(self.task.train_dataset(), lambda: self.task.locate_bad_record("train"))
-        times, states = [], self._initial_train_states()
-        last = time.perf_counter()
+        states = self._initial_train_states()
+        clock = _Windows(f.warmup_steps)
         for i in range(1, f.num_iter + 1):
             micro = self._step_batches(data)
             self.profiler.before(i)
             states_in = states
-            loss, states = step_fn(micro, states)
-            loss = float(loss)
-            now = time.perf_counter()
-            self.profiler.after(i, step_fn, (micro, states_in), final=i == f.num_iter)
-            if i > f.warmup_steps:
-                times.append(now - last)
-            last = now
-            if i % f.display_every == 0 or i == f.num_iter:
-                rate = self._global_items(micro) / times[-1] if times else 0.0
-                self.log.log((0, i), {"loss": loss, f"{unit}_per_s": rate,
-                                      "warmup": i <= f.warmup_steps},
-                             progress=(i, f.num_iter), tb_step=i)
+            loss, states = step_fn(micro, states)  # no wait for the device here
+            if not self._benchmark_syncs(i):
+                continue
+            loss = float(loss)  # the sync point: waits for the device
+            clock.close(i)
+            last = i == f.num_iter
+            self.profiler.after(i, step_fn, (micro, states_in), final=last)
+            self.guard.check(i, loss, self.checkpoints.latest, self._loss_scale(),
+                             last=last and not self.loss_scaled)
+            if i % f.display_every == 0 or last:
+                self.log.log((0, i), {"loss": loss, f"{unit}_per_s": clock.rate(
+                    self._global_items(micro)), "warmup": i <= f.warmup_steps},
+                    progress=(i, f.num_iter), tb_step=i)
+            clock.reopen()
         items_per_step = self._global_items(micro)
-        return {**benchmark.throughput(times, items_per_step, unit),
-                **benchmark.latency(times), "global_batch_size": items_per_step,
+        return {**clock.summary(items_per_step, unit), "global_batch_size": items_per_step,
                 **self.profiler.report}
 
     def benchmark_inference(self) -> dict:
+        """The serving computation on the inference data, timed like ``benchmark_training``:
+        the host reads a step's outputs only at sync points (``--display_every 1``: every step,
+        for per-batch latency)."""
         f, unit = self.flags, self.task.item_unit
         model, task = self.model, self.task
         data = batches(task.inference_dataset())
-        times, state = [], task.initial_state(model, "infer")
+        state = task.initial_state(model, "infer")
         if f.use_tftrt:
             if self.dist.size > 1:
                 raise UsageError("--use_tftrt benchmarks one GPU: run it without "
@@ -471,20 +524,25 @@ class Trainer:
         else:
             infer = tf.function(lambda x, state: task.infer(model, x, state),
                                 jit_compile=self.ctx.precision.xla)
+        clock = _Windows(f.warmup_steps)
         for i in range(1, f.num_iter + 1):
             batch = next(data)
             inputs = task.inference_inputs(batch)
             self.profiler.before(i)
             state_in = state
-            t0 = time.perf_counter()
-            outputs, state = infer(inputs, state)
-            tf.nest.map_structure(lambda t: t.numpy(), outputs)
-            if i > f.warmup_steps:
-                times.append(time.perf_counter() - t0)
+            outputs, state = infer(inputs, state)  # no wait for the device here
+            if not self._benchmark_syncs(i):
+                continue
+            tf.nest.map_structure(lambda t: t.numpy(), outputs)  # the sync point
+            clock.close(i)
             self.profiler.after(i, infer, (inputs, state_in), final=i == f.num_iter)
-        return {**benchmark.throughput(times, task.items_in(batch), unit),
-                **benchmark.latency(times), "batch_size": int(tf.nest.flatten(inputs)[0].shape[0]),
-                **self.profiler.report}
+            if i % f.display_every == 0 or i == f.num_iter:
+                self.log.log((0, i), {f"{unit}_per_s": clock.rate(task.items_in(batch)),
+                                      "warmup": i <= f.warmup_steps},
+                             progress=(i, f.num_iter), tb_step=i)
+            clock.reopen()
+        return {**clock.summary(task.items_in(batch), unit),
+                "batch_size": int(tf.nest.flatten(inputs)[0].shape[0]), **self.profiler.report}
 
     # --- inference ------------------------------------------------------------------------
     def predict(self, paths) -> dict:

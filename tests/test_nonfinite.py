@@ -13,7 +13,8 @@ import tensorflow as tf
 from conftest import ROOT, run_cli, stderr_last_line
 from linear_task import LinearTask, expected_params
 
-from common import dllogger, runner
+from common import benchmark, dllogger, runner
+from common.nonfinite import NonFiniteGuard
 
 PRECISIONS = {"fp32": [], "bf16": ["--amp", "--amp_dtype", "bfloat16"],
               "fp16": ["--amp", "--amp_dtype", "float16"]}
@@ -140,3 +141,60 @@ def test_ssd_at_64_pixels_trains_under_amp_as_under_fp32(tmp_path):
         assert len(weights) > 100 and max(float(np.abs(v).max()) for v in weights) < 100
     assert len(losses["amp"]) == 8 and np.all(np.isfinite(losses["amp"]))
     np.testing.assert_allclose(losses["amp"], losses["fp32"], rtol=0.05)
+
+
+def _nan_from_step(monkeypatch, first_bad: int):
+    real, calls = LinearTask.train_loss, _step_counter()
+
+    def nan_from(self, model, batch, state=None):
+        loss, state = real(self, model, batch, state)
+        calls.assign_add(1)
+        return loss * tf.where(calls >= first_bad, float("nan"), 1.0), state
+
+    monkeypatch.setattr(LinearTask, "train_loss", nan_from)
+
+
+def _host_reads(monkeypatch) -> list:
+    """The steps at which the loop read the non-finite counters: its host sync points."""
+    steps, real = [], NonFiniteGuard.check
+
+    def check(self, step, *args, **kwargs):
+        steps.append(step)
+        return real(self, step, *args, **kwargs)
+
+    monkeypatch.setattr(NonFiniteGuard, "check", check)
+    return steps
+
+
+@pytest.mark.parametrize("mode, extra, reads, stop_step", [
+    ("train", [], [5], 5),
+    ("training_benchmark", ["--warmup_steps", "1"], [1, 5], 5),
+])
+def test_the_host_reads_the_counters_only_at_sync_points_and_a_nan_still_stops_in_the_window(
+        mode, extra, reads, stop_step, tmp_path, monkeypatch, capsys):
+    """Steps 3 on are NaN and 2 in a row are allowed, but the host looks only every 5 steps
+    (--display_every): the run stops at the first look after the streak, step 5, naming the
+    streak's first step, and saves nothing."""
+    _nan_from_step(monkeypatch, 3)
+    seen = _host_reads(monkeypatch)
+    args = ["x", "--mode", mode, "--results_dir", str(tmp_path), "--model_dir",
+            str(tmp_path / "ckpt"), "--num_iter", "20", "--display_every", "5", "--max_bad_steps",
+            "2", *extra]
+    assert runner.main(LinearTask, args) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"x: error: loss is nan at step {stop_step}: the gradients were not "
+                          "finite for 3 consecutive steps since step 3 (first: ")
+    assert seen == reads
+    assert not (tmp_path / "ckpt").exists() or not _checkpoint_tensors(tmp_path / "ckpt")
+    kernel = LinearTask.last_model.weights[0].numpy()
+    np.testing.assert_allclose(kernel, expected_params(1, 2)[0], rtol=1e-6)  # 2 steps applied
+
+
+def test_benchmark_windows_give_throughput_and_per_step_latency():
+    s = benchmark.from_windows([(1.0, 2), (3.0, 3)], items_per_step=10, unit="images")
+    assert s["throughput_images_per_s"] == pytest.approx(50 / 4.0)
+    assert s["timed_steps"] == 5 and s["timed_windows"] == 2 and s["timed_seconds"] == 4.0
+    assert s["latency_avg_ms"] == pytest.approx(1000 * (2 * 0.5 + 3 * 1.0) / 5)
+    assert s["latency_p50_ms"] == pytest.approx(1000.0) and s["latency_p99_ms"] <= 1000.0
+    with pytest.raises(ValueError, match="no timed steps"):
+        benchmark.from_windows([], 10, "images")

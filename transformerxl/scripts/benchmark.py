@@ -24,7 +24,7 @@ import tensorflow as tf  # noqa: E402
 from benchtools.mfu import matmul_ceiling  # noqa: E402
 from benchtools.rounds import alternating_rounds, mfu_rows  # noqa: E402
 from common import dllogger, runner  # noqa: E402
-from txl.flops import cluster_fractions, forward_flops_per_token  # noqa: E402
+from txl.flops import run_flops_per_token  # noqa: E402
 from txl.task import TransformerXLTask  # noqa: E402
 
 PRECISIONS = {"fp32": ([], tf.float32), "amp": (["--amp"], tf.bfloat16)}
@@ -53,16 +53,9 @@ def flops_per_token(args) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         trainer = runner.setup(TransformerXLTask, [*flags("training_benchmark", "fp32", args),
                                                    "--results_dir", tmp])
-        task, cfg, f = trainer.task, trainer.task.cfg, trainer.flags
-        bounds = [0, *[c for c in cfg.cutoffs if c < cfg.vocab_size], cfg.vocab_size]
-        fractions = cluster_fractions(task.tokens("train")[1:], bounds)
+        out = run_flops_per_token(trainer)
         trainer.log.close()
-        out = {"train": forward_flops_per_token(cfg, f.tgt_len, f.mem_len, f.batch_size,
-                                                fractions),
-               "infer": forward_flops_per_token(cfg, f.eval_tgt_len, f.eval_mem_len,
-                                                f.eval_batch_size, fractions),
-               "fractions": fractions}
-    del trainer, task
+    del trainer
     keras.backend.clear_session()  # the children need the memory
     gc.collect()
     return out

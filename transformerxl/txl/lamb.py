@@ -16,6 +16,7 @@ are kept in float32 whatever the variables' dtype.
 from __future__ import annotations
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 
@@ -34,19 +35,35 @@ class NvidiaLamb(keras.optimizers.Optimizer):
         self._m, self._v = self.add_optimizer_variables(var_list, ["m", "v"])
 
     def update_step(self, gradient, variable, learning_rate):
-        w = ops.cast(variable, "float32")
-        g = ops.cast(gradient, "float32")
         i = self._get_variable_index(variable)
-        m, v = self._m[i], self._v[i]
-        self.assign(m, self.beta_1 * m + (1.0 - self.beta_1) * g)
-        self.assign(v, self.beta_2 * v + (1.0 - self.beta_2) * ops.square(g))
-        step = m / (ops.sqrt(v) + self.epsilon) + self.decay * w
-        w_norm = ops.minimum(ops.sqrt(ops.sum(ops.square(w))), self.trust_clip)
-        s_norm = ops.sqrt(ops.sum(ops.square(step)))
-        ratio = ops.where((w_norm > 0) & (s_norm > 0), w_norm / ops.maximum(s_norm, 1e-30), 1.0)
-        lr = ops.cast(learning_rate, "float32")
-        self.assign(variable, ops.cast(w - lr * ratio * step, variable.dtype))
+        _fused_update(_tf_variable(variable), _tf_variable(self._m[i]), _tf_variable(self._v[i]),
+                      gradient, ops.cast(learning_rate, "float32"), self.beta_1, self.beta_2,
+                      self.epsilon, self.decay, self.trust_clip)
 
     def get_config(self):
         return {**super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2,
                 "epsilon": self.epsilon, "decay": self.decay, "trust_clip": self.trust_clip}
+
+
+def _tf_variable(variable):
+    """The TensorFlow variable behind a Keras one (the optimizer hands either)."""
+    return variable.value if isinstance(variable, keras.Variable) else variable
+
+
+@tf.function(jit_compile=True, autograph=False)
+def _fused_update(var, m, v, gradient, lr, beta_1, beta_2, epsilon, decay, trust_clip):
+    """One variable's update, compiled by XLA into two passes over its elements (the moments,
+    the step and both norms; then the weights), where the same math as separate TensorFlow
+    ops makes about twenty: for Transformer-XL base's 192 M parameters, most of the update's
+    time is memory traffic."""
+    w = tf.cast(var, tf.float32)
+    g = tf.cast(gradient, tf.float32)
+    m_new = beta_1 * m + (1.0 - beta_1) * g
+    v_new = beta_2 * v + (1.0 - beta_2) * tf.square(g)
+    step = m_new / (tf.sqrt(v_new) + epsilon) + decay * w
+    w_norm = tf.minimum(tf.sqrt(tf.reduce_sum(tf.square(w))), trust_clip)
+    s_norm = tf.sqrt(tf.reduce_sum(tf.square(step)))
+    ratio = tf.where((w_norm > 0) & (s_norm > 0), w_norm / tf.maximum(s_norm, 1e-30), 1.0)
+    m.assign(m_new)
+    v.assign(v_new)
+    var.assign(tf.cast(w - lr * ratio * step, var.dtype))
