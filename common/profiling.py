@@ -9,6 +9,7 @@ The trace goes where TensorBoard's profile plugin (installed by install_deps) fi
   (MatMul, BatchMatMul, Einsum, Conv2D and their gradients, fused or not);
 * ``matmul_conv_16bit_share``: of that time, the share computed in a 16-bit type (bfloat16 or
   float16); the rest is float32;
+* on a CPU, ``top_op_types``: the op types that took the most op time, with their shares;
 * on a GPU, ``tensor_core_share``: the share of the matmul and convolution kernels' time in
   tensor-core kernels, told by their names as NVIDIA's profiling guidance describes them
   (``h884``/``s884`` on Volta, ``1688``/``16816``/``xmma``/``hmma`` on Turing and Ampere,
@@ -35,6 +36,7 @@ _MATMUL_CONV_OP = re.compile(r"(MatMul|Conv[23]D|Einsum|DepthwiseConv)")
 _MATMUL_CONV_KERNEL = re.compile(r"(gemm|convolve|conv2d|conv_|fprop|dgrad|wgrad|xmma|cutlass|"
                                  r"gmma|winograd)", re.I)
 _GPU_16BIT = re.compile(r"(bf16|f16|fp16|half|h884|h1688|h16816|hmma|bfloat16)", re.I)
+TOP_OPS = 8  # op types the CPU report names, by their share of op time
 _TENSOR_CORE = re.compile(r"(884|1688|16816|xmma|hmma|gmma|tensorop|imma|_tc_)", re.I)
 
 
@@ -109,6 +111,8 @@ def describe(report: dict) -> str:
     if "tensor_core_share" in report:
         parts.append(f"{report['tensor_core_share']:.0%} of matmul/conv kernel time on tensor "
                      "cores")
+    if "top_op_types" in report:
+        parts.append(f"most time in: {report['top_op_types']}")
     return ", ".join(parts)
 
 
@@ -148,6 +152,7 @@ def summarize(path: str, dtypes: dict[str, str] | None = None) -> dict:
     space = _xspace(path)
     gpus = [p for p in space.planes if p.name.startswith("/device:GPU")]
     total = matmul_conv = sixteen = tensor_core = unknown = 0
+    by_type: dict[str, int] = {}
     if gpus:
         for plane in gpus:
             for line in plane.lines:
@@ -169,6 +174,7 @@ def summarize(path: str, dtypes: dict[str, str] | None = None) -> dict:
                     if not m:
                         continue
                     total += event.duration_ps
+                    by_type[m.group(2)] = by_type.get(m.group(2), 0) + event.duration_ps
                     if _MATMUL_CONV_OP.search(m.group(2)):
                         matmul_conv += event.duration_ps
                         dtype = _dtype_of(m.group(1), dtypes)
@@ -181,4 +187,7 @@ def summarize(path: str, dtypes: dict[str, str] | None = None) -> dict:
         report["tensor_core_share"] = tensor_core / matmul_conv if matmul_conv else 0.0
     elif unknown:
         report["matmul_conv_untyped_share"] = unknown / matmul_conv
+    if by_type and total:
+        top = sorted(by_type.items(), key=lambda kv: -kv[1])[:TOP_OPS]
+        report["top_op_types"] = ", ".join(f"{name} {ps / total:.0%}" for name, ps in top)
     return report

@@ -29,6 +29,10 @@ def test_training_benchmark_profile_types_the_convolution_time(tmp_path, amp):
     assert s["profiled_steps"] == 2
     assert 0.2 < s["matmul_conv_share"] <= 1  # a ResNet's time is mostly convolutions
     assert s.get("matmul_conv_untyped_share", 0) < 0.05
+    top = dict(part.rsplit(" ", 1) for part in s["top_op_types"].split(", "))
+    assert 1 < len(top) <= 8 and any("Conv2D" in name for name in top)
+    shares = [float(v.rstrip("%")) for v in top.values()]
+    assert shares == sorted(shares, reverse=True) and sum(shares) <= 101
     if amp:
         assert s["matmul_conv_16bit_share"] > 0.9  # bfloat16, but for float32 logits' matmul
     else:
