@@ -150,30 +150,21 @@ def ours_flops(model: str, batch: int) -> float:
     # Transformer-XL's adaptive softmax computes each tail cluster for its tokens only (shapes
     # that depend on the data), so its count is txl/flops.py's, which counts the same matmuls
     # from the configuration and the data's cluster shares (the throughput benchmark's).
-    from common import runner
     from txl.flops import run_flops_per_token
-    from txl.task import TransformerXLTask
-    with tempfile.TemporaryDirectory() as tmp:
-        trainer = runner.setup(TransformerXLTask, [
-            "main.py", "--mode", "training_benchmark", "--batch_size", str(batch),
-            "--results_dir", tmp, "--log_filename", ""])
-        out = run_flops_per_token(trainer)["train"]
-        trainer.log.close()
-    return out
+    return run_flops_per_token(["main.py", "--mode", "training_benchmark", "--batch_size",
+                                str(batch), "--log_filename", ""])["train"]
 
 
 def ours(model: str, precision: str, batch: int, steps: int, warmup: int) -> float:
-    from common.dllogger import last_summary, read_records
-    unit = MODELS[model][4]
+    from common.dllogger import last_summary
+    from common.runner import run_main_py
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, os.path.join(ROOT, model, "main.py"), "--mode",
-                        "training_benchmark", *MODELS[model][1], "--batch_size", str(batch),
-                        "--iter_unit", "batch", "--num_iter", str(warmup + steps),
-                        "--warmup_steps", str(warmup), "--display_every", str(warmup + steps),
-                        "--results_dir", tmp, *(["--amp"] if precision == "amp" else [])],
-                       check=True, stdout=subprocess.DEVNULL)
-        return last_summary(read_records(os.path.join(tmp, "log.json")))[
-            f"throughput_{unit}_per_s"]
+        summary = last_summary(run_main_py(os.path.join(ROOT, model, "main.py"), [
+            "--mode", "training_benchmark", *MODELS[model][1], "--batch_size", str(batch),
+            "--iter_unit", "batch", "--num_iter", str(warmup + steps), "--warmup_steps",
+            str(warmup), "--display_every", str(warmup + steps),
+            *(["--amp"] if precision == "amp" else [])], tmp))
+    return summary[f"throughput_{MODELS[model][4]}_per_s"]
 
 
 def peer(python: str, model: str, precision: str, batch: int, steps: int, warmup: int) -> dict:

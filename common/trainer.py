@@ -61,36 +61,6 @@ class _Timer:
             self._excluded += time.perf_counter() - t0
 
 
-class _Windows:
-    """A benchmark's timed windows: the steps dispatched between two host sync points and the
-    wall time from the end of one sync point's own work (logging, profiling) to the next
-    sync. Windows that start before the end of the warm-up are not timed."""
-
-    def __init__(self, warmup_steps: int):
-        self.warmup_steps, self.timed = warmup_steps, []  # timed: (seconds, steps) per window
-        self.last = None  # the latest window, timed or not
-        self._step, self._start = 0, time.perf_counter()
-
-    def close(self, step: int) -> None:
-        """At a sync point, right after the host waited for the device at ``step``."""
-        self.last = (time.perf_counter() - self._start, step - self._step)
-        if self._step >= self.warmup_steps:
-            self.timed.append(self.last)
-        self._step = step
-
-    def reopen(self) -> None:
-        """After the sync point's own work: the next window starts now."""
-        self._start = time.perf_counter()
-
-    def rate(self, items_per_step: int) -> float:
-        """Items/s of the latest window."""
-        seconds, steps = self.last
-        return items_per_step * steps / seconds if seconds > 0 else 0.0
-
-    def summary(self, items_per_step: int, unit: str) -> dict:
-        return benchmark.from_windows(self.timed, items_per_step, unit)
-
-
 class Trainer:
     def __init__(self, task: Task, ctx: RunContext):
         self.task, self.ctx = task, ctx
@@ -483,7 +453,7 @@ class Trainer:
         self.dist.broadcast(self._state())
         data = batches(self.task.train_dataset(), lambda: self.task.locate_bad_record("train"))
         states = self._initial_train_states()
-        clock = _Windows(f.warmup_steps)
+        clock = benchmark.Windows(f.warmup_steps)
         for i in range(1, f.num_iter + 1):
             micro = self._step_batches(data)
             self.profiler.before(i)
@@ -524,7 +494,7 @@ class Trainer:
         else:
             infer = tf.function(lambda x, state: task.infer(model, x, state),
                                 jit_compile=self.ctx.precision.xla)
-        clock = _Windows(f.warmup_steps)
+        clock = benchmark.Windows(f.warmup_steps)
         for i in range(1, f.num_iter + 1):
             batch = next(data)
             inputs = task.inference_inputs(batch)

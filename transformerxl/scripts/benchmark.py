@@ -25,7 +25,6 @@ from benchtools.mfu import matmul_ceiling  # noqa: E402
 from benchtools.rounds import alternating_rounds, mfu_rows  # noqa: E402
 from common import dllogger, runner  # noqa: E402
 from txl.flops import run_flops_per_token  # noqa: E402
-from txl.task import TransformerXLTask  # noqa: E402
 
 PRECISIONS = {"fp32": ([], tf.float32), "amp": (["--amp"], tf.bfloat16)}
 MODES = ("training_benchmark", "inference_benchmark")
@@ -50,12 +49,7 @@ def one(mode, precision, args) -> float:
 
 def flops_per_token(args) -> dict:
     """Forward FLOPs per token in training and in inference (evaluation segments)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        trainer = runner.setup(TransformerXLTask, [*flags("training_benchmark", "fp32", args),
-                                                   "--results_dir", tmp])
-        out = run_flops_per_token(trainer)
-        trainer.log.close()
-    del trainer
+    out = run_flops_per_token(flags("training_benchmark", "fp32", args))
     keras.backend.clear_session()  # the children need the memory
     gc.collect()
     return out

@@ -39,13 +39,20 @@ def forward_flops_per_token(cfg, tgt_len: int, mem_len: int, batch_size: int,
     return cfg.n_layer * per_layer + softmax
 
 
-def run_flops_per_token(trainer) -> dict:
-    """A set-up run's forward FLOPs per token in training (its --tgt_len, --mem_len,
-    --batch_size) and in inference (the --eval_* settings), with its training split's tail
-    cluster shares."""
-    task, cfg, f = trainer.task, trainer.task.cfg, trainer.flags
-    bounds = [0, *[c for c in cfg.cutoffs if c < cfg.vocab_size], cfg.vocab_size]
-    fractions = cluster_fractions(task.tokens("train")[1:], bounds)
+def run_flops_per_token(argv) -> dict:
+    """Forward FLOPs per token of the run ``argv`` (a main.py command line) would make: in
+    training (its --tgt_len, --mem_len, --batch_size) and in inference (the --eval_* settings),
+    with its training split's tail cluster shares. Sets the run up without training it."""
+    import tempfile
+
+    from common import runner
+    from txl.task import TransformerXLTask
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = runner.setup(TransformerXLTask, [*argv, "--results_dir", tmp])
+        task, cfg, f = trainer.task, trainer.task.cfg, trainer.flags
+        bounds = [0, *[c for c in cfg.cutoffs if c < cfg.vocab_size], cfg.vocab_size]
+        fractions = cluster_fractions(task.tokens("train")[1:], bounds)
+        trainer.log.close()
     return {"train": forward_flops_per_token(cfg, f.tgt_len, f.mem_len, f.batch_size, fractions),
             "infer": forward_flops_per_token(cfg, f.eval_tgt_len, f.eval_mem_len,
                                              f.eval_batch_size, fractions),
