@@ -12,11 +12,16 @@ Padding such an input explicitly and convolving with ``valid`` padding computes 
 function (TensorFlow's ``same`` padding: total // 2 zeros before, the rest after) with no
 padding inside the kernel, which oneDNN gets right. Only those degenerate convolutions take
 the detour, on tensors a few pixels wide; every other one is Keras' own.
+
+The bias is added by ``common.bias.add_bias``: Keras' ``bias_add`` has a bfloat16 gradient that
+stops summing at 256 on a CPU (see there).
 """
 from __future__ import annotations
 
 import keras
 from keras import ops
+
+from common.bias import add_bias
 
 
 def same_padding(size: int, kernel: int, stride: int, dilation: int = 1) -> tuple[int, int]:
@@ -50,3 +55,11 @@ class Conv2D(keras.layers.Conv2D):
         return ops.conv(ops.pad(inputs, pads), kernel, strides=list(self.strides),
                         padding="valid", dilation_rate=self.dilation_rate,
                         data_format=self.data_format)
+
+    def call(self, inputs):
+        outputs = self.convolution_op(inputs, self.kernel)
+        if self.use_bias:
+            outputs = add_bias(outputs, self.bias, self.data_format)
+        if self.activation is not None:
+            return self.activation(outputs)
+        return outputs

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from txl.attention import RelPartialLearnableAttention, attention_mask, positional_embedding
+from txl.attention import (RelPartialLearnableAttention, attention_mask, positional_embedding,
+                           rel_shift)
 
 
 def _reference(layer, h, mem, clamp_len, same_length):
@@ -67,3 +68,26 @@ def test_a_segment_with_the_previous_in_memory_equals_both_scored_together():
     np.testing.assert_allclose(second, both[:, 4:], rtol=1e-5, atol=1e-5)
     assert tf.reduce_all(attention_mask(2, 1, same_length=True) ==
                          tf.constant([[False, False, True], [True, False, False]]))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_rel_shift_and_its_gradient_equal_a_gather_of_the_distances(dtype):
+    """Result [i, j] is input [i, Q - i + j] (distance M + i - j) wherever it is not masked; the
+    hand-written gradient equals TensorFlow's gradient of that gather."""
+    b, n, q, k = 2, 3, 4, 7
+    x = tf.cast(tf.random.stateless_normal((b, n, q, k + 1), seed=(5, 6)), dtype)
+    i, j = np.meshgrid(np.arange(q), np.arange(k), indexing="ij")
+    visible = j <= i + (k - q)
+    cols = np.where(visible, q - i + j, 0)
+    weights = tf.cast(tf.random.stateless_normal((b, n, q, k), seed=(7, 8)), dtype) * visible
+
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        ours = rel_shift(x)
+        ref = tf.experimental.numpy.take_along_axis(
+            x, tf.broadcast_to(tf.constant(cols), (b, n, q, k)), axis=3)
+        ours_sum, ref_sum = (tf.reduce_sum(tf.cast(y * weights, tf.float32)) for y in (ours, ref))
+    np.testing.assert_array_equal(tf.cast(ours, tf.float32).numpy() * visible,
+                                  tf.cast(ref, tf.float32).numpy() * visible)
+    np.testing.assert_array_equal(tape.gradient(ours_sum, x).numpy(),
+                                  tape.gradient(ref_sum, x).numpy())

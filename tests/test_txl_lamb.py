@@ -2,16 +2,20 @@
 
 import keras
 import numpy as np
+import pytest
 
 from txl.lamb import NvidiaLamb
 
 
-def _reference(ws, grads, lr, steps, b1=0.9, b2=0.999, eps=1e-6, wd=0.01, clip=10.0):
+def _reference(ws, grads, lr, steps, b1=0.9, b2=0.999, eps=1e-6, wd=0.01, clip=10.0,
+               clipnorm=None):
     ws = [w.astype(np.float64) for w in ws]
     ms, vs = [np.zeros_like(w) for w in ws], [np.zeros_like(w) for w in ws]
     for t in range(steps):
+        norm = np.sqrt(sum(np.sum(g ** 2) for g in grads[t]))
+        scale = min(1.0, clipnorm / norm) if clipnorm else 1.0
         for i, w in enumerate(ws):
-            g = grads[t][i]
+            g = grads[t][i] * scale
             ms[i] = b1 * ms[i] + (1 - b1) * g
             vs[i] = b2 * vs[i] + (1 - b2) * g * g
             step = ms[i] / (np.sqrt(vs[i]) + eps) + wd * w
@@ -21,17 +25,28 @@ def _reference(ws, grads, lr, steps, b1=0.9, b2=0.999, eps=1e-6, wd=0.01, clip=1
     return ws
 
 
-def test_lamb_matches_nvidias_formula_including_the_clip_and_zero_norms():
+@pytest.mark.parametrize("clipnorm", [None, 0.25, 1e6])
+def test_lamb_matches_nvidias_formula_including_the_clip_and_zero_norms(clipnorm):
+    """Also with global-norm clipping (NVIDIA's 0.25; 1e6: a norm below the clip), whose scale
+    the fused update applies. LAMB's step is nearly blind to the gradients' scale; epsilon 0.01
+    makes it see it."""
     rng = np.random.default_rng(0)
     init = [rng.normal(0, 1, (5, 7)), rng.normal(0, 30, (40,)),  # |w| > 10: the clip applies
             np.zeros((3,))]  # |w| = 0: ratio 1
     grads = [[rng.normal(0, 1, w.shape) for w in init] for _ in range(4)]
     variables = [keras.Variable(w.astype("float32")) for w in init]
-    opt = NvidiaLamb(learning_rate=0.05)
+    opt = NvidiaLamb(learning_rate=0.05, epsilon=0.01, global_clipnorm=clipnorm)
     for g in grads:
         opt.apply([x.astype("float32") for x in g], variables)
-    for got, want in zip(variables, _reference(init, grads, 0.05, 4)):
+    for got, want in zip(variables, _reference(init, grads, 0.05, 4, eps=0.01,
+                                               clipnorm=clipnorm)):
         np.testing.assert_allclose(got.numpy(), want, rtol=2e-5, atol=1e-6)
+
+
+def test_clipping_a_non_finite_gradient_gives_nan_as_keras_does():
+    w = keras.Variable(np.ones(3, np.float32))
+    NvidiaLamb(0.1, global_clipnorm=0.25).apply([np.array([1, np.inf, 0], np.float32)], [w])
+    assert np.isnan(w.numpy()).all()
 
 
 def test_differs_from_keras_lamb_which_has_bias_correction_and_no_clip():

@@ -18,6 +18,8 @@ from __future__ import annotations
 import tensorflow as tf
 from keras import layers
 
+from common.bias import add_bias
+
 
 class AdaptiveSoftmax(layers.Layer):
     def __init__(self, vocab_size: int, cutoffs=(), matmul_dtype="float32", pad_multiple: int = 1,
@@ -53,7 +55,7 @@ class AdaptiveSoftmax(layers.Layer):
             bias = tf.concat([bias, tf.fill([extra], -1e30)], axis=0)
         logits = tf.matmul(tf.cast(h, self.matmul_dtype), tf.cast(weight, self.matmul_dtype),
                            transpose_b=True)
-        return tf.cast(logits, tf.float32) + bias
+        return add_bias(tf.cast(logits, tf.float32), bias)
 
     def _log_softmax(self, h, weight, bias):
         """log softmax(h W^T + b) over W's rows."""

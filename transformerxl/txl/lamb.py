@@ -12,6 +12,11 @@ never uses them), the weight norm is clipped at 10 in the trust ratio, the weigh
 inside the step (so the trust ratio scales it too) and applies to every variable, embeddings,
 biases and layer norms included (NVIDIA passes dense gradients, ``sparse_as_dense``). Moments
 are kept in float32 whatever the variables' dtype.
+
+``global_clipnorm`` (NVIDIA clips at 0.25) is Keras' formula, the gradients times
+``clip / max(global norm, clip)`` (NaN when the norm is not finite), but the product is taken
+inside each variable's fused update instead of in a pass of its own over all 192 M gradients
+(0.17 s of a bfloat16 training step at 32 rows).
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ class NvidiaLamb(keras.optimizers.Optimizer):
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
         self.decay, self.trust_clip = decay, trust_clip  # "decay": Keras owns "weight_decay"
+        self._grad_scale = 1.0  # set by _clip_gradients, which apply() calls before the updates
 
     def build(self, var_list):
         if self.built:
@@ -34,10 +40,22 @@ class NvidiaLamb(keras.optimizers.Optimizer):
         super().build(var_list)
         self._m, self._v = self.add_optimizer_variables(var_list, ["m", "v"])
 
+    def _clip_gradients(self, grads):
+        """Global-norm clipping's scale, kept for ``update_step``; the gradients unchanged."""
+        self._grad_scale = 1.0
+        if not (self.global_clipnorm and self.global_clipnorm > 0):
+            return super()._clip_gradients(grads)
+        norm = tf.linalg.global_norm([g for g in grads if g is not None])
+        clip = self.global_clipnorm
+        # As keras.optimizers' clip_by_global_norm: a non-finite norm gives NaN.
+        self._grad_scale = clip * tf.minimum(1.0 / norm, 1.0 / clip) + (norm - norm)
+        return grads
+
     def update_step(self, gradient, variable, learning_rate):
         i = self._get_variable_index(variable)
         _fused_update(_tf_variable(variable), _tf_variable(self._m[i]), _tf_variable(self._v[i]),
-                      gradient, ops.cast(learning_rate, "float32"), self.beta_1, self.beta_2,
+                      gradient, ops.cast(self._grad_scale, "float32"),
+                      ops.cast(learning_rate, "float32"), self.beta_1, self.beta_2,
                       self.epsilon, self.decay, self.trust_clip)
 
     def get_config(self):
@@ -51,13 +69,13 @@ def _tf_variable(variable):
 
 
 @tf.function(jit_compile=True, autograph=False)
-def _fused_update(var, m, v, gradient, lr, beta_1, beta_2, epsilon, decay, trust_clip):
+def _fused_update(var, m, v, gradient, grad_scale, lr, beta_1, beta_2, epsilon, decay, trust_clip):
     """One variable's update as one XLA computation: fused loops over its elements (the math
     needs two passes, since both norms must be complete before the weights change) where the
     same math as separate TensorFlow ops makes about twenty. For Transformer-XL base's 192 M
     parameters most of the update's time is memory traffic (README, Transformer-XL results)."""
     w = tf.cast(var, tf.float32)
-    g = tf.cast(gradient, tf.float32)
+    g = tf.cast(gradient, tf.float32) * grad_scale
     m_new = beta_1 * m + (1.0 - beta_1) * g
     v_new = beta_2 * v + (1.0 - beta_2) * tf.square(g)
     step = m_new / (tf.sqrt(v_new) + epsilon) + decay * w

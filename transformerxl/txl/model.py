@@ -17,6 +17,7 @@ import keras
 import tensorflow as tf
 from keras import layers
 
+from common.bias import Dense
 from txl.adaptive_softmax import AdaptiveSoftmax
 from txl.attention import RelPartialLearnableAttention, attention_mask, positional_embedding
 from txl.dropout import Dropout
@@ -68,9 +69,9 @@ class PositionwiseFF(layers.Layer):
     def __init__(self, d_model, d_inner, dropout, init_std, **kwargs):
         super().__init__(**kwargs)
         # A new initializer per kernel: ff2's kernel had ff1's values, reshaped.
-        self.inner = layers.Dense(d_inner, activation="relu", name="ff1",
+        self.inner = Dense(d_inner, activation="relu", name="ff1",
                                   kernel_initializer=keras.initializers.RandomNormal(stddev=init_std))
-        self.out = layers.Dense(d_model, name="ff2",
+        self.out = Dense(d_model, name="ff2",
                                 kernel_initializer=keras.initializers.RandomNormal(stddev=init_std))
         self.drop1, self.drop2 = Dropout(dropout), Dropout(dropout)
         self.norm = layers.LayerNormalization(epsilon=1e-12, dtype="float32", name="norm")
