@@ -12,8 +12,8 @@ the CPU and GPU results of ``BiasAddGrad`` disagreeing.
 
 ``add_bias`` adds a 16-bit bias with ``bias_add`` and takes its gradient with that ``Sum``
 (measured 7 against 3 ms for (6144, 2048), 0.6 against 1.0 ms for (6144, 512)); float32 keeps
-``bias_add``'s own gradient, which is right and faster. ``Dense`` is Keras' layer adding its bias so; the
-convolutions do the same (``common.conv2d.Conv2D``).
+``bias_add``'s own gradient, which is right and faster. ``Dense`` is Keras' layer adding its
+bias so; the convolutions do the same (``common.conv2d.Conv2D``).
 """
 from __future__ import annotations
 

@@ -6,8 +6,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from txl.attention import (RelPartialLearnableAttention, attention_mask, positional_embedding,
-                           rel_shift)
+from txl.attention import (
+    RelPartialLearnableAttention,
+    attention_mask,
+    positional_embedding,
+    rel_shift,
+)
 
 
 def _reference(layer, h, mem, clamp_len, same_length):

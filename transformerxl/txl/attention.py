@@ -125,8 +125,8 @@ class RelPartialLearnableAttention(layers.Layer):
         w_q, w_k, w_v = tf.split(tf.cast(self.qkv.kernel, h.dtype), 3, axis=1)
         queries = tf.matmul(tf.reshape(h, [-1, dm]), w_q * tf.cast(scale, h.dtype))  # (B Q, N d)
         w_k, w_v = heads(cat, w_k, k_len), heads(cat, w_v, k_len)
-        # The two biased queries, added while (B Q, N d): the biases' gradients are sums over
-        # rows, where the same addition to head-major queries summed over two axes apart.
+        # The two biased queries, added while (B Q, N d), so that each bias's gradient is one
+        # sum over rows (added to the head-major queries, it was a slower sum over two axes).
         q_w, q_r = (head_major(add_bias(queries, tf.reshape(rb * scale, [-1])), q)
                     for rb in (self.r_w_bias, self.r_r_bias))
         # Distances K..0: K + 1 rows, the first (never read by rel_shift) zero.
