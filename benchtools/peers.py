@@ -10,10 +10,11 @@ Peers: ResNet-50 v1.5 against ``keras.applications.ResNet50``; SSD320 against ke
 Transformer-XL base against keras-hub's ``GPT2CausalLM`` at the width and depth of NVIDIA's
 Transformer-XL base, which ours is (16 layers, d_model 512, 8 heads of 64, inner 2048, the
 WikiText-103 vocabulary, tied embeddings, dropout 0.1), trained with Keras' ``Lamb``. Each
-peer trains with ``model.fit`` on synthetic data as Keras resolves ``jit_compile="auto"``; ours is ``main.py --mode
-training_benchmark``. Every measurement is a process of its own; each round measures every
-precision's matmul ceiling, then ours and the peer alternately in each precision. keras-hub is
-installed for this script only (benchtools/peer_env.sh; the project's stack is untouched).
+peer trains with ``model.fit`` on synthetic data as Keras resolves ``jit_compile="auto"``;
+ours is ``main.py --mode training_benchmark``. Every measurement is a process of its own; each
+round measures every precision's matmul ceiling, then ours and the peer alternately in each
+precision. keras-hub is installed for this script only (benchtools/peer_env.sh; the project's
+stack is untouched).
 
 FLOPs: ``benchtools.mfu.graph_flops`` counts the matmuls and convolutions of one forward pass
 from the graph TensorFlow traces, for ours and the peer alike; training is 3x forward. MFU is
