@@ -4,7 +4,7 @@ equal to the log-probabilities it defines."""
 import numpy as np
 import tensorflow as tf
 
-from txl.adaptive_softmax import AdaptiveSoftmax
+from txl.adaptive_softmax import AdaptiveSoftmax, sparse_xent
 
 
 def _layer(vocab, cutoffs, d, seed=0):
@@ -59,3 +59,54 @@ def test_padding_to_multiples_of_8_leaves_the_loss_unchanged():
                                layer(h, table, targets).numpy(), rtol=1e-6)
     np.testing.assert_allclose(padded.log_prob(h, table).numpy(),
                                layer.log_prob(h, table).numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_gradients_of_the_nll_equal_those_of_the_log_probabilities():
+    """The NLL's custom-gradient head cross-entropy (sparse_xent) against the plain
+    log-softmax path of log_prob, for the input, the tied table and every softmax variable,
+    with and without the padding to multiples of 8."""
+    targets = np.array([0, 9, 10, 19, 20, 34, 49])
+    for pad in (1, 8):
+        layer, h, table = _layer(50, (10, 20, 35), 8)
+        if pad > 1:
+            padded = AdaptiveSoftmax(50, (10, 20, 35), pad_multiple=pad)
+            padded.build(h.shape)
+            for a, b in zip(padded.weights, layer.weights):
+                a.assign(b)
+            layer = padded
+        h, table = tf.constant(h), tf.constant(table)
+        grads = []
+        for loss in (lambda: tf.reduce_sum(layer(h, table, targets) * np.arange(1.0, 8.0)),
+                     lambda: -tf.reduce_sum(tf.gather(layer.log_prob(h, table), targets,
+                                                      batch_dims=1) * np.arange(1.0, 8.0))):
+            with tf.GradientTape() as tape:
+                tape.watch([h, table])
+                value = loss()
+            grads.append(tape.gradient(value, [h, table, *layer.trainable_weights]))
+        for got, want in zip(*grads):
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_sparse_xent_equals_tensorflows_in_value_and_gradients():
+    rng = np.random.default_rng(1)
+    scores = tf.constant(rng.normal(size=(64, 37)).astype(np.float32) * 3)
+    bias = tf.constant(rng.normal(size=37).astype(np.float32))
+    labels = tf.constant(rng.integers(0, 37, 64).astype(np.int32))
+    weight = tf.constant(rng.uniform(0.5, 2, 64).astype(np.float32))
+    for dtype, tol in ((tf.float32, 1e-6), (tf.bfloat16, 1e-2)):
+        s = tf.cast(scores, dtype)
+        out = []
+        for fn in (lambda s, b: sparse_xent(s, b, labels),
+                   lambda s, b: tf.nn.sparse_softmax_cross_entropy_with_logits(
+                       labels=labels, logits=tf.cast(s, tf.float32) + b)):
+            with tf.GradientTape() as tape:
+                tape.watch([s, bias])
+                nll = fn(s, bias)
+                value = tf.reduce_sum(nll * weight)
+            out.append((nll, *tape.gradient(value, [s, bias])))
+        (nll, ds, db), (want_nll, want_ds, want_db) = out
+        assert ds.dtype == dtype
+        np.testing.assert_allclose(nll.numpy(), want_nll.numpy(), rtol=1e-6, atol=1e-5)
+        np.testing.assert_allclose(tf.cast(ds, tf.float32).numpy(),
+                                   tf.cast(want_ds, tf.float32).numpy(), rtol=tol, atol=tol)
+        np.testing.assert_allclose(db.numpy(), want_db.numpy(), rtol=1e-5, atol=1e-5)
