@@ -2,6 +2,7 @@
 equal to the log-probabilities it defines."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from txl.adaptive_softmax import AdaptiveSoftmax, sparse_xent
@@ -61,30 +62,38 @@ def test_padding_to_multiples_of_8_leaves_the_loss_unchanged():
                                layer.log_prob(h, table).numpy(), rtol=1e-6, atol=1e-6)
 
 
-def test_gradients_of_the_nll_equal_those_of_the_log_probabilities():
-    """The NLL's custom-gradient head cross-entropy (sparse_xent) against the plain
-    log-softmax path of log_prob, for the input, the tied table and every softmax variable,
-    with and without the padding to multiples of 8."""
-    targets = np.array([0, 9, 10, 19, 20, 34, 49])
-    for pad in (1, 8):
-        layer, h, table = _layer(50, (10, 20, 35), 8)
-        if pad > 1:
-            padded = AdaptiveSoftmax(50, (10, 20, 35), pad_multiple=pad)
-            padded.build(h.shape)
-            for a, b in zip(padded.weights, layer.weights):
-                a.assign(b)
-            layer = padded
-        h, table = tf.constant(h), tf.constant(table)
-        grads = []
-        for loss in (lambda: tf.reduce_sum(layer(h, table, targets) * np.arange(1.0, 8.0)),
-                     lambda: -tf.reduce_sum(tf.gather(layer.log_prob(h, table), targets,
-                                                      batch_dims=1) * np.arange(1.0, 8.0))):
-            with tf.GradientTape() as tape:
-                tape.watch([h, table])
-                value = loss()
-            grads.append(tape.gradient(value, [h, table, *layer.trainable_weights]))
-        for got, want in zip(*grads):
-            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)
+def _gradients(layer, h, table, targets, nll: bool):
+    """Gradients of the weighted NLL of ``targets``, from ``layer``'s call or its log_prob."""
+    h, table, weight = tf.constant(h), tf.constant(table), np.arange(1.0, 1.0 + len(targets))
+    targets = np.asarray(targets, np.int32)
+    with tf.GradientTape() as tape:
+        tape.watch([h, table])
+        if nll:
+            value = tf.reduce_sum(layer(h, table, targets) * weight)
+        else:
+            logp = tf.gather(layer.log_prob(h, table), targets, batch_dims=1)
+            value = -tf.reduce_sum(logp * weight)
+    return tape.gradient(value, [h, table, *layer.trainable_weights])
+
+
+@pytest.mark.parametrize("pad,targets", [(1, [0, 9, 10, 19, 20, 34, 49]),
+                                         (8, [0, 9, 10, 19, 20, 34, 49]),
+                                         (1, [0, 1, 2, 3, 4, 5, 9])],
+                         ids=["every-cluster", "padded-to-8", "tails-empty"])
+def test_gradients_of_the_nll_equal_those_of_the_log_probabilities(pad, targets):
+    """The NLL's custom-gradient cross-entropies (sparse_xent, tail rows padded) against the
+    plain log-softmax path of log_prob, for the input, the tied table and every softmax
+    variable."""
+    layer, h, table = _layer(50, (10, 20, 35), 8)
+    if pad > 1:
+        padded = AdaptiveSoftmax(50, (10, 20, 35), pad_multiple=pad)
+        padded.build(h.shape)
+        for a, b in zip(padded.weights, layer.weights):
+            a.assign(b)
+        layer = padded
+    for got, want in zip(_gradients(layer, h, table, targets, nll=True),
+                         _gradients(layer, h, table, targets, nll=False)):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)
 
 
 def test_sparse_xent_equals_tensorflows_in_value_and_gradients():

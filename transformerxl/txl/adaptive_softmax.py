@@ -20,6 +20,8 @@ from keras import layers
 
 from common.bias import add_bias
 
+TAIL_ROWS = 64  # a tail cluster's rows are padded to a multiple of this (see call)
+
 
 class AdaptiveSoftmax(layers.Layer):
     def __init__(self, vocab_size: int, cutoffs=(), matmul_dtype="float32", pad_multiple: int = 1,
@@ -92,10 +94,9 @@ class AdaptiveSoftmax(layers.Layer):
 
     def call(self, h, table, targets):
         """Negative log-likelihood (N,) of ``targets`` (N,) int, computing each tail cluster's
-        softmax only for the tokens that fall in it. Each softmax is TensorFlow's fused sparse
-        cross-entropy, which forms its gradient in the same pass (no separate log-softmax over
-        the (N, 20,000) head logits and its backward); the head's, which always has N rows, is
-        ``sparse_xent``."""
+        softmax only for the tokens that fall in it (with zero rows up to a multiple of
+        ``TAIL_ROWS``, so that XLA compiles ``sparse_xent`` for a few row counts, not for every
+        step's)."""
         targets = tf.cast(targets, tf.int32)
         (w0, b0), *tails = self._clusters(table)
         c0 = self.bounds[1]
@@ -107,9 +108,11 @@ class AdaptiveSoftmax(layers.Layer):
         for k, (w, b) in enumerate(tails):
             lo, hi = self.bounds[k + 1], self.bounds[k + 2]
             idx = tf.where((targets >= lo) & (targets < hi))[:, 0]
-            tail = tf.nn.sparse_softmax_cross_entropy_with_logits(
-                labels=tf.gather(targets, idx) - lo, logits=self._logits(tf.gather(h, idx), w, b))
-            nll = tf.tensor_scatter_nd_add(nll, idx[:, None], tail)
+            n = tf.shape(idx)[0]
+            pad = tf.math.floormod(-n, TAIL_ROWS)  # zero rows up to a multiple of TAIL_ROWS
+            tail = sparse_xent(*self._scores(tf.pad(tf.gather(h, idx), [[0, pad], [0, 0]]), w, b),
+                               tf.pad(tf.gather(targets, idx) - lo, [[0, pad]]))
+            nll = tf.tensor_scatter_nd_add(nll, idx[:, None], tail[:n])
         return nll
 
 
@@ -120,9 +123,8 @@ def sparse_xent(scores, bias, labels):
     Two XLA computations: the forward keeps only each row's log-sum-exp, and the backward
     recomputes the logits from ``scores`` instead of reading stored float32 ones; each is one
     or two fused passes over the (N, V) scores. TensorFlow's fused CPU kernel (with the cast and
-    the bias addition around it) took 2.8x as long on the Transformer-XL head's (6144, 20,008)
-    logits. XLA compiles once per shape: for the head's fixed N, not for the tail clusters'
-    data-dependent row counts."""
+    the bias addition around it) took 2.6-2.8x as long on the Transformer-XL head's
+    (6144, 20,008) logits and on a (756, 160,000) tail cluster's. XLA compiles once per shape."""
     @tf.custom_gradient
     def xent(scores, bias):
         nll, lse = _xent_forward(scores, bias, labels)
