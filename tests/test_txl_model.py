@@ -6,7 +6,7 @@ import tensorflow as tf
 from conftest import dtype_policy
 
 from txl.config import preset_config
-from txl.model import TransformerXL, TXLConfig
+from txl.model import TiedEmbedding, TransformerXL, TXLConfig
 
 
 def _count(variables):
@@ -45,6 +45,35 @@ def test_mixed_precision_keeps_the_loss_and_layer_norm_in_float32(policy):
         assert model.attn[0].norm.compute_dtype == "float32"
         assert model.embedding.embeddings.dtype == "float32"
         assert np.isfinite(nll.numpy()).all()
+
+
+def test_the_lookup_under_amp_gathers_float32_rows_and_sums_their_gradients_in_float32():
+    """Called from a bfloat16 layer (as from the model), whose autocast scope would hand the
+    table over in bfloat16: 1,000 lookups of one word have gradient 1,000 (a bfloat16 sum stops
+    at 256) and the rows are the float32 table's, rounded once."""
+    import keras
+
+    class Outer(keras.layers.Layer):
+        def __init__(self):
+            super().__init__(dtype="mixed_bfloat16")
+            self.emb = TiedEmbedding(10, 4, dtype="mixed_bfloat16")
+            self.emb.build((None,))
+
+        def call(self, ids):
+            assert tf.convert_to_tensor(self.emb.embeddings).dtype == tf.bfloat16  # autocast
+            return self.emb(ids)
+
+    outer = Outer()
+    ids = tf.fill([1000], 3)
+    with tf.GradientTape() as tape:
+        rows = outer(ids)
+        loss = tf.reduce_sum(tf.cast(rows, tf.float32))
+    grad = tape.gradient(loss, outer.emb.embeddings)
+    assert rows.dtype == tf.bfloat16 and grad.dtype == tf.float32
+    np.testing.assert_array_equal(grad.numpy()[3], 1000.0)
+    assert not grad.numpy()[[0, 1, 2, 4]].any()
+    np.testing.assert_array_equal(
+        rows.numpy()[0], tf.cast(outer.emb.embeddings.value[3], tf.bfloat16).numpy())
 
 
 @pytest.mark.parametrize("dtype", [tf.bfloat16, tf.float16])

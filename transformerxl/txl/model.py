@@ -43,12 +43,24 @@ class TXLConfig:
     pad_multiple: int = 1  # 8 under AMP: softmax sizes padded for tensor cores (loss unchanged)
 
 
+class TiedEmbedding(layers.Embedding):
+    """``keras.layers.Embedding`` (same variable, same name) whose lookup has a dense float32
+    gradient (Horovod's ``sparse_as_dense`` at the source): the tied table's gradients from the
+    lookup and from the softmax then add as two dense tensors, instead of TensorFlow
+    concatenating both into one huge IndexedSlices (the out-of-memory
+    kimiyoung/transformer-xl#120 reports). Called as a layer, so that, like Keras' Embedding,
+    it reads the table without the mixed-precision autocast: under AMP the rows are gathered in
+    float32 and then cast, where reading the table in the model's own scope cast all 137 M
+    parameters to 16 bits at every step (37% of an AMP inference step's op time on a CPU) and
+    summed the rows' gradients in 16 bits."""
+
+    def call(self, ids):
+        return tf.cast(_lookup(tf.convert_to_tensor(self.embeddings), ids), self.compute_dtype)
+
+
 @tf.custom_gradient
 def _lookup(table, ids):
-    """``tf.gather(table, ids)`` whose gradient is dense (Horovod's ``sparse_as_dense`` at the
-    source): the tied table's gradients from the lookup and from the softmax then add as two
-    dense tensors, instead of TensorFlow concatenating both into one huge IndexedSlices (the
-    out-of-memory kimiyoung/transformer-xl#120 reports)."""
+    """``tf.gather(table, ids)`` with a dense gradient (see TiedEmbedding)."""
     def grad(dy):
         return tf.math.unsorted_segment_sum(dy, ids, tf.shape(table)[0]), None
     return tf.gather(table, ids), grad
@@ -86,10 +98,10 @@ class TransformerXL(keras.Model):
         super().__init__(**kwargs)
         self.cfg = cfg
         cutoffs = tuple(c for c in cfg.cutoffs if c < cfg.vocab_size)  # tiny vocabularies
-        self.embedding = layers.Embedding(
+        self.embedding = TiedEmbedding(
             cfg.vocab_size, cfg.d_model, name="embedding",
             embeddings_initializer=keras.initializers.RandomNormal(stddev=cfg.init_std))
-        self.embedding.build((None, None))  # read through _lookup, never called
+        self.embedding.build((None, None))  # the softmax reads the table before any lookup
         self.drop = Dropout(cfg.dropout)
         self.attn = [RelPartialLearnableAttention(cfg.n_head, cfg.d_head, cfg.dropatt, cfg.dropout,
                                                   cfg.init_std, name=f"layer{i}_attn")
@@ -121,8 +133,7 @@ class TransformerXL(keras.Model):
         same_length = cfg.same_length if same_length is None else same_length
         q, m = _length(tokens), _length(mems[0])  # static when known (exported: dynamic)
         dtype = self.embedding.compute_dtype
-        table = tf.convert_to_tensor(self.embedding.embeddings)
-        x = tf.cast(_lookup(table, tokens), dtype) * tf.cast(cfg.d_model ** 0.5, dtype)
+        x = self.embedding(tokens) * tf.cast(cfg.d_model ** 0.5, dtype)
         x = self.drop(x, training=training)
         pos = self.drop(positional_embedding(m + q, cfg.d_model, clamp_len), training=training)
         mask = attention_mask(q, m, same_length)
