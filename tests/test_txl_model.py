@@ -47,10 +47,11 @@ def test_mixed_precision_keeps_the_loss_and_layer_norm_in_float32(policy):
         assert np.isfinite(nll.numpy()).all()
 
 
-def test_the_lookup_under_amp_gathers_float32_rows_and_sums_their_gradients_in_float32():
-    """Called from a bfloat16 layer (as from the model), whose autocast scope would hand the
-    table over in bfloat16: 1,000 lookups of one word have gradient 1,000 (a bfloat16 sum stops
-    at 256) and the rows are the float32 table's, rounded once."""
+def test_the_table_is_never_autocast_and_its_lookup_gradient_sums_in_float32():
+    """Read in a bfloat16 layer's autocast scope (as in the model), the table stays float32
+    (a bfloat16 copy of Transformer-XL's 137 M parameters at every step, and back), the rows
+    are the float32 table's rounded once, and 1,000 lookups of one word have gradient 1,000
+    (a bfloat16 sum stops at 256)."""
     import keras
 
     class Outer(keras.layers.Layer):
@@ -58,9 +59,11 @@ def test_the_lookup_under_amp_gathers_float32_rows_and_sums_their_gradients_in_f
             super().__init__(dtype="mixed_bfloat16")
             self.emb = TiedEmbedding(10, 4, dtype="mixed_bfloat16")
             self.emb.build((None,))
+            self.other = self.add_weight(shape=(4,), initializer="ones")  # autocast as usual
 
         def call(self, ids):
-            assert tf.convert_to_tensor(self.emb.embeddings).dtype == tf.bfloat16  # autocast
+            assert tf.convert_to_tensor(self.other).dtype == tf.bfloat16
+            assert tf.convert_to_tensor(self.emb.embeddings).dtype == tf.float32
             return self.emb(ids)
 
     outer = Outer()

@@ -48,11 +48,16 @@ class TiedEmbedding(layers.Embedding):
     gradient (Horovod's ``sparse_as_dense`` at the source): the tied table's gradients from the
     lookup and from the softmax then add as two dense tensors, instead of TensorFlow
     concatenating both into one huge IndexedSlices (the out-of-memory
-    kimiyoung/transformer-xl#120 reports). Called as a layer, so that, like Keras' Embedding,
-    it reads the table without the mixed-precision autocast: under AMP the rows are gathered in
-    float32 and then cast, where reading the table in the model's own scope cast all 137 M
-    parameters to 16 bits at every step (37% of an AMP inference step's op time on a CPU) and
-    summed the rows' gradients in 16 bits."""
+    kimiyoung/transformer-xl#120 reports).
+
+    Its table is never autocast: read in the model's mixed-precision scope, Keras would cast
+    all 137 M parameters to 16 bits for the lookup (whose rows' gradients it then summed in 16
+    bits) and again, and back to float32, when the table is handed to the float32 softmax: 37%
+    of an AMP inference step's op time on a CPU. Rows are gathered in float32 and then cast; the
+    softmax casts each cluster's rows once, for its matmul."""
+
+    def add_weight(self, *args, **kwargs):
+        return super().add_weight(*args, **{**kwargs, "autocast": False})
 
     def call(self, ids):
         return tf.cast(_lookup(tf.convert_to_tensor(self.embeddings), ids), self.compute_dtype)
