@@ -19,6 +19,7 @@ import dataclasses
 import importlib
 import os
 import re
+import signal
 import sys
 
 FIX = "run 'bash scripts/install_deps.sh' (it changes nothing that TensorFlow was built against)"
@@ -117,15 +118,27 @@ def other_checkout(script: str) -> str | None:
 
 def quiet_interrupts(prog: str) -> None:
     """Ctrl-C outside training (while TensorFlow imports, or the data are checked) ends with one
-    line instead of a traceback; the process still reports SIGINT to its parent."""
+    line instead of a traceback; the process still reports SIGINT to its parent. That holds
+    also when the ``KeyboardInterrupt`` lands where Python ignores exceptions (a weakref
+    callback or ``__del__`` during the imports: it printed "Exception ignored" and the run went
+    on to train as if never interrupted, exit 0)."""
     previous = sys.excepthook
+    previous_unraisable = sys.unraisablehook
 
     def hook(kind, value, tb):
         if issubclass(kind, KeyboardInterrupt):
             print(f"{prog}: interrupted", file=sys.stderr)
         else:
             previous(kind, value, tb)
+
+    def unraisable(info):
+        if not issubclass(info.exc_type, KeyboardInterrupt):
+            return previous_unraisable(info)
+        print(f"{prog}: interrupted", file=sys.stderr, flush=True)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # ends as an uncaught Ctrl-C would
+        os.kill(os.getpid(), signal.SIGINT)
     sys.excepthook = hook
+    sys.unraisablehook = unraisable
 
 
 def require(script: str) -> None:

@@ -205,6 +205,19 @@ def test_ctrl_c_during_start_up_is_one_line(tmp_path):
     assert "Traceback" not in err and err.strip().splitlines()[-1] == "main.py: interrupted"
 
 
+def test_ctrl_c_where_python_ignores_exceptions_still_ends_the_run():
+    """A KeyboardInterrupt raised inside a __del__ (as one landing in a weakref callback while
+    TensorFlow imports) is not lost: one line, the process ends by SIGINT."""
+    code = ("from common import versions\nversions.quiet_interrupts('main.py')\n"
+            "class Late:\n    def __del__(self):\n        raise KeyboardInterrupt\n"
+            "Late()\nprint('went on')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == -signal.SIGINT, proc.stderr
+    assert "went on" not in proc.stdout
+    assert proc.stderr.strip().splitlines() == ["main.py: interrupted"]
+
+
 def test_help_lists_every_flag_and_exits_zero():
     proc = run_cli([sys.executable, MAIN, "--help"])
     assert proc.returncode == 0 and proc.stdout.startswith("usage: main.py")
