@@ -1,9 +1,15 @@
 """The benchmark scripts' FLOP count: the graph count that compares our models with their peers
-agrees with the layer count, and counts matmuls with their transposes and nested functions."""
+agrees with the layer count, and counts matmuls with their transposes and nested functions.
+benchtools.onednn: oneDNN's verbose log summed by primitive and direction, steps found."""
+import json
+import os
+
 import keras
 import pytest
 import tensorflow as tf
+from conftest import ROOT, TINY
 
+from benchtools import onednn
 from benchtools.mfu import forward_flops, graph_flops
 from rn50.model import build_resnet
 from ssd.model import build_ssd
@@ -35,3 +41,78 @@ def test_graph_count_refuses_dynamic_shapes():
     dense = keras.layers.Dense(3)
     with pytest.raises(ValueError, match="dynamic shape"):
         graph_flops(lambda x: dense(x), tf.TensorSpec((None, 4)))
+
+
+def _exec(kind, impl, prop, mds, desc, ms):
+    return (f"onednn_verbose,v1,primitive,exec,cpu,{kind},{impl},{prop},{mds},"
+            f"attr-scratchpad:user,,{desc},{ms}\n")
+
+
+_CONV = "mb16_ic64oc64_ih56oh56kh3sh1dh0ph1_iw56ow56kw3sw1dw0pw1"
+_STEP = [  # one step: a weight reorder, a 3x3 convolution forward and its weight gradient, a matmul
+    _exec("reorder", "jit:uni", "undef", "src:f32::blocked:cdba::f0 dst:f32::blocked:Acdb64a::f0",
+          "64x64x3x3", 0.5),
+    _exec("convolution", "brg_conv_fwd:avx512_core", "forward_training",
+          "src:f32::blocked:acdb::f0", _CONV, 4.0),
+    _exec("reorder", "jit:uni", "undef", "src:f32::blocked:cdba::f0 dst:f32::blocked:Bcda64b::f0",
+          "64x64x3x3", 0.5),  # same problem, other format: not a step start
+    _exec("convolution", "jit:avx512_core", "backward_weights", "src:f32::blocked:acdb::f0",
+          _CONV, 8.0),
+    _exec("matmul", "brg_matmul:avx512_core", "undef", "src:f32::blocked:abc::f0",
+          "4x128x256:4x256x512", 1.0),
+]
+
+
+def test_onednn_summary_of_a_log(tmp_path, capsys):
+    log = tmp_path / "verbose.log"
+    log.write_text("I0000 an unrelated line\n" + "onednn_verbose,v1,info,cpu,isa:avx512\n"
+                   + "".join(_STEP) * 3 + "onednn_verbose,v1,primitive,exec,cpu,reorder,bad\n")
+    conv = 2 * 16 * 64 * 64 * 56 * 56 * 9  # FLOPs of the 3x3 convolution
+    assert onednn.conv_flops(_STEP[1].split(",")[-2]) == conv
+    assert onednn.matmul_flops("4x128x256:4x256x512") == 2 * 4 * 128 * 256 * 512
+    assert onednn.inner_product_flops("mb16ic2048oc1000") == 2 * 16 * 2048 * 1000
+    assert onednn.conv_flops("g32mb2_ic64oc64_ih8oh8kh3sh1dh0ph1") == 2 * 2 * 64 * 2 * 64 * 9
+
+    out = tmp_path / "s.json"
+    assert onednn.main(["--log", str(log), "--skip_steps", "1", "--json", str(out)]) == 0
+    s = json.loads(out.read_text())
+    assert (s["steps"], s["skipped_steps"], s["total_ms"]) == (3, 1, 2 * 14.0)
+    rows = {(r["kind"], r["prop"]): r for r in s["by_direction"]}
+    assert rows[("convolution", "backward_weights")]["count"] == 2
+    assert rows[("convolution", "backward_weights")]["share"] == pytest.approx(16 / 28)
+    assert rows[("convolution", "forward_training")]["gflops"] == pytest.approx(conv / 4e-3 / 1e9)
+    assert rows[("matmul", "undef")]["gflops"] == pytest.approx(2 * 4 * 128 * 256 * 512 / 1e6)
+    assert rows[("reorder", "undef")]["gflops"] is None and rows[("reorder", "undef")]["count"] == 4
+    assert [r["kind"] for r in s["by_direction"]][0] == "convolution"  # longest first
+    assert "| convolution | backward_weights | 2 | 16 | 57.1% |" in capsys.readouterr().out
+
+
+def test_onednn_refuses_what_it_cannot_summarise(tmp_path):
+    log = tmp_path / "verbose.log"
+    log.write_text("".join(_STEP) * 2)
+    with pytest.raises(SystemExit, match="the log has 2 steps; cannot skip 2"):
+        onednn.main(["--log", str(log), "--skip_steps", "2"])
+    empty = tmp_path / "empty.log"
+    empty.write_text("no verbose lines\n")
+    with pytest.raises(SystemExit, match="no oneDNN executions"):
+        onednn.main(["--log", str(empty)])
+    with pytest.raises(SystemExit):  # neither a log nor a command
+        onednn.main([])
+
+
+def test_onednn_run_counts_every_convolution_of_a_step(tmp_path):
+    """End to end on the tiny ResNet: the run's oneDNN kernels, and steps found right (17
+    convolutions per step: the stem and four blocks of three plus a projection)."""
+    out = tmp_path / "s.json"
+    main_py = os.path.join(ROOT, "resnet50v1.5", "main.py")
+    onednn.main(["--skip_steps", "1", "--json", str(out), "--", main_py, *TINY,
+                 "--mode", "training_benchmark", "--iter_unit", "batch", "--num_iter", "3",
+                 "--warmup_steps", "1", "--results_dir", str(tmp_path / "run")])
+    s = json.loads(out.read_text())
+    assert s["steps"] == 3
+    rows = {(r["kind"], r["prop"]): r for r in s["by_direction"]}
+    assert rows[("convolution", "forward_training")]["count"] == 17 * 2
+    assert rows[("convolution", "backward_weights")]["count"] == 17 * 2
+    assert rows[("convolution", "backward_data")]["count"] == 16 * 2  # not the stem's input
+    assert all(rows[("convolution", p)]["gflops"] > 0
+               for p in ("forward_training", "backward_weights", "backward_data"))
