@@ -81,22 +81,37 @@ def test_the_table_is_never_autocast_and_its_lookup_gradient_sums_in_float32():
 
 @pytest.mark.parametrize("dtype", [tf.bfloat16, tf.float16])
 def test_dropout_masks_do_not_depend_on_the_compute_dtype(dtype):
-    """One seed drops the same units under AMP as in float32, and float32 is Keras's dropout."""
+    """One seed drops the same units under AMP as in float32; kept units are scaled by the
+    inverse of the exact keep probability of the 16-bit threshold."""
     import keras
 
     from txl.dropout import Dropout
 
-    x = tf.random.uniform((4, 32, 64), 1.0, 2.0)
-    ref = keras.layers.Dropout(0.3, seed=7)(x, training=True).numpy()
-    ours = Dropout(0.3, seed=7)
-    np.testing.assert_array_equal(ours(x, training=True).numpy(), ref)
+    x = tf.random.uniform((4, 33, 63), 1.0, 2.0)  # an odd number of units
+    ref = Dropout(0.3, seed=7)(x, training=True).numpy()
+    again = Dropout(0.3, seed=7)
+    np.testing.assert_array_equal(again(x, training=True).numpy(), ref)  # seeded
+    assert not np.array_equal(again(x, training=True).numpy() == 0, ref == 0)  # a new draw
+    kept = ref != 0
+    np.testing.assert_allclose(ref[kept], x.numpy()[kept] * 65536 / (65536 - round(0.3 * 65536)),
+                               rtol=1e-6)
     low = Dropout(0.3, seed=7, dtype=keras.DTypePolicy(f"mixed_{dtype.name}"))
     y = low(tf.cast(x, dtype), training=True)
     assert y.dtype == dtype
     np.testing.assert_array_equal(y.numpy() == 0, ref == 0)
-    assert 0.2 < (ref == 0).mean() < 0.4
     np.testing.assert_allclose(tf.cast(y, tf.float32).numpy(), ref, rtol=1e-2)
     np.testing.assert_array_equal(low(tf.cast(x, dtype), training=False).numpy(),
                                   tf.cast(x, dtype).numpy())
     with pytest.raises(ValueError, match="noise_shape"):
         Dropout(0.3, noise_shape=(4, 1, 64))
+
+
+def test_dropout_drops_at_its_rate_and_the_two_halves_of_a_random_word_independently():
+    from txl.dropout import Dropout
+
+    dropped = Dropout(0.3, seed=3)(tf.ones((1000, 1000)), training=True).numpy() == 0
+    assert abs(dropped.mean() - 0.3) < 0.003  # 1e6 units: 0.0005 standard deviation
+    even, odd = dropped.reshape(-1, 2).T  # the two units drawn from one 32-bit word
+    assert abs((even & odd).mean() - 0.09) < 0.003  # independent: 0.3 * 0.3
+    ones = tf.ones((8, 8))
+    np.testing.assert_array_equal(Dropout(0.0)(ones, training=True).numpy(), ones.numpy())
