@@ -61,6 +61,16 @@ _FLOPS = {"convolution": conv_flops, "deconvolution": conv_flops, "matmul": matm
           "inner_product": inner_product_flops}
 
 
+def _flops(record: dict) -> int | None:
+    """The record's FLOPs, or None for kinds without a count and problems in a format these
+    parsers do not know (their GFLOP/s is left blank rather than guessed)."""
+    count = _FLOPS.get(record["kind"])
+    try:
+        return None if count is None else count(record["desc"])
+    except (KeyError, ValueError, IndexError):
+        return None
+
+
 def executions(lines) -> list[dict]:
     """The ``exec`` records of a verbose log: kind, implementation, direction, problem, ms.
     Anchored on the ``exec`` field, so that both oneDNN 2's and 3's layouts parse."""
@@ -108,8 +118,8 @@ def summarise(records: list[dict]) -> dict:
             a = acc.setdefault(k, {"count": 0, "ms": 0.0, "flop": 0})
             a["count"] += 1
             a["ms"] += r["ms"]
-            flops = _FLOPS.get(r["kind"])
-            a["flop"] = None if flops is None or a["flop"] is None else a["flop"] + flops(r["desc"])
+            flop = _flops(r)
+            a["flop"] = None if flop is None or a["flop"] is None else a["flop"] + flop
         rows = []
         for k, a in sorted(acc.items(), key=lambda kv: -kv[1]["ms"]):
             rows.append({**dict(zip(("kind", "prop", "desc", "impl"), k)), "count": a["count"],

@@ -84,6 +84,9 @@ def test_onednn_summary_of_a_log(tmp_path, capsys):
     assert rows[("matmul", "undef")]["gflops"] == pytest.approx(2 * 4 * 128 * 256 * 512 / 1e6)
     assert rows[("reorder", "undef")]["gflops"] is None and rows[("reorder", "undef")]["count"] == 4
     assert [r["kind"] for r in s["by_direction"]][0] == "convolution"  # longest first
+    odd = onednn.summarise([{"kind": "matmul", "prop": "undef", "desc": "an unknown layout",
+                             "impl": "x", "ms": 1.0}])
+    assert odd["by_direction"][0]["gflops"] is None  # left blank, not guessed
     assert "| convolution | backward_weights | 2 | 16 | 57.1% |" in capsys.readouterr().out
 
 
