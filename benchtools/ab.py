@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 
+from benchtools import failure
 from common.dllogger import last_summary, read_records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -45,8 +46,7 @@ def run(tree: str, main_py: str, args: list[str], results_dir: str) -> dict:
                            "--results_dir", results_dir], env=env, stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True)
     if proc.returncode:
-        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-        raise SystemExit(f"{tree}/{main_py} failed: {lines[-1] if lines else proc.returncode}")
+        raise SystemExit(f"{tree}/{main_py} failed: {failure(proc)}")
     return last_summary(read_records(os.path.join(results_dir, "log.json")))
 
 

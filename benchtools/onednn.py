@@ -30,6 +30,8 @@ import subprocess
 import sys
 import tempfile
 
+from benchtools import failure
+
 _DIMS = re.compile(r"([a-z]+)(\d+)")
 
 
@@ -110,15 +112,15 @@ def summarise(records: list[dict]) -> dict:
     """Totals by (kind, direction) and by (kind, direction, problem, implementation): count,
     ms, share of all primitives' time, GFLOP/s where the kind's FLOPs are known."""
     total = sum(r["ms"] for r in records) or 1.0
+    flops = [_flops(r) for r in records]  # parsed once for both groupings
 
     def group(key):
         acc = collections.OrderedDict()
-        for r in records:
+        for r, flop in zip(records, flops):
             k = key(r)
             a = acc.setdefault(k, {"count": 0, "ms": 0.0, "flop": 0})
             a["count"] += 1
             a["ms"] += r["ms"]
-            flop = _flops(r)
             a["flop"] = None if flop is None or a["flop"] is None else a["flop"] + flop
         rows = []
         for k, a in sorted(acc.items(), key=lambda kv: -kv[1]["ms"]):
@@ -162,8 +164,7 @@ def run_verbose(command: list[str], log_path: str) -> None:
         proc = subprocess.run([sys.executable, *command], env=env, stdout=out,
                               stderr=subprocess.PIPE, text=True)
     if proc.returncode:
-        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-        raise SystemExit(f"{command[0]} failed: {lines[-1] if lines else proc.returncode}")
+        raise SystemExit(f"{command[0]} failed: {failure(proc)}")
 
 
 def main(argv=None) -> int:

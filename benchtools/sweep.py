@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 
+from benchtools import failure
 from common.dllogger import read_records
 
 PRECISION_FLAGS = {"fp32": ["--no_tf32"], "tf32": ["--tf32"], "amp": ["--amp"]}
@@ -38,8 +39,7 @@ def run_one(main_py, mode, batch, precision, xla, gpus, results_dir, extra) -> d
     proc = subprocess.run(cmd, capture_output=True, text=True)
     row = {"precision": precision, "xla": xla, "batch_size": batch, "gpus": gpus}
     if proc.returncode != 0:
-        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-        return {**row, "error": lines[-1] if lines else f"exit code {proc.returncode}"}
+        return {**row, "error": failure(proc)}
     return {**_summary(results_dir), **row}  # the sweep's labels win over the summary's
 
 

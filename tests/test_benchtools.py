@@ -119,3 +119,18 @@ def test_onednn_run_counts_every_convolution_of_a_step(tmp_path):
     assert rows[("convolution", "backward_data")]["count"] == 16 * 2  # not the stem's input
     assert all(rows[("convolution", p)]["gflops"] > 0
                for p in ("forward_training", "backward_weights", "backward_data"))
+
+
+def test_a_failed_run_is_told_by_its_last_error_line_or_its_exit_code():
+    import subprocess
+    import sys
+
+    from benchtools import failure
+    loud = subprocess.run([sys.executable, "-c", "import sys; print('noise', file=sys.stderr); "
+                           "print('main.py: --batch_size must be positive', file=sys.stderr); "
+                           "print(file=sys.stderr); sys.exit(2)"], stderr=subprocess.PIPE,
+                          text=True)
+    assert failure(loud) == "main.py: --batch_size must be positive"
+    quiet = subprocess.run([sys.executable, "-c", "raise SystemExit(3)"], stderr=subprocess.PIPE,
+                           text=True)
+    assert failure(quiet) == "exit code 3"
