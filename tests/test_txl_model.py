@@ -36,12 +36,14 @@ def test_a_segment_with_the_previous_in_memory_equals_both_scored_together():
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_mixed_precision_keeps_the_loss_and_layer_norm_in_float32(policy):
+    """... and the memory in the compute dtype, which attention reads it in."""
     with dtype_policy(policy):
         model = TransformerXL(preset_config("tiny", vocab_size=60, mem_len=4))
         x = tf.zeros((2, 5), tf.int32)
         nll, mems = model(x, model.initial_mems(2), x)
-        assert nll.dtype == tf.float32 and all(m.dtype == tf.float32 for m in mems)
-        assert model.attn[0].qkv.compute_dtype == policy.split("_")[1]
+        half = policy.split("_")[1]
+        assert nll.dtype == tf.float32 and all(m.dtype == half for m in mems)
+        assert model.attn[0].qkv.compute_dtype == half
         assert model.attn[0].norm.compute_dtype == "float32"
         assert model.embedding.embeddings.dtype == "float32"
         assert np.isfinite(nll.numpy()).all()
@@ -115,3 +117,18 @@ def test_dropout_drops_at_its_rate_and_the_two_halves_of_a_random_word_independe
     assert abs((even & odd).mean() - 0.09) < 0.003  # independent: 0.3 * 0.3
     ones = tf.ones((8, 8))
     np.testing.assert_array_equal(Dropout(0.0)(ones, training=True).numpy(), ones.numpy())
+
+
+def test_a_memory_kept_in_bfloat16_scores_as_the_float32_memory_it_was_rounded_from():
+    """The premise of keeping the memory in the compute dtype: attention reads it rounded, so
+    a float32 memory and its bfloat16 rounding give the same outputs and the same new memory."""
+    with dtype_policy("mixed_bfloat16"):
+        model = TransformerXL(preset_config("tiny", vocab_size=60, mem_len=4))
+        x = tf.constant(np.random.default_rng(0).integers(0, 60, (2, 5)), tf.int32)
+        mems32 = [tf.random.normal((2, 4, model.cfg.d_model), seed=i) for i in range(2)]
+        nll32, new32 = model(x, mems32, x)
+        nll16, new16 = model(x, [tf.cast(m, tf.bfloat16) for m in mems32], x)
+        np.testing.assert_array_equal(nll32.numpy(), nll16.numpy())
+        for a, b in zip(new32, new16):
+            np.testing.assert_array_equal(tf.cast(a, tf.float32).numpy(),
+                                          tf.cast(b, tf.float32).numpy())

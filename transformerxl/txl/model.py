@@ -118,20 +118,26 @@ class TransformerXL(keras.Model):
                                        pad_multiple=cfg.pad_multiple, name="adaptive_softmax")
 
     def initial_mems(self, batch_size: int, mem_len: int | None = None):
-        """n_layer zero memories (B, mem_len, d_model), float32."""
+        """n_layer zero memories (B, mem_len, d_model) in the compute dtype (see ``hidden``)."""
         mem_len = self.cfg.mem_len if mem_len is None else mem_len
-        return [tf.zeros((batch_size, mem_len, self.cfg.d_model))
+        return [tf.zeros((batch_size, mem_len, self.cfg.d_model), self.compute_dtype)
                 for _ in range(self.cfg.n_layer)]
 
     def empty_mems(self, batch_size: int):
         """n_layer memories of length 0, which grow up to mem_len (generation starts so)."""
-        return [tf.zeros((batch_size, 0, self.cfg.d_model)) for _ in range(self.cfg.n_layer)]
+        return self.initial_mems(batch_size, 0)
 
     def hidden(self, tokens, mems, training=None, mem_len=None, clamp_len=None,
                same_length=None):
         """(final hidden states (B, Q, D) float32, new memories) for one segment. ``mem_len``,
         ``clamp_len`` and ``same_length`` override the configuration's (evaluation uses its
-        own: NVIDIA's 640, 400 and True)."""
+        own: NVIDIA's 640, 400 and True).
+
+        The memories are kept in the compute dtype (bfloat16 or float16 under AMP, as NVIDIA's
+        PyTorch AMP keeps them in half precision): attention reads them in that dtype, so
+        storing them rounded gives the same results as storing float32 and rounding at every
+        read, and it halves the memory's traffic (in AMP inference, with 640 positions of
+        memory to 64 of segment, the float32 memory's casts and copies were 5% of op time)."""
         cfg = self.cfg
         mem_len = cfg.mem_len if mem_len is None else mem_len
         clamp_len = cfg.clamp_len if clamp_len is None else clamp_len
@@ -144,7 +150,8 @@ class TransformerXL(keras.Model):
         mask = attention_mask(q, m, same_length)
         new_mems = []
         for attn, ff, mem in zip(self.attn, self.ff, mems):
-            cat = tf.concat([tf.cast(mem, tf.float32), tf.cast(x, tf.float32)], axis=1)
+            cat = tf.concat([tf.cast(mem, self.compute_dtype), tf.cast(x, self.compute_dtype)],
+                            axis=1)
             new_mems.append(tf.stop_gradient(cat[:, _first_kept(m + q, mem_len):]))
             x = ff(attn(x, mem, pos, mask, training=training), training=training)
         return self.drop(x, training=training), new_mems

@@ -217,7 +217,8 @@ class TransformerXLTask(Task):
         """The ``score`` signature at the evaluation's memory length (the steady state: the
         memory keeps --eval_mem_len positions; TF-TRT needs fixed shapes per engine)."""
         tokens, targets = inputs
-        return "score", {"tokens": tokens, "targets": targets, "mems": tf.stack(state)}
+        mems = tf.cast(tf.stack(state), tf.float32)  # the signature's dtype
+        return "score", {"tokens": tokens, "targets": targets, "mems": mems}
 
     # --- inference ----------------------------------------------------------------------
     @functools.cached_property
