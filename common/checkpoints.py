@@ -68,6 +68,9 @@ def check_output_dir(path: str, flag: str, need_bytes: int = 64 << 10,
     """Stops with one line unless ``path`` is (or can be made) a writable directory with room."""
     if os.path.exists(path) and not os.path.isdir(path):
         raise DataError(f"{flag} {path} is a file, not a directory")
+    blocker = _file_above(path)
+    if blocker:
+        raise DataError(f"{flag} {path} cannot be made: {blocker} is a file, not a directory")
     try:
         os.makedirs(path, exist_ok=True)
         probe = os.path.join(path, f".write_probe.{os.getpid()}")
@@ -86,6 +89,14 @@ def check_output_dir(path: str, flag: str, need_bytes: int = 64 << 10,
     if free < need_bytes:
         raise DataError(f"{flag} {path} has {free / 2**20:.1f} MiB free; {purpose} about "
                         f"{need_bytes / 2**20:.1f} MiB")
+
+
+def _file_above(path: str) -> str | None:
+    """The nearest existing ancestor of ``path`` when it is not a directory."""
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    return None if os.path.isdir(parent) else parent
 
 
 def write_atomically(path: str, text: str) -> None:

@@ -58,16 +58,21 @@ def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
         amp=fv.amp, amp_dtype=fv.amp_dtype, static_loss_scale=fv.static_loss_scale, tf32=fv.tf32,
         xla=fv.xla, has_gpu=bool(tf.config.list_physical_devices("GPU")))
     precision.apply(prec)
-    # Logs go to --results_dir: a file there, a read-only or a full disk stops the run here.
-    dist.on_chief(lambda: checkpoints.check_output_dir(fv.results_dir, "--results_dir"),
-                  "checking --results_dir")
+    # Logs go to --results_dir: a file there (or where its TensorBoard directory goes), a
+    # read-only or a full disk stops the run here.
+    tensorboard_dir = os.path.join(fv.results_dir, "tensorboard", fv.mode)
+
+    def check_results_dir():
+        checkpoints.check_output_dir(fv.results_dir, "--results_dir")
+        checkpoints.check_output_dir(tensorboard_dir, "--results_dir's TensorBoard directory")
+    dist.on_chief(check_results_dir, "checking --results_dir")
     if fv.seed is not None:
         keras.utils.set_random_seed(fv.seed)  # same on every rank: rank 0's weights win anyway
 
     logger = Logger(
         enabled=dist.is_chief,
         json_path=os.path.join(fv.results_dir, fv.log_filename) if fv.log_filename else None,
-        tensorboard_dir=os.path.join(fv.results_dir, "tensorboard", fv.mode))
+        tensorboard_dir=tensorboard_dir)
     logger.metadata("loss", unit=None)
     logger.metadata(f"{task_cls.item_unit}_per_s", unit=f"{task_cls.item_unit}/s", fmt=":.1f")
     logger.metadata("lr", unit=None, fmt=":.6f")

@@ -93,20 +93,31 @@ def test_checkpoint_of_another_model_stops_with_the_last_line_on_stderr(tmp_path
     assert ckpt_digests(ckdir) == before  # never overwritten by a from-scratch run
 
 
-@pytest.mark.parametrize("fault", ["results_dir_is_a_file", "model_dir_is_a_file",
-                                   "model_dir_read_only", "model_dir_full"])
+@pytest.mark.parametrize("fault", ["results_dir_is_a_file", "tensorboard_is_a_file",
+                                   "model_dir_is_a_file", "model_dir_read_only",
+                                   "model_dir_full"])
 def test_unusable_output_directories_stop_before_training(tmp_path, capsys, fault):
     extra = []
     blocker = tmp_path / "file"
     blocker.write_text("")
     mount = None
-    if fault == "results_dir_is_a_file":
+    if fault in ("results_dir_is_a_file", "tensorboard_is_a_file"):
         argv = _args(tmp_path, "--num_iter", "2")
-        argv[argv.index("--results_dir") + 1] = str(blocker)
+        results = blocker
+        if fault == "tensorboard_is_a_file":  # where the TensorBoard events go
+            results = tmp_path / "results"
+            results.mkdir()
+            blocker = results / "tensorboard"
+            blocker.write_text("")
+        argv[argv.index("--results_dir") + 1] = str(results)
         code = runner.main(ResNetTask, argv)
         out, err = capsys.readouterr()
-        assert code == 1 and err.strip().splitlines()[-1] == \
-            f"main.py: error: --results_dir {blocker} is a file, not a directory"
+        expected = (f"--results_dir {blocker} is a file, not a directory"
+                    if fault == "results_dir_is_a_file" else
+                    f"--results_dir's TensorBoard directory {blocker / 'train'} cannot be made: "
+                    f"{blocker} is a file, not a directory")
+        assert code == 1 and err.strip().splitlines()[-1] == "main.py: error: " + expected
+        assert "Traceback" not in err
         return
     if fault == "model_dir_is_a_file":
         extra = ["--model_dir", str(blocker)]
