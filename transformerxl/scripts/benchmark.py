@@ -64,10 +64,12 @@ def main():
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES),
+                   help="main.py modes to measure (default: both)")
     args = p.parse_args()
     fl = flops_per_token(args)
     rates, ceilings = alternating_rounds(
-        args.rounds, MODES, {name: dtype for name, (_, dtype) in PRECISIONS.items()},
+        args.rounds, args.modes, {name: dtype for name, (_, dtype) in PRECISIONS.items()},
         lambda mode, precision: one(mode, precision, args), matmul_ceiling)
     print(f"\nforward MFLOP/token: training {fl['train'] / 1e6:.1f}, inference "
           f"{fl['infer'] / 1e6:.1f} (tail cluster shares "
