@@ -121,7 +121,7 @@ class TransformerXLTask(Task):
     def build_model(self):
         model = TransformerXL(self.cfg, name="transformerxl")
         # One row builds every weight: at --batch_size rows (256 by default) this call was a
-        # forward pass over 256 x 194 positions, 5 s of every run's start on a 2-vCPU CPU.
+        # forward pass over 256 x 194 positions, 7 s of every run's start on a 2-vCPU CPU.
         model(tf.zeros((1, 2), tf.int32), model.initial_mems(1), tf.zeros((1, 2), tf.int32))
         return model
 
