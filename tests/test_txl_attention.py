@@ -9,6 +9,7 @@ import tensorflow as tf
 from txl.attention import (
     RelPartialLearnableAttention,
     attention_mask,
+    attention_softmax,
     positional_embedding,
     rel_shift,
 )
@@ -95,3 +96,64 @@ def test_rel_shift_and_its_gradient_equal_a_gather_of_the_distances(dtype):
                                   tf.cast(ref, tf.float32).numpy() * visible)
     np.testing.assert_array_equal(tape.gradient(ours_sum, x).numpy(),
                                   tape.gradient(ref_sum, x).numpy())
+
+
+def _softmax_case(seed):
+    """Peaked and flat rows of bfloat16 scores (B, N, Q, K) with a causal mask, and an upstream
+    gradient."""
+    q, k = 16, 48
+    spread = tf.reshape(tf.constant([0.5, 4.0, 12.0], tf.float32), (3, 1, 1, 1))
+    scores = tf.cast(tf.random.stateless_normal((3, 2, q, k), seed=(seed, 1)) * spread,
+                     tf.bfloat16)
+    bias = tf.where(attention_mask(q, k - q), -1e30, 0.0)
+    dy = tf.cast(tf.random.stateless_normal((3, 2, q, k), seed=(seed, 2)), tf.bfloat16)
+    return scores, bias, dy
+
+
+def _softmax_and_grad(fn, scores, bias, dy):
+    with tf.GradientTape() as tape:
+        tape.watch(scores)
+        y = fn(scores, bias)
+    return y, tape.gradient(y, scores, output_gradients=tf.cast(dy, y.dtype))
+
+
+def test_bfloat16_attention_softmax_is_the_float32_one_rounded_with_a_float32_gradient():
+    """bfloat16 scores: the probabilities are float32's rounded to bfloat16 (masked ones zero),
+    and the gradient is float64's rounded to bfloat16, where TensorFlow's own bfloat16 softmax
+    gradient is off by more than a row's largest gradient."""
+    scores, bias, dy = _softmax_case(3)
+    ref, ref_grad = _softmax_and_grad(
+        lambda s, b: tf.nn.softmax(tf.cast(s, tf.float64) + tf.cast(b, tf.float64), axis=-1),
+        scores, bias, dy)
+    y, grad = _softmax_and_grad(attention_softmax, scores, bias, dy)
+    assert y.dtype == grad.dtype == tf.bfloat16
+    f32 = tf.nn.softmax(tf.cast(scores, tf.float32) + bias, axis=-1)
+    np.testing.assert_allclose(tf.cast(y, tf.float32).numpy(),
+                               tf.cast(tf.cast(f32, tf.bfloat16), tf.float32).numpy(),
+                               rtol=2 ** -8, atol=1e-30)
+    assert not np.any(tf.cast(y, tf.float32).numpy()[..., attention_mask(16, 32).numpy()])
+    # Errors as a share of the row's largest gradient, or of a thousandth of its largest dy
+    # where the softmax is so peaked that all its gradients are smaller.
+    scale = np.maximum(np.abs(ref_grad.numpy()).max(axis=-1, keepdims=True),
+                       1e-3 * np.abs(tf.cast(dy, tf.float64).numpy()).max(axis=-1, keepdims=True))
+
+    def error(g):
+        return float(np.max(np.abs(tf.cast(g, tf.float64).numpy() - ref_grad.numpy()) / scale))
+
+    _, tf_bf16_grad = _softmax_and_grad(
+        lambda s, b: tf.nn.softmax(s + tf.cast(b, tf.bfloat16), axis=-1), scores, bias, dy)
+    assert error(grad) <= 2 ** -7  # float64's gradient rounded to bfloat16, within an ulp
+    assert error(tf_bf16_grad) > 0.1  # the case tells the two gradients apart (measured 1.49)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_attention_softmax_in_float32_for_other_dtypes(dtype):
+    """float16 and float32 scores: float32's softmax (float16 cannot hold -1e30), in their dtype."""
+    scores, bias, dy = _softmax_case(4)
+    scores = tf.cast(scores, dtype)
+    y = attention_softmax(scores, bias)
+    assert y.dtype == dtype
+    np.testing.assert_allclose(
+        tf.cast(y, tf.float32).numpy(),
+        tf.nn.softmax(tf.cast(scores, tf.float32) + bias, axis=-1).numpy(),
+        rtol=1e-3 if dtype == "float16" else 1e-6, atol=1e-7)
