@@ -8,10 +8,11 @@ cluster logits, zero-initialised. With cutoffs (19997, 39997, 199997) at 267,735
 267,735 + 3 x 512 + 3 parameters beside the embedding.
 
 Precision: the logits' matmuls run in ``matmul_dtype`` (the policy's compute type: float16 or
-bfloat16 under AMP); biases, the softmax and the loss are float32. With ``pad_multiple`` 8 (AMP)
-each softmax's output size is padded to a multiple of 8 for tensor cores (the last cluster's
-67,738 words become 67,744) by zero weight rows whose logits get a -1e30 bias: they take no
-probability, so the loss is unchanged and no padded variable is stored.
+bfloat16 under AMP); biases, the softmax and the loss are float32. With ``pad_multiple`` 8 (AMP
+on a GPU) each softmax's output size is padded to a multiple of 8 for tensor cores (the last
+cluster's 67,738 words become 67,744) by zero weight rows whose logits get a -1e30 bias: they
+take no probability, so the loss is unchanged and no padded variable is stored. A CPU's kernels
+do not need it: there, padding copied each cluster's rows once more every step.
 """
 from __future__ import annotations
 
@@ -52,12 +53,12 @@ class AdaptiveSoftmax(layers.Layer):
     def _scores(self, h, weight, bias):
         """h W^T in ``matmul_dtype`` over W's rows and the float32 biases, both padded to
         ``pad_multiple`` rows on the way."""
+        weight = tf.cast(weight, self.matmul_dtype)
         extra = -weight.shape[0] % self.pad_multiple
         if extra:
             weight = tf.pad(weight, [[0, extra], [0, 0]])
             bias = tf.concat([bias, tf.fill([extra], -1e30)], axis=0)
-        return tf.matmul(tf.cast(h, self.matmul_dtype), tf.cast(weight, self.matmul_dtype),
-                         transpose_b=True), bias
+        return tf.matmul(tf.cast(h, self.matmul_dtype), weight, transpose_b=True), bias
 
     def _logits(self, h, weight, bias):
         """float32 h W^T + b over W's (padded) rows."""

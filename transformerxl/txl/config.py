@@ -94,8 +94,8 @@ def apply_preset(fv: flags.FlagValues) -> None:
             fv[name].value = value
 
 
-def model_config(fv: flags.FlagValues, vocab_size: int, amp: bool) -> TXLConfig:
-    """The model of these flags; under AMP the softmax sizes are padded to multiples of 8."""
+def model_config(fv: flags.FlagValues, vocab_size: int, pad_multiple: int = 1) -> TXLConfig:
+    """The model of these flags, its softmax sizes padded to multiples of ``pad_multiple``."""
     given = f"--cutoffs {','.join(fv.cutoffs)}"
     try:
         cutoffs = tuple(int(c) for c in fv.cutoffs)
@@ -116,7 +116,7 @@ def model_config(fv: flags.FlagValues, vocab_size: int, amp: bool) -> TXLConfig:
         vocab_size=vocab_size, n_layer=fv.n_layer, d_model=fv.d_model, n_head=fv.n_head,
         d_head=fv.d_head, d_inner=fv.d_inner, cutoffs=cutoffs, dropout=fv.dropout,
         dropatt=fv.dropatt, mem_len=fv.mem_len, clamp_len=fv.clamp_len,
-        same_length=fv.same_length, init_std=fv.init_std, pad_multiple=8 if amp else 1)
+        same_length=fv.same_length, init_std=fv.init_std, pad_multiple=pad_multiple)
 
 
 def preset_config(name: str, vocab_size: int, **overrides) -> TXLConfig:

@@ -40,7 +40,7 @@ class TXLConfig:
     clamp_len: int = -1
     same_length: bool = False
     init_std: float = 0.02
-    pad_multiple: int = 1  # 8 under AMP: softmax sizes padded for tensor cores (loss unchanged)
+    pad_multiple: int = 1  # 8 under AMP on a GPU: softmax sizes padded for tensor cores
 
 
 class TiedEmbedding(layers.Embedding):

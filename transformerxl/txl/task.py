@@ -46,12 +46,15 @@ class TransformerXLTask(Task):
         self.vocab = self._read_vocab() if f.data_dir else None
         vocab_size = len(self.vocab) if self.vocab else f.vocab_size
         amp = ctx.precision.policy != "float32"
-        self.cfg = config.model_config(f, vocab_size, amp)
+        # Softmax sizes padded to multiples of 8 for tensor cores under AMP on a GPU; a CPU's
+        # kernels gain nothing, and padding cost a copy of each cluster's rows every step.
+        tensor_cores = amp and bool(tf.config.list_physical_devices("GPU"))
+        self.cfg = config.model_config(f, vocab_size, pad_multiple=8 if tensor_cores else 1)
         if len(self.cfg.cutoffs) < len(f.cutoffs):
             ctx.logger.print(f"note: cutoffs {','.join(f.cutoffs)} reach beyond the "
                              f"{vocab_size:,}-word vocabulary; the adaptive softmax uses "
                              f"{','.join(map(str, self.cfg.cutoffs)) or 'none'}")
-        if amp:
+        if tensor_cores:
             odd = {k: v for k, v in (("d_model", f.d_model), ("d_inner", f.d_inner),
                                      ("n_head x d_head", f.n_head * f.d_head)) if v % 8}
             if odd:
