@@ -31,9 +31,11 @@ MODES = ("training_benchmark", "inference_benchmark")
 
 
 def flags(mode, precision, args):
+    steps, warmup = ((args.steps, args.warmup) if mode == "training_benchmark" else
+                     (args.inference_steps, args.inference_warmup))
     return ["main.py", "--mode", mode, "--batch_size", str(args.batch_size), "--eval_batch_size",
             str(args.eval_batch_size), "--iter_unit", "batch", "--num_iter",
-            str(args.steps + args.warmup), "--warmup_steps", str(args.warmup),
+            str(steps + warmup), "--warmup_steps", str(warmup),
             "--display_every", "1000", *PRECISIONS[precision][0]]
 
 
@@ -61,8 +63,13 @@ def main():
                    "(32: the base recipe's rows per GPU on 8 GPUs)")
     p.add_argument("--eval_batch_size", type=int, default=16, help="inference rows (64 tokens, "
                    "640 memory)")
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--steps", type=int, default=5, help="training steps measured")
+    p.add_argument("--warmup", type=int, default=2, help="training steps before them")
+    # An inference step is about a tenth of a training step, and the first few run slower: in
+    # AMP on 2 vCPUs, 10-22 of the first three steps' 48 attention score products took 10x their
+    # steady time in oneDNN's own log (the same kernel), a few up to the fifth step.
+    p.add_argument("--inference_steps", type=int, default=10, help="inference steps measured")
+    p.add_argument("--inference_warmup", type=int, default=5, help="inference steps before them")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES),
                    help="main.py modes to measure (default: both)")
