@@ -94,8 +94,14 @@ class PositionwiseFF(layers.Layer):
         self.norm = layers.LayerNormalization(epsilon=1e-12, dtype="float32", name="norm")
 
     def call(self, x, training=None):
-        y = self.drop2(self.out(self.drop1(self.inner(x), training=training)), training=training)
-        return self.norm(tf.cast(y, tf.float32) + tf.cast(x, tf.float32))
+        """x (B, Q, D) -> (B, Q, D) float32. The two layers see (B Q, D) rows: on 3-D inputs
+        their matmul is reshaped before the bias, and oneDNN's matmul + bias + ReLU fusion
+        does not happen (bfloat16 inference, one layer at 16 rows of 64 tokens, 2 vCPUs:
+        7.2 -> 6.7 ms)."""
+        rows = tf.reshape(x, [-1, x.shape[-1]])
+        y = self.drop2(self.out(self.drop1(self.inner(rows), training=training)),
+                       training=training)
+        return self.norm(tf.reshape(tf.cast(y, tf.float32), tf.shape(x)) + tf.cast(x, tf.float32))
 
 
 class TransformerXL(keras.Model):
