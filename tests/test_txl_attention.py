@@ -105,15 +105,19 @@ def _softmax_case(seed):
     spread = tf.reshape(tf.constant([0.5, 4.0, 12.0], tf.float32), (3, 1, 1, 1))
     scores = tf.cast(tf.random.stateless_normal((3, 2, q, k), seed=(seed, 1)) * spread,
                      tf.bfloat16)
-    bias = tf.where(attention_mask(q, k - q), -1e30, 0.0)
+    mask = attention_mask(q, k - q)
     dy = tf.cast(tf.random.stateless_normal((3, 2, q, k), seed=(seed, 2)), tf.bfloat16)
-    return scores, bias, dy
+    return scores, mask, dy
 
 
-def _softmax_and_grad(fn, scores, bias, dy):
+def _bias(mask, dtype):
+    return tf.where(mask, tf.constant(-1e30, dtype), tf.constant(0, dtype))
+
+
+def _softmax_and_grad(fn, scores, mask, dy):
     with tf.GradientTape() as tape:
         tape.watch(scores)
-        y = fn(scores, bias)
+        y = fn(scores, mask)
     return y, tape.gradient(y, scores, output_gradients=tf.cast(dy, y.dtype))
 
 
@@ -121,13 +125,13 @@ def test_bfloat16_attention_softmax_is_the_float32_one_rounded_with_a_float32_gr
     """bfloat16 scores: the probabilities are float32's rounded to bfloat16 (masked ones zero),
     and the gradient is float64's rounded to bfloat16, where TensorFlow's own bfloat16 softmax
     gradient is off by more than a row's largest gradient."""
-    scores, bias, dy = _softmax_case(3)
+    scores, mask, dy = _softmax_case(3)
     ref, ref_grad = _softmax_and_grad(
-        lambda s, b: tf.nn.softmax(tf.cast(s, tf.float64) + tf.cast(b, tf.float64), axis=-1),
-        scores, bias, dy)
-    y, grad = _softmax_and_grad(attention_softmax, scores, bias, dy)
+        lambda s, m: tf.nn.softmax(tf.cast(s, tf.float64) + _bias(m, tf.float64), axis=-1),
+        scores, mask, dy)
+    y, grad = _softmax_and_grad(attention_softmax, scores, mask, dy)
     assert y.dtype == grad.dtype == tf.bfloat16
-    f32 = tf.nn.softmax(tf.cast(scores, tf.float32) + bias, axis=-1)
+    f32 = tf.nn.softmax(tf.cast(scores, tf.float32) + _bias(mask, tf.float32), axis=-1)
     np.testing.assert_allclose(tf.cast(y, tf.float32).numpy(),
                                tf.cast(tf.cast(f32, tf.bfloat16), tf.float32).numpy(),
                                rtol=2 ** -8, atol=1e-30)
@@ -141,7 +145,7 @@ def test_bfloat16_attention_softmax_is_the_float32_one_rounded_with_a_float32_gr
         return float(np.max(np.abs(tf.cast(g, tf.float64).numpy() - ref_grad.numpy()) / scale))
 
     _, tf_bf16_grad = _softmax_and_grad(
-        lambda s, b: tf.nn.softmax(s + tf.cast(b, tf.bfloat16), axis=-1), scores, bias, dy)
+        lambda s, m: tf.nn.softmax(s + _bias(m, tf.bfloat16), axis=-1), scores, mask, dy)
     assert error(grad) <= 2 ** -7  # float64's gradient rounded to bfloat16, within an ulp
     assert error(tf_bf16_grad) > 0.1  # the case tells the two gradients apart (measured 1.49)
 
@@ -149,11 +153,11 @@ def test_bfloat16_attention_softmax_is_the_float32_one_rounded_with_a_float32_gr
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_attention_softmax_in_float32_for_other_dtypes(dtype):
     """float16 and float32 scores: float32's softmax (float16 cannot hold -1e30), in their dtype."""
-    scores, bias, dy = _softmax_case(4)
+    scores, mask, dy = _softmax_case(4)
     scores = tf.cast(scores, dtype)
-    y = attention_softmax(scores, bias)
+    y = attention_softmax(scores, mask)
     assert y.dtype == dtype
     np.testing.assert_allclose(
         tf.cast(y, tf.float32).numpy(),
-        tf.nn.softmax(tf.cast(scores, tf.float32) + bias, axis=-1).numpy(),
+        tf.nn.softmax(tf.cast(scores, tf.float32) + _bias(mask, tf.float32), axis=-1).numpy(),
         rtol=1e-3 if dtype == "float16" else 1e-6, atol=1e-7)
