@@ -12,7 +12,7 @@ bfloat16 under AMP); biases, the softmax and the loss are float32. With ``pad_mu
 on a GPU) each softmax's output size is padded to a multiple of 8 for tensor cores (the last
 cluster's 67,738 words become 67,744) by zero weight rows whose logits get a -1e30 bias: they
 take no probability, so the loss is unchanged and no padded variable is stored. A CPU's kernels
-do not need it: there, padding copied each cluster's rows once more every step.
+do not need it: there, padding copied the last cluster's rows once more every step.
 """
 from __future__ import annotations
 

@@ -47,7 +47,7 @@ class TransformerXLTask(Task):
         vocab_size = len(self.vocab) if self.vocab else f.vocab_size
         amp = ctx.precision.policy != "float32"
         # Softmax sizes padded to multiples of 8 for tensor cores under AMP on a GPU; a CPU's
-        # kernels gain nothing, and padding cost a copy of each cluster's rows every step.
+        # kernels gain nothing, and padding cost a copy of the last cluster's rows every step.
         tensor_cores = amp and bool(tf.config.list_physical_devices("GPU"))
         self.cfg = config.model_config(f, vocab_size, pad_multiple=8 if tensor_cores else 1)
         if len(self.cfg.cutoffs) < len(f.cutoffs):
