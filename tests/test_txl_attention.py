@@ -132,9 +132,11 @@ def test_bfloat16_attention_softmax_is_the_float32_one_rounded_with_a_float32_gr
     y, grad = _softmax_and_grad(attention_softmax, scores, mask, dy)
     assert y.dtype == grad.dtype == tf.bfloat16
     f32 = tf.nn.softmax(tf.cast(scores, tf.float32) + _bias(mask, tf.float32), axis=-1)
+    # Within one bfloat16 unit of the float32 softmax rounded: TensorFlow 2.21's oneDNN gives
+    # identical values, 2.17's (NGC 25.02) a unit apart for a fifth of them.
     np.testing.assert_allclose(tf.cast(y, tf.float32).numpy(),
                                tf.cast(tf.cast(f32, tf.bfloat16), tf.float32).numpy(),
-                               rtol=2 ** -8, atol=1e-30)
+                               rtol=2 ** -7, atol=1e-30)
     assert not np.any(tf.cast(y, tf.float32).numpy()[..., attention_mask(16, 32).numpy()])
     # Errors as a share of the row's largest gradient, or of a thousandth of its largest dy
     # where the softmax is so peaked that all its gradients are smaller.

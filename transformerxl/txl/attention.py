@@ -76,8 +76,9 @@ def attention_softmax(scores, mask):
 
     Computed in float32 (with float16 scores, whose range -1e30 and large scores exceed), except
     for bfloat16 scores: bfloat16 has float32's range, and oneDNN's bfloat16 softmax computes in
-    float32 inside, so the probabilities come out bit-identical to the float32 softmax of the
-    same scores rounded to bfloat16 - without the two (B, N, Q, K) casts around it, a third of
+    float32 inside, so the probabilities come out as the float32 softmax of the same scores
+    rounded to bfloat16 (to the bit on TensorFlow 2.21; on 2.17, NGC 25.02's, a fifth of them
+    one bfloat16 unit apart) - without the two (B, N, Q, K) casts around it, a third of
     the attention's non-matmul time in AMP inference, and with the mask selected, not added.
     Its gradient is not TensorFlow's bfloat16 one, whose row sum of dy * y in bfloat16 is up to
     1.5 times a row's largest gradient off where the softmax is peaked, but the float32 one,
