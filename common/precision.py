@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import keras
 import tensorflow as tf
@@ -168,6 +168,27 @@ def wrap_optimizer(optimizer: keras.optimizers.Optimizer, precision: Precision):
     if precision.loss_scale == "dynamic":
         return keras.optimizers.LossScaleOptimizer(optimizer)
     return FixedLossScaleOptimizer(optimizer, initial_scale=precision.loss_scale)
+
+
+def compute_dtype_copy(build_model: Callable[[], keras.Model], model: keras.Model,
+                       compute_dtype: str) -> keras.Model:
+    """A second ``model``, built by ``build_model`` under the policy ``compute_dtype`` instead of
+    ``mixed_<compute_dtype>``, holding ``model``'s weights rounded to that type: its 16-bit
+    layers store their weights in 16 bits, the layers that declare float32 (layer norms, say)
+    keep float32. For a model whose 16-bit layers read every weight rounded to the compute type
+    (Keras' autocasting, or a cast of their own) the outputs are the same, without casting the
+    weights at every step. Not for Keras' batch normalisation, whose moving statistics are
+    read in float32."""
+    with dtype_policy(compute_dtype):
+        copy = build_model()
+    pairs = list(zip(model.weights, copy.weights))
+    if len(model.weights) != len(copy.weights) or any(
+            a.path != b.path or tuple(a.shape) != tuple(b.shape) for a, b in pairs):
+        raise RuntimeError("build_model built another model under the policy "
+                           f"{compute_dtype}: its weights differ in name or shape")
+    for source, target in pairs:
+        target.assign(tf.cast(source, target.dtype))
+    return copy
 
 
 @contextlib.contextmanager

@@ -31,7 +31,7 @@ from common import (
 from common.dllogger import Logger, read_records
 from common.errors import DataError, TrainingError, UsageError
 from common.task import RunContext, Task
-from common.trainer import Trainer
+from common.trainer import INFERENCE_MODES, Trainer
 
 
 def _predict_paths(pattern: str) -> list[str]:
@@ -148,6 +148,8 @@ def _run(task_cls: type[Task], argv: Sequence[str]) -> dict:
         if fv.export_dir:
             trainer.export(fv.export_dir)
         summary.update(precision=trainer.ctx.precision.policy, world_size=trainer.dist.size)
+        if fv.mode in INFERENCE_MODES:
+            summary["inference_weights"] = trainer.inference_weights()
         logger.summary(summary)
         return summary
     finally:

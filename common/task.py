@@ -97,6 +97,14 @@ class Task(abc.ABC):
     # whole split.
     gathers_eval_outputs = False
 
+    # Under AMP, whether the runs that only infer (evaluate, predict, inference_benchmark) may run
+    # ``precision.compute_dtype_copy`` of the model: its 16-bit layers' weights stored in the
+    # compute dtype, instead of float32 weights cast at every step. Only for a model whose
+    # outputs that leaves unchanged (a test shows it): every weight of a 16-bit layer read
+    # rounded to the compute dtype, and no batch normalisation (its statistics are read in
+    # float32).
+    infers_in_compute_dtype = False
+
     def eval_outputs(self, model: keras.Model, batch) -> Mapping[str, tf.Tensor]:
         """Per-example tensors (first axis = batch) for ``summarize`` (inside a tf.function)."""
         raise NotImplementedError

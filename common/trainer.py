@@ -61,6 +61,9 @@ class _Timer:
             self._excluded += time.perf_counter() - t0
 
 
+INFERENCE_MODES = ("evaluate", "predict", "inference_benchmark")  # the runs that only infer
+
+
 class Trainer:
     def __init__(self, task: Task, ctx: RunContext):
         self.task, self.ctx = task, ctx
@@ -99,6 +102,7 @@ class Trainer:
                 "checking --export_dir")
         self._train_step = None
         self._eval_step = None
+        self._compute_dtype_model = None
         self.profiler = profiling.StepProfiler(
             self.flags.profile, os.path.join(self.flags.results_dir, "tensorboard"), self.log,
             enabled=self.dist.is_chief)
@@ -345,6 +349,28 @@ class Trainer:
         return float(self.optimizer.dynamic_scale.numpy()) if self.loss_scaled else None
 
     # --- evaluation -----------------------------------------------------------------------
+    def inference_model(self) -> keras.Model:
+        """The model that evaluation, prediction and the inference benchmark run. In a run that
+        only infers (``--mode evaluate``, ``predict``, ``inference_benchmark``) under AMP, for a
+        task that allows it (``Task.infers_in_compute_dtype``): a copy holding the weights in
+        the compute dtype (``precision.compute_dtype_copy``), made once, after the restore.
+        Otherwise the model itself, float32 weights cast at every step under AMP."""
+        p = self.ctx.precision
+        if not (p.amp and self.task.infers_in_compute_dtype and
+                self.flags.mode in INFERENCE_MODES):
+            return self.model
+        if self._compute_dtype_model is None:
+            self._compute_dtype_model = precision.compute_dtype_copy(
+                self.task.build_model, self.model, p.compute_dtype)
+            self.log.print(f"inference on a copy of the model with {p.compute_dtype} weights "
+                           "(no casts of float32 weights at each step)")
+        return self._compute_dtype_model
+
+    def inference_weights(self) -> str:
+        """The weights' dtype that inference ran with: the summary records it."""
+        return (self.ctx.precision.compute_dtype if self._compute_dtype_model is not None
+                else "float32")
+
     def evaluate(self, epoch: int | None = None) -> dict:
         """One pass over every rank's evaluation data, by the task's form of evaluation: metrics
         that are sums, added up over ranks, or per-example outputs gathered from every rank and
@@ -362,7 +388,7 @@ class Trainer:
         """Metrics whose variables are totals and counts: each rank updates its own over its
         shard (carrying a stateful model's state from batch to batch), then the variables are
         added up over ranks, which gives the global metrics."""
-        task, model, metrics = self.task, self.model, self.metrics
+        task, model, metrics = self.task, self.inference_model(), self.metrics
         if self._eval_step is None:
             self._eval_step = tf.function(
                 lambda batch, state: task.eval_update(model, batch, metrics, state),
@@ -384,10 +410,10 @@ class Trainer:
     def _evaluate_gathered(self) -> tuple[dict, int, float]:
         """Per-example outputs: every rank's, in order, gathered; rank 0 summarises the whole
         split once (COCO AP) and every rank gets its results."""
-        task = self.task
+        task, model = self.task, self.inference_model()
         if self._eval_step is None:
             # Only the forward pass goes to XLA: post-processing such as NMS has no XLA kernel.
-            forward = tf.function(lambda x: self.model(x, training=False),
+            forward = tf.function(lambda x: model(x, training=False),
                                   jit_compile=self.ctx.precision.xla)
             self._eval_step = tf.function(
                 lambda batch: task.eval_outputs(lambda x, training=False: forward(x), batch))
@@ -483,15 +509,17 @@ class Trainer:
         f, unit = self.flags, self.task.item_unit
         model, task = self.model, self.task
         data = batches(task.inference_dataset())
-        state = task.initial_state(model, "infer")
         if f.use_tftrt:
             if self.dist.size > 1:
                 raise UsageError("--use_tftrt benchmarks one GPU: run it without "
                                  "mpirun/horovodrun")
+            state = task.initial_state(model, "infer")
             infer = tftrt.benchmark_infer(task, model, f.results_dir, f.use_tftrt,
                                           task.inference_inputs(next(data)), state,
                                           log=self.log.print)
         else:
+            model = self.inference_model()
+            state = task.initial_state(model, "infer")
             infer = tf.function(lambda x, state: task.infer(model, x, state),
                                 jit_compile=self.ctx.precision.xla)
         clock = benchmark.Windows(f.warmup_steps)
@@ -523,7 +551,7 @@ class Trainer:
         records, failed = [], []
         for n, path in enumerate(paths, 1):
             try:
-                found = self.task.predict_file(self.model, path)
+                found = self.task.predict_file(self.inference_model(), path)
             except (DataError, OSError, tf.errors.OpError) as e:
                 why = str(e) if isinstance(e, DataError) else f"{path}: {one_line(str(e))}"
                 failed.append(why)

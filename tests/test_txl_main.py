@@ -73,6 +73,35 @@ def test_every_mode_on_a_tiny_configuration(tmp_path, corpus):
         assert b["latency_p50_ms"] <= b["latency_p99_ms"]
 
 
+def test_inference_under_amp_runs_on_bfloat16_weights_with_the_mixed_models_results(
+        tmp_path, corpus, monkeypatch):
+    """evaluate, predict and inference_benchmark run a bfloat16 copy of the model (the task's
+    ``infers_in_compute_dtype``) and give what the mixed model with float32 weights gives."""
+    _run(["--mode", "train", "--iter_unit", "batch", "--num_iter", "3"], corpus, tmp_path)
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("the king sees\n")
+    modes = {"evaluate": [], "predict": ["--to_predict", str(prompts), "--gen_len", "5"],
+             "inference_benchmark": ["--iter_unit", "batch", "--num_iter", "2",
+                                     "--warmup_steps", "1"]}
+
+    def runs():
+        out = {m: _run(["--mode", m, "--amp", *extra], corpus, tmp_path)
+               for m, extra in modes.items()}
+        with open(tmp_path / "predictions.json") as f:
+            return out, json.load(f)[0]["token_ids"]
+
+    copy, copy_words = runs()
+    monkeypatch.setattr(TransformerXLTask, "infers_in_compute_dtype", False)
+    mixed, mixed_words = runs()
+    assert {s["inference_weights"] for s in copy.values()} == {"bfloat16"}
+    assert {s["inference_weights"] for s in mixed.values()} == {"float32"}
+    assert copy["evaluate"]["eval_ppl"] == mixed["evaluate"]["eval_ppl"]
+    assert copy_words == mixed_words
+    train = _run(["--mode", "training_benchmark", "--amp", "--num_iter", "1", "--warmup_steps",
+                  "0", "--iter_unit", "batch"], corpus, tmp_path / "tb")
+    assert "inference_weights" not in train
+
+
 def test_export_scores_and_continues_like_the_model(tmp_path, corpus):
     _run(["--mode", "train", "--iter_unit", "batch", "--num_iter", "3"], corpus, tmp_path)
     export = tmp_path / "export"

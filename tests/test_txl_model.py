@@ -1,5 +1,7 @@
 """Transformer-XL base: exact parameter count, memory across segments, dtypes under AMP."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -132,3 +134,46 @@ def test_a_memory_kept_in_bfloat16_scores_as_the_float32_memory_it_was_rounded_f
         for a, b in zip(new32, new16):
             np.testing.assert_array_equal(tf.cast(a, tf.float32).numpy(),
                                           tf.cast(b, tf.float32).numpy())
+
+
+@pytest.mark.parametrize("half", ["bfloat16", "float16"])
+def test_a_copy_with_16_bit_weights_gives_the_mixed_models_outputs_bit_for_bit(half):
+    """Why inference under AMP may run on ``precision.compute_dtype_copy`` (the task's
+    ``infers_in_compute_dtype``): every weight of the 16-bit layers is read rounded, the layer
+    norms and the softmax's biases stay float32, so two segments' losses, memories and
+    log-probabilities are the mixed model's, with weights that are not round numbers."""
+    from common import precision
+
+    cfg = preset_config("tiny", vocab_size=300, mem_len=4, cutoffs=(100, 200), dropout=0.0)
+
+    def build():
+        model = TransformerXL(cfg, name="transformerxl")
+        model(tf.zeros((1, 2), tf.int32), model.initial_mems(1), tf.zeros((1, 2), tf.int32))
+        return model
+
+    rng = np.random.default_rng(0)
+    with dtype_policy(f"mixed_{half}"):
+        mixed = build()
+        for v in mixed.weights:  # no zero biases, no unit gains
+            v.assign(v.numpy() + rng.normal(0, 0.05, v.shape).astype(np.float32))
+        copy = precision.compute_dtype_copy(build, mixed, half)
+        kept = {v.path.split("/", 1)[1] for v in copy.weights if v.dtype == "float32"}
+        assert kept == {f"layer{i}_{s}/norm/{w}" for i in range(2) for s in ("attn", "ff")
+                        for w in ("gamma", "beta")} | {
+            f"adaptive_softmax/{w}" for w in ("bias", "cluster_W", "cluster_b")}
+        assert copy.embedding.embeddings.dtype == copy.attn[0].qkv.kernel.dtype == half
+        x, y = (tf.constant(rng.integers(0, 300, (3, 5)), tf.int32) for _ in range(2))
+        mems = mixed.initial_mems(3)
+        for _ in range(2):
+            (a, mems_a), (b, mems_b) = mixed(x, mems, y), copy(x, mems, y)
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+            for m_a, m_b in zip(mems_a, mems_b):
+                np.testing.assert_array_equal(tf.cast(m_a, tf.float32).numpy(),
+                                              tf.cast(m_b, tf.float32).numpy())
+            mems = mems_a
+        np.testing.assert_array_equal(mixed.log_prob(x, mems)[0].numpy(),
+                                      copy.log_prob(x, mems)[0].numpy())
+        with pytest.raises(RuntimeError, match="differ in name or shape"):
+            precision.compute_dtype_copy(
+                lambda: TransformerXL(dataclasses.replace(cfg, n_layer=1), name="transformerxl"),
+                mixed, half)

@@ -27,7 +27,9 @@ TAIL_ROWS = 64  # a tail cluster's rows are padded to a multiple of this (see ca
 class AdaptiveSoftmax(layers.Layer):
     def __init__(self, vocab_size: int, cutoffs=(), matmul_dtype="float32", pad_multiple: int = 1,
                  **kwargs):
-        super().__init__(dtype="float32", **kwargs)
+        # autocast=False: Keras would cast every floating input to float32, a 16-bit table
+        # (the copy of the model that inference runs, precision.compute_dtype_copy) too.
+        super().__init__(dtype="float32", autocast=False, **kwargs)
         self.vocab_size = vocab_size
         self.matmul_dtype, self.pad_multiple = tf.as_dtype(matmul_dtype), pad_multiple
         self.cutoffs = [int(c) for c in cutoffs]
@@ -98,7 +100,7 @@ class AdaptiveSoftmax(layers.Layer):
         softmax only for the tokens that fall in it (with zero rows up to a multiple of
         ``TAIL_ROWS``, so that XLA compiles ``sparse_xent`` for a few row counts, not for every
         step's)."""
-        targets = tf.cast(targets, tf.int32)
+        h, targets = tf.cast(h, tf.float32), tf.cast(targets, tf.int32)  # h's gradient in float32
         (w0, b0), *tails = self._clusters(table)
         c0 = self.bounds[1]
         head_index = targets
