@@ -55,7 +55,7 @@ class TiedEmbedding(layers.Embedding):
     bits) and again, and back to float32, when the table is handed to the float32 softmax: 37%
     of an AMP inference step's op time on a CPU. Rows are gathered in float32 and then cast; the
     softmax casts each cluster's rows once, for its matmul. Inference under AMP runs a copy of
-    the model whose table is bfloat16 (``precision.compute_dtype_copy``): no casts at all."""
+    the model whose table is 16-bit (``precision.compute_dtype_copy``): no casts at all."""
 
     def add_weight(self, *args, **kwargs):
         return super().add_weight(*args, **{**kwargs, "autocast": False})
