@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from common.conv2d import Conv2D, same_padding
+from common.conv2d import Conv2D, pointwise_conv, same_padding, subsample
 
 # (height, width, stride, kernel): output one column wide, kernel reaching into the padding.
 DEGENERATE = [(1, 1, 2, 3), (2, 1, 2, 3), (2, 2, 3, 3), (3, 1, 2, 5), (1, 1, 4, 7), (4, 1, 4, 3)]
@@ -63,3 +63,66 @@ def test_bfloat16_kernel_gradient_equals_float32s(h, w, stride, kernel):
                 y = tf.cast(layer(x), tf.float32)
             grads.append(tape.gradient(y, layer.kernel, output_gradients=dy).numpy())
         np.testing.assert_allclose(grads[1], grads[0], rtol=0.05, atol=0.05)
+
+
+@pytest.mark.parametrize("h, w, stride", [(8, 8, 1), (8, 6, 2), (7, 5, 2), (9, 9, 3), (1, 1, 2)])
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+def test_pointwise_conv_equals_tensorflows_convolution_and_gradients(h, w, stride, dtype):
+    x = tf.cast(tf.random.normal((3, h, w, 6), seed=3), dtype)
+    kernel = tf.cast(tf.random.normal((1, 1, 6, 5), seed=4), dtype)
+    dy = tf.cast(tf.random.normal((3, -(-h // stride), -(-w // stride), 5), seed=5), dtype)
+    results = []
+    for conv in (lambda x, k: tf.nn.conv2d(x, k, stride, "SAME"),
+                 lambda x, k: pointwise_conv(x, k, (stride, stride))):
+        with tf.GradientTape() as tape:
+            tape.watch([x, kernel])
+            y = conv(x, kernel)
+        results.append([y, *tape.gradient(y, [x, kernel], output_gradients=dy)])
+    tol = 1e-5 if dtype == tf.float32 else 2e-2
+    for theirs, ours in zip(*results):
+        assert ours.dtype == dtype and ours.shape == theirs.shape
+        np.testing.assert_allclose(tf.cast(ours, tf.float32).numpy(),
+                                   tf.cast(theirs, tf.float32).numpy(), rtol=tol, atol=tol * 4)
+
+
+@pytest.mark.parametrize("shape, strides", [((2, 8, 6, 3), (2, 2)), ((2, 9, 6, 3), (2, 3)),
+                                            ((2, 4, 4, 3), (1, 1)), ((1, 6, 6, 2), (3, 2))])
+def test_subsample_is_a_strided_slice(shape, strides):
+    x = tf.reshape(tf.range(np.prod(shape), dtype=tf.float32), shape)
+    np.testing.assert_array_equal(subsample(x, strides).numpy(),
+                                  x[:, ::strides[0], ::strides[1], :].numpy())
+
+
+def _kernel_gradient_ops(layer, x, training):
+    """The op types of the graph that computes ``layer``'s kernel gradient on ``x``."""
+    @tf.function
+    def grad(x):
+        with tf.GradientTape() as tape:
+            y = tf.cast(layer(x, training=training), tf.float32)
+            loss = tf.reduce_sum(y * y)
+        return tape.gradient(loss, layer.kernel.value)
+    graph = grad.get_concrete_function(tf.TensorSpec(x.shape, x.dtype)).graph
+    return {op.type for op in graph.get_operations()}, grad(x)
+
+
+def test_bfloat16_training_computes_1x1_weight_gradients_as_a_matmul():
+    """The 1x1 path is taken exactly where the docstring says (bfloat16 training of a 1x1
+    convolution, on a CPU), and its gradient is the same as oneDNN's kernel's."""
+    if tf.config.list_physical_devices("GPU"):
+        pytest.skip("the path is CPU-only")
+    x = tf.random.normal((2, 8, 8, 16), seed=6)
+    grads = {}
+    for kernel, policy, training, expect_matmul in [
+            (1, "mixed_bfloat16", True, True), (1, "mixed_bfloat16", False, False),
+            (1, "float32", True, False), (3, "mixed_bfloat16", True, False)]:
+        layer = Conv2D(8, kernel, strides=2, padding="same", use_bias=False, dtype=policy)
+        layer.build((None, 8, 8, 16))
+        layer.kernel.assign(np.random.RandomState(kernel).normal(size=layer.kernel.shape))
+        types, grad = _kernel_gradient_ops(layer, x, training)
+        assert ("Conv2DBackpropFilter" not in types) == expect_matmul, (kernel, policy, training)
+        assert ("MatMul" in types) == expect_matmul, (kernel, policy, training)
+        grads[(kernel, policy, training)] = grad.numpy()
+    exact = grads[(1, "float32", True)]
+    for training in (True, False):  # bfloat16 against float32, with both paths
+        np.testing.assert_allclose(grads[(1, "mixed_bfloat16", training)], exact,
+                                   rtol=0.02, atol=0.02 * np.abs(exact).max())
