@@ -62,7 +62,6 @@ class Conv2D(keras.layers.Conv2D):
         return (bool(training) and tuple(self.kernel_size) == (1, 1)
                 and tuple(self.dilation_rate) == (1, 1) and self.groups == 1
                 and self.data_format == "channels_last" and inputs.dtype == tf.bfloat16
-                and inputs.shape[-1] is not None
                 and not tf.config.list_physical_devices("GPU"))
 
     def convolution_op(self, inputs, kernel, training=None):
