@@ -1,52 +1,103 @@
 """What every model's DALI pipeline shares: where it runs, how it is served to TensorFlow, and
-how a rank's evaluation shard is cut.
+how a rank's evaluation pass is cut.
 
-On a GPU a pipeline runs on this process's GPU (``device_id`` = local rank: DALI counts physical
-GPUs) and is served on ``/gpu:0``, the one GPU Horovod's launch leaves visible to TensorFlow;
-with no GPU it runs on the CPU (``device_id=None``), which is how the tests run it.
+On a GPU a pipeline runs on this process's GPU (``Devices.dali_device_id``: the CUDA device
+TensorFlow computes on) and its ``DALIDataset`` sits on ``/gpu:0``, every output on the GPU.
+Nothing is chained after it: TensorFlow's dataset transformations have CPU kernels only, so a
+``map`` or ``unbatch`` after a GPU-placed DALIDataset would copy each batch to the host and
+back, or fail. What a model does to a batch after DALI happens either in the DALI graph or in
+the compiled step (``Task.train_loss``, ``Task.eval_update``), and an evaluation pass is cut by
+``EvalPass``, which slices the last batch on the device. With no GPU the same pipeline runs on
+the CPU (``device_id=None``), which is how the tests run it.
+
 ``nvidia.dali`` is imported only when a pipeline is built, so ``--dali`` is the only path that
 needs it.
 """
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import tensorflow as tf
 
 from common import tfrecord_index
+from common.devices import Devices
+
+# nvJPEG's scratch buffers, allocated once at these sizes instead of grown during the first
+# epoch (the values of NVIDIA's DALI examples and DeepLearningExamples for ImageNet).
+DEVICE_MEMORY_PADDING = 211_025_920
+HOST_MEMORY_PADDING = 140_544_512
 
 
 @dataclasses.dataclass(frozen=True)
 class Placement:
-    gpu: bool
-    device_id: int | None  # None: DALI's CPU-only mode
+    devices: Devices
+    cpu_decode: bool = False  # --dali_cpu: decode and augment on the CPU, serve on the GPU
+    float16: bool = False  # images leave DALI in float16 (AMP with float16 on a GPU)
 
     @property
-    def tf_device(self) -> str:
-        return "/gpu:0" if self.gpu else "/cpu:0"
+    def gpu(self) -> bool:
+        return self.devices.gpu
+
+    @property
+    def decoder(self) -> dict:
+        """The image decoder's device and memory hints: nvJPEG (``mixed``) on a GPU unless
+        ``--dali_cpu``, the CPU otherwise."""
+        if self.gpu and not self.cpu_decode:
+            return {"device": "mixed", "device_memory_padding": DEVICE_MEMORY_PADDING,
+                    "host_memory_padding": HOST_MEMORY_PADDING}
+        return {"device": "cpu"}
+
+    def image_dtype(self):
+        from nvidia.dali import types
+        return types.FLOAT16 if self.float16 else types.FLOAT
+
+    @property
+    def tf_image_dtype(self) -> tf.DType:
+        return tf.float16 if self.float16 else tf.float32
+
+    def output(self, node):
+        """A pipeline output on the device the DALIDataset serves from."""
+        return node.gpu() if self.gpu else node
 
 
-def placement(local_rank: int) -> Placement:
-    gpu = bool(tf.config.list_physical_devices("GPU"))
-    return Placement(gpu, local_rank if gpu else None)
+def placement(devices: Devices, cpu_decode: bool = False, compute_dtype: str = "float32"
+              ) -> Placement:
+    return Placement(devices, cpu_decode, float16=devices.gpu and compute_dtype == "float16")
+
+
+class Served:
+    """A DALIDataset handed to the loops as a plain iterable, not a ``tf.data.Dataset``: nothing
+    can be chained after it. Yields the pipeline's outputs as a tuple, or as a dict when
+    ``names`` are given (Python only: no TensorFlow op)."""
+
+    def __init__(self, dataset: tf.data.Dataset, names: Sequence[str] | None = None):
+        self.dataset, self.names = dataset, names
+
+    def __iter__(self) -> Iterator:
+        for batch in self.dataset:
+            yield dict(zip(self.names, batch)) if self.names else batch
 
 
 def serve(pipeline_def: Callable, where: Placement, batch_size: int,
           output_shapes: Sequence[tuple], output_dtypes: Sequence[tf.DType],
-          num_threads: int, seed: int | None = None,
-          with_inputs: bool = False) -> tf.data.Dataset:
-    """Builds ``pipeline_def`` (a ``@pipeline_def`` function) and serves its batches as a
-    ``tf.data.Dataset``; ``with_inputs`` for a pipeline fed by an ``external_source``."""
+          num_threads: int, seed: int | None = None, with_inputs: bool = False,
+          names: Sequence[str] | None = None) -> Served:
+    """Builds ``pipeline_def`` (a ``@pipeline_def`` function) and serves its batches, endlessly,
+    from a DALIDataset on the pipeline's device; ``with_inputs`` for a pipeline fed by an
+    ``external_source``. Every output of the pipeline must go through ``where.output``."""
     import nvidia.dali.plugin.tf as dali_tf
 
-    pipe = pipeline_def(batch_size=batch_size, num_threads=num_threads,
-                        device_id=where.device_id, seed=seed, prefetch_queue_depth=2)
+    device_id = where.devices.dali_device_id
+    pipe = pipeline_def(batch_size=batch_size, num_threads=num_threads, device_id=device_id,
+                        seed=seed, prefetch_queue_depth=2)
     dataset_cls = (dali_tf.experimental.DALIDatasetWithInputs if with_inputs
                    else dali_tf.DALIDataset)
-    with tf.device(where.tf_device):
-        return dataset_cls(pipeline=pipe, batch_size=batch_size, device_id=where.device_id,
-                           output_shapes=tuple(output_shapes), output_dtypes=tuple(output_dtypes))
+    with tf.device(where.devices.tf_device):
+        dataset = dataset_cls(pipeline=pipe, batch_size=batch_size, device_id=device_id,
+                              output_shapes=tuple(output_shapes),
+                              output_dtypes=tuple(output_dtypes))
+    return Served(dataset, names)
 
 
 def rank_seed(seed: int | None, rank: int) -> int | None:
@@ -59,7 +110,38 @@ def index_files(files: Sequence[str], idx_dir: str) -> list[str]:
 
 
 def eval_shard_size(files: Sequence[str], idx_dir: str, rank: int, world: int) -> int:
-    """Records in this rank's contiguous shard of ``files`` as DALI's reader splits them: one
-    evaluation pass takes this many, cutting off the padding DALI adds to the last batch."""
+    """Records in this rank's contiguous shard of ``files`` as DALI's reader splits them."""
     n = tfrecord_index.count_records(files, idx_dir)
     return (rank + 1) * n // world - rank * n // world
+
+
+class EvalPass:
+    """Passes over one rank's evaluation shard, read from an endless DALIDataset whose reader
+    pads the shard's last batch (``pad_last_batch``) and keeps to its shard
+    (``stick_to_shard``): a pass is ``ceil(examples / batch_size)`` batches, the last sliced to
+    its real rows on the device. One pipeline serves every evaluation of a run, so a pass that
+    is left early (the check before training reads one batch) is finished by the next one
+    before it starts."""
+
+    def __init__(self, served: Served, examples: int, batch_size: int):
+        self.served, self.examples, self.batch_size = served, examples, batch_size
+        self.batches = -(-examples // batch_size)
+        self._iterator = None
+        self._position = 0  # batches of the current pass already read
+
+    def __iter__(self) -> Iterator:
+        if not self.batches:
+            return
+        if self._iterator is None:
+            self._iterator = iter(self.served)
+        while self._position % self.batches:  # the rest of a pass left early
+            next(self._iterator)
+            self._position += 1
+        self._position = 0
+        last = self.examples - (self.batches - 1) * self.batch_size
+        for i in range(self.batches):
+            batch = next(self._iterator)
+            self._position += 1
+            if i == self.batches - 1 and last < self.batch_size:
+                batch = tf.nest.map_structure(lambda t: t[:last], batch)
+            yield batch

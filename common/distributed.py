@@ -1,4 +1,5 @@
-"""One code path for a single process and for Horovod under ``horovodrun`` or ``mpirun``.
+"""One code path for a single process and for Horovod under ``horovodrun``, ``mpirun`` or
+Slurm's ``srun``.
 
 Keras 3 variables are not ``tf.Variable``s, so Horovod's ``DistributedGradientTape`` and
 ``broadcast_variables(model.variables)`` do not work on them. Gradients from a plain
@@ -13,19 +14,49 @@ from typing import TypeVar
 
 import tensorflow as tf
 
+from common import devices
+from common.devices import CPU_ONLY, Devices
 from common.errors import DataError, TrainingError, UsageError
 
 T = TypeVar("T")
 
-# Set by horovodrun (Gloo or MPI), Open MPI's mpirun, and MPICH/Slurm PMI launchers.
+# Set by horovodrun (Gloo or MPI), Open MPI's mpirun, and MPICH's and Slurm's PMI-2 launchers.
 _WORLD_SIZE_ENV = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE")
+# Slurm's srun sets the size of its job step in every task, whatever --mpi plugin it uses; its
+# PMIx plugin sets PMIX_RANK and PMIX_NAMESPACE but no size. SLURM_NTASKS alone is not enough:
+# a batch script (sbatch) has it too, and a python started there directly is one process.
+_SLURM_STEP_SIZE = "SLURM_STEP_NUM_TASKS"
+# Each launcher's name for this process's rank, for messages (the first one set wins).
+RANK_ENV = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
 
 
 def launched_world_size(environ=os.environ) -> int:
+    """How many processes the launcher that started this one started (0: none did)."""
     for name in _WORLD_SIZE_ENV:
         if name in environ:
             return int(environ[name])
+    if environ.get("SLURM_STEP_ID") not in (None, "batch", "extern") and _SLURM_STEP_SIZE in environ:
+        return int(environ[_SLURM_STEP_SIZE])  # a task of an srun job step
     return 0  # not started by a launcher
+
+
+def launched_by(environ=os.environ) -> str:
+    """Which launcher started this process, for messages."""
+    if "HOROVOD_SIZE" in environ:
+        return "horovodrun"
+    if "OMPI_COMM_WORLD_SIZE" in environ:
+        return "mpirun"
+    if "SLURM_STEP_ID" in environ:
+        return "srun"
+    return "a launcher"
+
+
+def launched_rank(environ=os.environ) -> str | None:
+    """This process's rank as its launcher numbers it, before Horovod starts (None: no launcher)."""
+    for name in RANK_ENV:
+        if environ.get(name, "").isdigit():
+            return environ[name]
+    return None
 
 
 def _tf_variable(v):
@@ -39,13 +70,15 @@ def _tf_variable(v):
 
 
 class Distributed:
-    """Rank facts plus the few collectives the loops need; a no-op in a single process."""
+    """Rank facts, the device this process computes on, and the few collectives the loops need;
+    a no-op in a single process."""
 
-    def __init__(self, hvd=None):
+    def __init__(self, hvd=None, devices: Devices = CPU_ONLY):
         self.hvd = hvd
         self.rank = hvd.rank() if hvd else 0
         self.size = hvd.size() if hvd else 1
         self.local_rank = hvd.local_rank() if hvd else 0
+        self.devices = devices
 
     @property
     def is_chief(self) -> bool:
@@ -68,10 +101,12 @@ class Distributed:
         return self.hvd.grouped_allreduce(list(tensors), op=self.hvd.Sum)
 
     def any(self, flag: bool) -> bool:
-        """True on every rank when ``flag`` is true on at least one."""
+        """True on every rank when ``flag`` is true on at least one. A host tensor: reading a
+        GPU one back would wait for every step the device still has queued."""
         if not self.enabled:
             return bool(flag)
-        return bool(self.hvd.allreduce(tf.constant(int(flag)), op=self.hvd.Max).numpy())
+        with tf.device("/cpu:0"):
+            return bool(self.hvd.allreduce(tf.constant(int(flag)), op=self.hvd.Max).numpy())
 
     def on_chief(self, fn: Callable[[], T], what: str) -> T | None:
         """Runs ``fn`` on rank 0 only and returns its result there (None elsewhere). When it
@@ -108,22 +143,29 @@ class Distributed:
             self.hvd.broadcast_variables([_tf_variable(v) for v in variables], root_rank=0)
 
 
-def init() -> Distributed:
-    """Starts Horovod when a launcher started this process, and pins one GPU per local rank."""
-    world = launched_world_size()
+def init(environ=os.environ) -> Distributed:
+    """Starts Horovod when a launcher started this process, then pins this process to one GPU
+    (``devices.pin``): local rank modulo the GPUs it sees, GPU 0 in a single process."""
+    world = launched_world_size(environ)
     hvd = None
+    if world and launched_by(environ) == "srun" and not (
+            "PMIX_RANK" in environ or "PMI_RANK" in environ):
+        # Open MPI would find no process-management interface and abort inside MPI_Init.
+        raise UsageError(f"srun started {world} processes without an MPI plugin: run "
+                         "srun --mpi=pmix (or the plugin Open MPI was built for: srun --mpi=list)")
     if world:
         try:
             import horovod.tensorflow as hvd
         except ImportError as e:
             raise UsageError(
-                f"started by a launcher as {world} processes but Horovod does not import ({e}): "
-                "run scripts/install_deps.sh"
+                f"started by {launched_by(environ)} as {world} processes but Horovod does not "
+                f"import ({e}): run scripts/install_deps.sh"
             ) from e
         hvd.init()
-    gpus = tf.config.list_physical_devices("GPU")
-    for gpu in gpus:
-        tf.config.experimental.set_memory_growth(gpu, True)
-    if gpus and hvd is not None:
-        tf.config.set_visible_devices(gpus[hvd.local_rank() % len(gpus)], "GPU")
-    return Distributed(hvd)
+        if hvd.size() != world:
+            hint = (" (srun needs --mpi=pmix, or the MPI plugin Open MPI was built for: "
+                    "srun --mpi=list)" if launched_by(environ) == "srun" else "")
+            raise UsageError(f"{launched_by(environ)} started {world} processes but Horovod "
+                             f"joined {hvd.size()}{hint}")
+    local_rank = hvd.local_rank() if hvd is not None else 0
+    return Distributed(hvd, devices.pin(local_rank))

@@ -40,6 +40,9 @@ def _define_common(fv: flags.FlagValues) -> None:
     flags.DEFINE_integer("seed", None, "Random seed (model initialisation, data order).",
                          lower_bound=0, upper_bound=2**32 - 1, **d)
     flags.DEFINE_boolean("dali", False, "Read data with a DALI pipeline instead of tf.data.", **d)
+    flags.DEFINE_boolean("dali_cpu", False, "With --dali on a GPU: decode and augment on the CPU "
+                         "(batches still reach the GPU from DALI), for GPUs short of memory.",
+                         **d)
     flags.DEFINE_string("export_dir", None, "Export a SavedModel here after the run.", **d)
     flags.DEFINE_string("profile", None, "START:STOP: a TensorFlow profiler trace of those "
                         "steps in <results_dir>/tensorboard, and the share of time in matmuls and "
@@ -127,6 +130,8 @@ def validate(f: flags.FlagValues) -> None:
         f.tf32 = False
     if f.data_dir is not None and not os.path.isdir(f.data_dir):
         raise DataError(f"--data_dir {f.data_dir} does not exist or is not a directory")
+    if f.dali_cpu and not f.dali:
+        raise UsageError("--dali_cpu chooses where DALI decodes: it needs --dali")
     if f.dali and f.data_dir is None:
         raise UsageError("--dali needs --data_dir: synthetic data does not go through DALI")
     if f.mode == "evaluate" and f.data_dir is None:

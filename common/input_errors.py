@@ -79,3 +79,41 @@ def batches(dataset, locate: Callable[[], str | None] | None = None) -> Iterator
             raise DataError(f"cannot read the input data: {why}{f' {where}' if where else ''}"
                             ) from None
         yield batch
+
+
+class DeviceRangeCheck:
+    """A range check of integer inputs made where the batch is (on the GPU, for data that DALI
+    leaves there) inside the compiled step, without stopping the step: it counts the values
+    outside low..high and keeps the first, and the host reads the count at its sync points
+    (``raise_if_bad``), as it reads the non-finite counters. ``checked_range`` is the tf.data
+    pipelines' form, which fails the pipeline itself."""
+
+    def __init__(self, what: str, low: int, high: int):
+        self.what, self.low, self.high = what, low, high
+        self.count = tf.Variable(0, dtype=tf.int64, trainable=False, name=f"bad_{what}_count")
+        self.first = tf.Variable(0, dtype=tf.int64, trainable=False, name=f"bad_{what}_value")
+
+    def __call__(self, values, valid=None):
+        """Counts the values (where ``valid``, a bool tensor of their shape) outside the range;
+        returns ``values`` (call inside a ``tf.function``)."""
+        flat = tf.reshape(tf.cast(values, tf.int64), [-1])
+        bad = (flat < self.low) | (flat > self.high)
+        if valid is not None:
+            bad &= tf.reshape(valid, [-1])
+        n = tf.reduce_sum(tf.cast(bad, tf.int64))
+        first = tf.gather(tf.concat([flat, [0]], 0), tf.argmax(tf.concat(
+            [tf.cast(bad, tf.int32), [1]], 0), output_type=tf.int32))
+        self.first.assign(tf.where((self.count == 0) & (n > 0), first, self.first))
+        self.count.assign_add(n)
+        return values
+
+    def raise_if_bad(self, locate: Callable[[], str | None] | None = None) -> None:
+        """At a host sync point: one ``DataError`` line when a value was out of range, naming
+        the file and record where ``locate`` finds them."""
+        if not int(self.count.numpy()):
+            return
+        why = f"{self.what} {int(self.first.numpy())} is outside {self.low}..{self.high}"
+        where = locate() if locate else None
+        if where and not where.startswith("("):
+            raise DataError(f"cannot read the input data: {where}")
+        raise DataError(f"cannot read the input data: {why}{f' {where}' if where else ''}")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-import tensorflow as tf
+from common.devices import Devices
 
 
 def cpu_name() -> str:
@@ -23,11 +23,9 @@ def cpu_name() -> str:
     return f"{os.cpu_count()} x {name or 'CPU'}{bf16}"
 
 
-def describe() -> str:
-    """"2 x NVIDIA A100-SXM4-80GB" on a GPU machine, "2 x AMD EPYC 9R14 with bfloat16
-    instructions, no GPU" on a CPU one (the GPUs this process sees, not the node's)."""
-    gpus = tf.config.list_physical_devices("GPU")
-    if not gpus:
+def describe(devices: Devices) -> str:
+    """"NVIDIA A100-SXM4-80GB (GPU 3 of 8)" on a GPU machine, "2 x AMD EPYC 9R14 with bfloat16
+    instructions, no GPU" on a CPU one: the GPU this process computes on, not the node's."""
+    if not devices.gpu:
         return f"{cpu_name()}, no GPU"
-    names = [tf.config.experimental.get_device_details(g).get("device_name", "GPU") for g in gpus]
-    return ", ".join(f"{names.count(n)} x {n}" for n in dict.fromkeys(names))
+    return f"{devices.gpu_name} (GPU {devices.gpu_index} of {devices.visible_gpus})"

@@ -56,7 +56,7 @@ def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
     dist = distributed.init()
     prec = precision.resolve(
         amp=fv.amp, amp_dtype=fv.amp_dtype, static_loss_scale=fv.static_loss_scale, tf32=fv.tf32,
-        xla=fv.xla, has_gpu=bool(tf.config.list_physical_devices("GPU")))
+        xla=fv.xla, has_gpu=dist.devices.gpu)
     precision.apply(prec)
     # Logs go to --results_dir: a file there (or where its TensorBoard directory goes), a
     # read-only or a full disk stops the run here.
@@ -88,7 +88,7 @@ def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
     logger.parameters({**flags.as_dict(fv), "world_size": dist.size,
                        **trainer.effective_settings(), **prec.describe(),
                        "model": task_cls.name, "headline_metric": task_cls.headline_metric,
-                       "machine": machine.describe(), "tensorflow": tf.__version__})
+                       "machine": machine.describe(dist.devices), "tensorflow": tf.__version__})
     logger.print(
         f"precision: policy {prec.policy} (amp: {prec.sources['amp']}), loss scale "
         f"{prec.loss_scale or 'none'}, tf32 {'on' if prec.tf32 else 'off'} "
@@ -195,6 +195,6 @@ def main(task_cls: type[Task], argv: Sequence[str] | None = None) -> int:
         e.__traceback__ = None
         del e
         gc.collect()
-        rank = os.environ.get("HOROVOD_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK")
+        rank = distributed.launched_rank() if distributed.launched_world_size() else None
         print(f"{prog}: error{f' (rank {rank})' if rank else ''}: {message}", file=sys.stderr)
         return 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -15,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 from absl import flags
 
-from common import input_errors, tfrecord_index
+from common import dali, input_errors, tfrecord_index
 from common.distributed import Distributed
 from common.dllogger import Logger
 from common.precision import Precision
@@ -74,6 +75,14 @@ class Task(abc.ABC):
         """None (stateless), or a nest of tensors: the state a "train", "eval" or "infer"
         stream of ``model`` starts from."""
         return None
+
+    def prepare_train_batch(self, batch):
+        """A training micro-batch as ``train_loss`` takes it, made inside the step on the
+        device the batch is on (the GPU, for DALI's): one-hot targets, mixup, box targets.
+        Nothing is chained after a GPU-placed DALI dataset (``common/dali.py``), so this is
+        where such work goes. Runs outside XLA (random draws such as mixup's gamma have no XLA
+        kernel); the default hands the batch on."""
+        return batch
 
     @abc.abstractmethod
     def train_loss(self, model: keras.Model, batch, state=None) -> tuple[tf.Tensor, Any]:
@@ -163,6 +172,17 @@ class Task(abc.ABC):
         for the first bad record (see ``common.input_errors.locate_bad_record``), or None."""
         return None
 
+    def input_checks(self) -> Sequence[input_errors.DeviceRangeCheck]:
+        """The checks this task makes of its batches inside the compiled step (labels in range,
+        on the device DALI leaves them on); the trainer reads them at its sync points."""
+        return ()
+
+    def dali_placement(self) -> dali.Placement:
+        """Where this process's DALI pipelines run and what they emit: its GPU (the CPU with
+        --dali_cpu, or without a GPU), images in float16 under float16 AMP."""
+        return dali.placement(self.ctx.dist.devices, self.flags.dali_cpu,
+                              self.ctx.precision.compute_dtype)
+
     def items_in(self, batch) -> int:
         """How many ``item_unit`` one batch holds (for throughput)."""
         return int(tf.nest.flatten(batch)[0].shape[0])
@@ -177,9 +197,16 @@ class Task(abc.ABC):
         argument name. The TF-TRT benchmark (--use_tftrt) times this call."""
         return "serving_default", inputs
 
-    def inference_dataset(self) -> tf.data.Dataset:
-        """Batches for the inference benchmark: evaluation data if any, else synthetic."""
-        return self.eval_dataset().repeat() if self.flags.data_dir else self.train_dataset()
+    def inference_dataset(self):
+        """Batches for the inference benchmark, endless and all of one size (a smaller last
+        batch would be compiled anew inside the timed steps): evaluation data if any, else
+        synthetic."""
+        if not self.flags.data_dir:
+            return self.train_dataset()
+        data = self.eval_dataset()
+        if isinstance(data, dali.EvalPass):
+            return data.served  # the padded last batch kept: its rows are as costly
+        return data.unbatch().repeat().batch(self.flags.batch_size, drop_remainder=True)
 
     # --- inference ----------------------------------------------------------------------
     def predict_file(self, model: keras.Model, path: str) -> list[dict]:
@@ -192,6 +219,17 @@ class Task(abc.ABC):
 
     def export(self, model: keras.Model, export_dir: str) -> None:
         model.export(export_dir, format="tf_saved_model", verbose=False)
+
+
+class Repeated:
+    """Synthetic data as NVIDIA's benchmarks use it: one batch, made once on the device this
+    process computes on, handed out at every step (no host-to-device copy in the timed loop)."""
+
+    def __init__(self, batch):
+        self.batch = batch
+
+    def __iter__(self):
+        return itertools.repeat(self.batch)
 
 
 def l2_regularization(weight_decay: float, weights) -> tf.Tensor | None:

@@ -102,6 +102,7 @@ class Trainer:
                 "checking --export_dir")
         self._train_step = None
         self._eval_step = None
+        self._eval_data = None  # one evaluation input pipeline per run
         self._compute_dtype_model = None
         self.profiler = profiling.StepProfiler(
             self.flags.profile, os.path.join(self.flags.results_dir, "tensorboard"), self.log,
@@ -188,6 +189,7 @@ class Trainer:
 
         @tf.function
         def step(micro_batches, states):
+            micro_batches = tuple(task.prepare_train_batch(b) for b in micro_batches)
             loss, grads, states = gradients_c(micro_batches, states)
             grads = self.dist.allreduce_gradients(grads, fp16_compression=fp16_allreduce)
             # Every rank decides alike: these are the allreduced gradients.
@@ -272,7 +274,7 @@ class Trainer:
         if evaluate:
             self.check_eval_inputs()
         step_fn = self._compiled_train_step()
-        data = batches(self.task.train_dataset_at(start),
+        data = batches(self._on_device(self.task.train_dataset_at(start)),
                        lambda: self.task.locate_bad_record("train"))
         spe = self.steps_per_epoch
         states, loss, eval_results, skipped = None, None, {}, 0
@@ -312,6 +314,7 @@ class Trainer:
                 self.profiler.after(step, step_fn, (micro, states_in), final=last or stopping)
                 # A run that ends on non-finite steps stops with the error, except under float16
                 # loss scaling, where a skipped step is how the scale finds its level.
+                self._check_inputs("train")
                 skipped = self.guard.check(step, loss, self.checkpoints.latest, self._loss_scale(),
                                            last=last and not self.loss_scaled)
                 if warmed_up and not timed.active:
@@ -399,6 +402,7 @@ class Trainer:
         for batch in self._eval_batches():
             state = self._eval_step(batch, state)
             items += task.items_in(batch)
+        self._check_inputs("eval")
         seconds = time.perf_counter() - start
         total = self._total_eval_items(items)
         for m in metrics:
@@ -450,7 +454,24 @@ class Trainer:
                             "examples than processes")
 
     def _eval_batches(self):
-        return batches(self.task.eval_dataset(), lambda: self.task.locate_bad_record("eval"))
+        if self._eval_data is None:
+            self._eval_data = self._on_device(self.task.eval_dataset())
+        return batches(self._eval_data, lambda: self.task.locate_bad_record("eval"))
+
+    def _on_device(self, data):
+        """tf.data batches, made on the host, copied to the GPU ahead of the step that reads
+        them (``prefetch_to_device``) rather than inside it. DALI's (``dali.Served``) and
+        synthetic batches (``task.Repeated``) are there already; on a CPU nothing moves."""
+        if isinstance(data, tf.data.Dataset) and self.dist.devices.gpu:
+            return data.apply(tf.data.experimental.prefetch_to_device(
+                self.dist.devices.tf_device, buffer_size=2))
+        return data
+
+    def _check_inputs(self, split: str) -> None:
+        """At a sync point: what the compiled steps found wrong in the batches (a label out of
+        range), as one line naming the record where it can."""
+        for check in self.task.input_checks():
+            check.raise_if_bad(lambda: self.task.locate_bad_record(split))
 
     def _total_eval_items(self, items: int) -> int:
         """Items evaluated over every rank; an empty evaluation stops the run."""
@@ -477,7 +498,8 @@ class Trainer:
         f, unit = self.flags, self.task.item_unit
         step_fn = self._compiled_train_step()
         self.dist.broadcast(self._state())
-        data = batches(self.task.train_dataset(), lambda: self.task.locate_bad_record("train"))
+        data = batches(self._on_device(self.task.train_dataset()),
+                       lambda: self.task.locate_bad_record("train"))
         states = self._initial_train_states()
         clock = benchmark.Windows(f.warmup_steps)
         for i in range(1, f.num_iter + 1):
@@ -491,6 +513,7 @@ class Trainer:
             clock.close(i)
             last = i == f.num_iter
             self.profiler.after(i, step_fn, (micro, states_in), final=last)
+            self._check_inputs("train")
             self.guard.check(i, loss, self.checkpoints.latest, self._loss_scale(),
                              last=last and not self.loss_scaled)
             if i % f.display_every == 0 or last:
@@ -508,7 +531,7 @@ class Trainer:
         for per-batch latency)."""
         f, unit = self.flags, self.task.item_unit
         model, task = self.model, self.task
-        data = batches(task.inference_dataset())
+        data = batches(self._on_device(task.inference_dataset()))
         if f.use_tftrt:
             if self.dist.size > 1:
                 raise UsageError("--use_tftrt benchmarks one GPU: run it without "

@@ -5,9 +5,13 @@
 #   bash scripts/launch.sh MAIN_PY PRECISION GPUS [xla|noxla] [main.py flags]
 #   PRECISION: amp (float16 + dynamic loss scaling on a GPU), tf32, or fp32 (TF32 off)
 #   GPUS: GPUs per machine (one process each)
+# Every process runs through scripts/bind.sh, which binds it to the CPUs and memory of its GPU's
+# NUMA node (as NVIDIA's bind.sh); the launchers themselves bind nothing.
 # Environment:
 #   LAUNCHER=mpirun (default) | horovodrun | srun
+#   PYTHON=python           the interpreter every process runs
 #   HOSTS=node1:8,node2:8   mpirun/horovodrun across machines (GPUS is then ignored)
+#   SRUN_MPI=pmix           srun's --mpi plugin (pmi2 where the site's Slurm has no PMIx)
 #   CONTAINER=IMAGE         srun only: run in this image (pyxis: --container-image), with
 #   CONTAINER_WORKDIR       the repository inside it (default /workspace/tf-model-scripts, the
 #   MOUNTS=src:dst,...      Dockerfile's) and these mounts (--container-mounts)
@@ -45,6 +49,7 @@ done
 source "$(dirname "$0")/world.sh"
 
 main=$MAIN
+bind=$(cd "$(dirname "$0")" && pwd)/bind.sh
 launch=()
 case "${LAUNCHER:-mpirun}" in
   mpirun)
@@ -52,8 +57,8 @@ case "${LAUNCHER:-mpirun}" in
       np=$(world_size "$GPUS") || exit 2
       launch=(mpirun --allow-run-as-root -np "$np" -H "$HOSTS" --bind-to none --map-by slot
               "${forward[@]}" -mca pml ob1 -mca btl ^openib)
-    elif [ "$GPUS" -gt 1 ]; then
-      launch=(mpirun --allow-run-as-root --bind-to socket -np "$GPUS")
+    elif [ "$GPUS" -gt 1 ]; then  # no binding by mpirun: bind.sh follows each GPU's socket
+      launch=(mpirun --allow-run-as-root --bind-to none -np "$GPUS")
     fi ;;
   horovodrun)
     if [ -n "${HOSTS:-}" ]; then
@@ -65,12 +70,19 @@ case "${LAUNCHER:-mpirun}" in
   srun)  # one task per GPU on every node of the allocation; Horovod finds its ranks by PMIx
     [ -n "${SLURM_JOB_ID:-}${DRY_RUN:-}" ] ||
       die "LAUNCHER=srun runs inside a SLURM allocation (sbatch or salloc)"
-    launch=(srun --mpi=pmix --ntasks-per-node="$GPUS")
+    # srun does not pass sbatch's --cpus-per-task on (Slurm 22.05 and later): without it each
+    # task gets one CPU for its input pipeline, TensorFlow's threads and Horovod's.
+    cpus=${SLURM_CPUS_ON_NODE:-}
+    [ -z "$cpus" ] || [[ "$cpus" =~ ^[0-9]+$ ]] || die "SLURM_CPUS_ON_NODE is not a number: $cpus"
+    launch=(srun --mpi="${SRUN_MPI:-pmix}" --ntasks-per-node="$GPUS")
+    if [ -n "$cpus" ]; then
+      launch+=(--cpus-per-task=$(( cpus / GPUS > 0 ? cpus / GPUS : 1 )) --cpu-bind=none)
+    fi
     if [ -n "${CONTAINER:-}" ]; then
       root=$(cd "$(dirname "$0")/.." && pwd)
       workdir=${CONTAINER_WORKDIR:-/workspace/tf-model-scripts}
       case "$MAIN" in
-        "$root"/*) main="$workdir/${MAIN#"$root"/}" ;;
+        "$root"/*) main="$workdir/${MAIN#"$root"/}"; bind="$workdir/scripts/bind.sh" ;;
         *) die "MAIN_PY must be inside this repository ($root) to be found in the container" ;;
       esac
       launch+=(--container-image="$CONTAINER"
@@ -80,7 +92,12 @@ case "${LAUNCHER:-mpirun}" in
   *) die "LAUNCHER must be mpirun, horovodrun or srun, not $LAUNCHER" ;;
 esac
 
-cmd=("${launch[@]}" python "$main" "${flags[@]}" "$@")
+py=${PYTHON:-python}
+if [ ${#launch[@]} -gt 0 ]; then
+  cmd=("${launch[@]}" bash "$bind" "$py" "$main" "${flags[@]}" "$@")
+else  # one process: nothing to follow (main.py takes GPU 0)
+  cmd=("$py" "$main" "${flags[@]}" "$@")
+fi
 if [ -n "${DRY_RUN:-}" ]; then
   printf '%q ' "${cmd[@]}" | sed 's/ $//'
   echo

@@ -14,7 +14,8 @@ CONTAINER_ROOT = "/workspace/tf-model-scripts"
 def dry(script, *args, **env):
     """(exit code, the printed command as a list, stderr) of a launcher under DRY_RUN=1."""
     full = {k: v for k, v in os.environ.items()
-            if not k.startswith(("SLURM_", "HOSTS", "LAUNCHER", "CONTAINER", "MOUNTS"))}
+            if not k.startswith(("SLURM_", "HOSTS", "LAUNCHER", "CONTAINER", "MOUNTS", "PYTHON",
+                                 "SRUN_"))}
     full.update(DRY_RUN="1", **env)
     proc = subprocess.run(["bash", os.path.join(ROOT, script), *args], capture_output=True,
                           text=True, env=full, cwd=ROOT, timeout=60)
@@ -28,9 +29,10 @@ def flag(cmd, name):
 def test_one_machine_is_mpirun_with_one_process_per_gpu():
     code, cmd, _ = dry("resnet50v1.5/scripts/RN50_AMP_8GPU.sh", DATA_DIR="/d")
     assert code == 0
-    assert cmd[:7] == ["mpirun", "--allow-run-as-root", "--bind-to", "socket", "-np", "8",
-                       "python"]
-    assert cmd[7] == os.path.join(ROOT, "resnet50v1.5", "main.py") and cmd[8] == "--amp"
+    # mpirun binds nothing: bind.sh puts each rank on its GPU's NUMA node.
+    assert cmd[:9] == ["mpirun", "--allow-run-as-root", "--bind-to", "none", "-np", "8",
+                       "bash", os.path.join(ROOT, "scripts", "bind.sh"), "python"]
+    assert cmd[9] == os.path.join(ROOT, "resnet50v1.5", "main.py") and cmd[10] == "--amp"
     code, cmd, _ = dry("resnet50v1.5/scripts/RN50_TF32_1GPU.sh", DATA_DIR="/d")
     assert cmd[0] == "python" and "--tf32" in cmd  # one GPU: no launcher
 
@@ -64,6 +66,7 @@ def test_slurm_runs_one_task_per_gpu_in_the_container(model):
             in cmd)
     main = cmd.index("python") + 1
     assert cmd[main] == f"{CONTAINER_ROOT}/{model}/main.py"  # the image's code
+    assert cmd[main - 2] == f"{CONTAINER_ROOT}/scripts/bind.sh"
     assert flag(cmd, "--data_dir") == "/lustre/data" and flag(cmd, "--results_dir") == results
     assert cmd[-2:] == ["--seed", "7"] and "--tf32" in cmd
     if model == "transformerxl":  # 256 rows over 32 GPUs
@@ -108,3 +111,61 @@ def test_srun_outside_an_allocation_is_refused():
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("launch.sh: error: LAUNCHER=srun runs inside a SLURM "
                                    "allocation (sbatch or salloc)")
+
+
+def test_srun_gives_each_task_its_share_of_the_node_and_the_chosen_mpi_plugin():
+    """srun does not pass sbatch's CPUs per task on: each task asks for its share itself."""
+    code, cmd, _ = dry("resnet50v1.5/scripts/slurm.sbatch", SLURM_JOB_ID="1",
+                       SLURM_JOB_NUM_NODES="2", SLURM_NTASKS_PER_NODE="8",
+                       SLURM_CPUS_ON_NODE="128", SRUN_MPI="pmi2")
+    assert code == 0
+    assert cmd[:5] == ["srun", "--mpi=pmi2", "--ntasks-per-node=8", "--cpus-per-task=16",
+                       "--cpu-bind=none"]
+    assert cmd[5:7] == ["bash", os.path.join(ROOT, "scripts", "bind.sh")]
+
+
+def _fake_gpu_machine(tmp_path, numa_nodes):
+    """A PATH with an nvidia-smi that lists len(numa_nodes) GPUs, and a sysfs with their NUMA
+    nodes (what NVIDIA's bind.sh reads on a DGX)."""
+    bin_dir, sysfs = tmp_path / "bin", tmp_path / "sys"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    buses = [f"00000000:{0x07 + 0x10 * i:02X}:00.0" for i in range(len(numa_nodes))]
+    smi.write_text("#!/usr/bin/env bash\n"
+                   "i=''; for a in \"$@\"; do [ \"$prev\" = -i ] && i=$a; prev=$a; done\n"
+                   'case "$*" in *index*) seq 0 %d ;; *pci.bus_id*) b=(%s); echo "${b[$i]}" ;; '
+                   "esac\n" % (len(buses) - 1, " ".join(buses)))
+    smi.chmod(0o755)
+    numactl = bin_dir / "numactl"
+    numactl.write_text("#!/bin/sh\n")
+    numactl.chmod(0o755)
+    for bus, node in zip(buses, numa_nodes):
+        d = sysfs / "bus" / "pci" / "devices" / bus[4:].lower()
+        d.mkdir(parents=True)
+        (d / "numa_node").write_text(f"{node}\n")
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "BIND_SYSFS": str(sysfs)}
+
+
+@pytest.mark.parametrize("env, node", [
+    ({"OMPI_COMM_WORLD_LOCAL_RANK": "5"}, "1"),  # mpirun: GPU 5 of 8, socket 1
+    ({"SLURM_LOCALID": "2"}, "0"),  # srun
+    ({"SLURM_LOCALID": "3", "CUDA_VISIBLE_DEVICES": "6"}, "1"),  # srun --gpus-per-task=1
+    ({"OMPI_COMM_WORLD_LOCAL_RANK": "9"}, "0"),  # more ranks than GPUs: GPU 1, as main.py pins
+])
+def test_bind_puts_each_rank_on_its_gpus_numa_node(tmp_path, env, node):
+    fake = _fake_gpu_machine(tmp_path, [0, 0, 0, 0, 1, 1, 1, 1])
+    code, cmd, err = dry("scripts/bind.sh", "python", "main.py", **fake, **env)
+    assert code == 0, err
+    assert cmd == ["numactl", f"--cpunodebind={node}", f"--membind={node}", "python", "main.py"]
+
+
+def test_bind_runs_unbound_where_there_is_nothing_to_follow(tmp_path):
+    code, cmd, err = dry("scripts/bind.sh", "python", "main.py",
+                         PATH="/usr/bin:/bin", SLURM_LOCALID="1")  # no nvidia-smi: a CPU node
+    assert code == 0 and cmd == ["python", "main.py"] and err == ""
+    fake = _fake_gpu_machine(tmp_path, [-1, -1])  # a machine whose GPUs have no NUMA node
+    code, cmd, err = dry("scripts/bind.sh", "python", "main.py", **fake, SLURM_LOCALID="1")
+    assert code == 0 and cmd == ["python", "main.py"]
+    assert err.startswith("bind.sh: GPU 1 (00000000:17:00.0) has no NUMA node in ")
+    code, cmd, _ = dry("scripts/bind.sh", "python", "main.py", **fake, BIND="none")
+    assert cmd == ["python", "main.py"]

@@ -129,7 +129,7 @@ def test_xla_compiles_the_train_step(tmp_path):
     trainer = runner.setup(ResNetTask, args)
     trainer.log.close()
     assert trainer.ctx.precision.xla
-    batch = next(iter(trainer.task.train_dataset()))
+    batch = trainer.task.prepare_train_batch(next(iter(trainer.task.train_dataset())))
     gradients, update = trainer._build_train_step().xla_parts
     states = trainer._initial_train_states()
     # The step is two XLA modules: forward and backward, then the optimizer's update (the

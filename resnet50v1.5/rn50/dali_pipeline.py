@@ -1,20 +1,24 @@
 """The ImageNet pipeline in DALI: the same preprocessing as ``tfdata_pipeline``.
 
-On a GPU the JPEGs are decoded by nvJPEG (``mixed``) and everything after runs on the GPU; with
-no GPU the whole pipeline runs on the CPU (``device_id=None``), which is how it is tested here.
-Served to TensorFlow through ``nvidia.dali.plugin.tf.DALIDataset``.
+On a GPU the JPEGs are decoded by nvJPEG (``mixed``; the CPU with ``--dali_cpu``) and everything
+after runs on the GPU, images in float16 under float16 AMP; with no GPU the whole pipeline runs
+on the CPU (``device_id=None``), which is how it is tested here. Served to TensorFlow through
+``nvidia.dali.plugin.tf.DALIDataset`` with nothing chained after it (``common/dali.py``): the
+labels leave DALI 0-based, and their range check and one-hot encoding happen in the compiled
+step (``ResNetTask.train_loss``).
 """
 from __future__ import annotations
 
 import tensorflow as tf
 
 from common import dali
+from common.devices import CPU_ONLY
 from common.images import MEAN, STD
-from common.input_errors import checked_range
 from rn50.tfdata_pipeline import eval_resize
 
 
-def _build_pipeline(files, idx_files, training, image_size, shard_id, num_shards, gpu, min_area):
+def _build_pipeline(files, idx_files, training, image_size, shard_id, num_shards,
+                    where: dali.Placement, min_area):
     import nvidia.dali.tfrecord as tfrec
     from nvidia.dali import fn, pipeline_def, types
 
@@ -27,42 +31,37 @@ def _build_pipeline(files, idx_files, training, image_size, shard_id, num_shards
             shard_id=shard_id, num_shards=num_shards, random_shuffle=training,
             initial_fill=10_000 if training else 100, pad_last_batch=not training,
             stick_to_shard=not training)
-        decode_device = "mixed" if gpu else "cpu"
         if training:
             images = fn.decoders.image_random_crop(
-                records["image/encoded"], device=decode_device, output_type=types.RGB,
+                records["image/encoded"], **where.decoder, output_type=types.RGB,
                 random_aspect_ratio=[3 / 4, 4 / 3], random_area=[min_area, 1.0], num_attempts=100)
             images = fn.resize(images, resize_x=image_size, resize_y=image_size)
             mirror = fn.random.coin_flip(probability=0.5)
         else:
-            images = fn.decoders.image(records["image/encoded"], device=decode_device,
+            images = fn.decoders.image(records["image/encoded"], **where.decoder,
                                        output_type=types.RGB)
             images = fn.resize(images, resize_shorter=eval_resize(image_size))
             mirror = 0
         images = fn.crop_mirror_normalize(
-            images, dtype=types.FLOAT, output_layout="HWC", crop=(image_size, image_size),
+            images, dtype=where.image_dtype(), output_layout="HWC", crop=(image_size, image_size),
             mean=list(MEAN), std=list(STD), mirror=mirror)
         labels = fn.reshape(records["image/class/label"], shape=[]) - 1
-        return images, fn.cast(labels, dtype=types.INT32)
+        return where.output(images), where.output(fn.cast(labels, dtype=types.INT32))
 
     return pipeline
 
 
 def dataset(files, idx_dir: str, batch_size: int, image_size: int, training: bool, rank: int = 0,
-            world: int = 1, local_rank: int = 0, seed: int | None = None,
-            num_threads: int = 4, min_area: float = 0.08,
-            num_classes: int = 1000) -> tf.data.Dataset:
-    """Batches of (images (N, size, size, 3) float32, labels (N,) int32) for this rank."""
-    where = dali.placement(local_rank)
+            world: int = 1, where: dali.Placement = dali.Placement(CPU_ONLY),
+            seed: int | None = None, num_threads: int = 4, min_area: float = 0.08):
+    """(images (N, size, size, 3) float32 or float16, labels (N,) int32 0-based) batches for
+    this rank: endless for training, one pass over its shard per iteration for evaluation
+    (``dali.EvalPass``)."""
     pipe = _build_pipeline(files, dali.index_files(files, idx_dir), training, image_size, rank,
-                           world, where.gpu, min_area)
+                           world, where, min_area)
     ds = dali.serve(pipe, where, batch_size,
                     ((batch_size, image_size, image_size, 3), (batch_size,)),
-                    (tf.float32, tf.int32), num_threads, dali.rank_seed(seed, rank))
-    # Labels leave DALI 0-based: checked as the 1-based ids the records hold.
-    ds = ds.map(lambda images, labels: (
-        images, checked_range(labels + 1, 1, num_classes, "label") - 1))
+                    (where.tf_image_dtype, tf.int32), num_threads, dali.rank_seed(seed, rank))
     if training:
         return ds
-    # One pass over this rank's shard: DALI pads the last batch, so cut the padding off.
-    return ds.unbatch().take(dali.eval_shard_size(files, idx_dir, rank, world)).batch(batch_size)
+    return dali.EvalPass(ds, dali.eval_shard_size(files, idx_dir, rank, world), batch_size)

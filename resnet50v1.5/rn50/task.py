@@ -18,7 +18,8 @@ from common import flags as common_flags
 from common import schedules, tfrecord_index
 from common.errors import UsageError
 from common.images import read_image
-from common.task import RecordTask, l2_regularization
+from common.input_errors import DeviceRangeCheck
+from common.task import RecordTask, Repeated, l2_regularization
 from rn50 import tfdata_pipeline
 from rn50.model import ARCHS, build_resnet, decayed_kernels
 
@@ -67,9 +68,12 @@ class ResNetTask(RecordTask):
     def __init__(self, ctx):
         super().__init__(ctx)
         f = self.flags
-        if f.data_format == "NCHW" and not tf.config.list_physical_devices("GPU"):
+        if f.data_format == "NCHW" and not ctx.dist.devices.gpu:
             raise UsageError("--data_format NCHW needs a GPU (TensorFlow's CPU kernels are NHWC)")
         self.class_names = self._read_class_names()
+        # Labels are checked where the batch is (DALI leaves it on the GPU): 1-based, as the
+        # records hold them and the tf.data pipeline's own check names them.
+        self.label_check = DeviceRangeCheck("label", 1, f.num_classes)
 
     def _read_class_names(self):
         path = os.path.join(self.flags.data_dir or "", "labels.txt")
@@ -98,11 +102,29 @@ class ResNetTask(RecordTask):
                     else schedules.steps(peak, warmup, total_steps, offset=1.0))
         return keras.optimizers.SGD(learning_rate=schedule, momentum=f.momentum)
 
+    def prepare_train_batch(self, batch):
+        """(images, one-hot targets, smoothed by the loss); with --mixup, each batch blended with
+        itself reversed."""
+        images, labels = batch  # labels: (N,) int32, 0-based
+        labels = self.label_check(labels + 1) - 1
+        targets = tf.one_hot(labels, self.flags.num_classes)
+        alpha = self.flags.mixup
+        if alpha > 0:
+            a, b = tf.random.gamma([], alpha), tf.random.gamma([], alpha)
+            lam = a / (a + b)  # ~ Beta(alpha, alpha)
+            images = lam * tf.cast(images, lam.dtype) + (1 - lam) * tf.cast(
+                tf.reverse(images, [0]), lam.dtype)
+            targets = lam * targets + (1 - lam) * tf.reverse(targets, [0])
+        return images, targets
+
     def train_loss(self, model, batch, state=None):
-        images, targets = batch  # targets: (N, classes) float32, smoothed by the loss below
+        images, targets = batch  # targets: (N, classes) float32, from prepare_train_batch
         logits = model(images, training=True)  # (N, classes) float32 under any policy
         return tf.reduce_mean(keras.losses.categorical_crossentropy(
             targets, logits, from_logits=True, label_smoothing=self.flags.label_smoothing)), state
+
+    def input_checks(self):
+        return [self.label_check]
 
     def regularization(self, model):
         return l2_regularization(self.flags.weight_decay, decayed_kernels(model))
@@ -113,6 +135,7 @@ class ResNetTask(RecordTask):
 
     def eval_update(self, model, batch, metrics, state=None):
         images, labels = batch
+        labels = self.label_check(labels + 1) - 1
         logits = model(images, training=False)
         for m in metrics:
             m.update_state(labels, logits)
@@ -129,8 +152,8 @@ class ResNetTask(RecordTask):
             from rn50 import dali_pipeline
             tfrecord_index.ensure_indexes(files, f.data_idx_dir, dist)
             return dali_pipeline.dataset(files, f.data_idx_dir, f.batch_size, f.image_size,
-                                         training, dist.rank, dist.size, dist.local_rank,
-                                         f.seed, f.dali_threads, f.crop_area_min, f.num_classes)
+                                         training, dist.rank, dist.size, self.dali_placement(),
+                                         f.seed, f.dali_threads, f.crop_area_min)
         return tfdata_pipeline.dataset(files, f.batch_size, f.image_size, training, dist.rank,
                                        dist.size, None if f.seed is None else f.seed + dist.rank,
                                        f.crop_area_min, f.num_classes)
@@ -139,22 +162,10 @@ class ResNetTask(RecordTask):
         f = self.flags
         images = tf.random.normal((f.batch_size, f.image_size, f.image_size, 3), seed=f.seed)
         labels = tf.random.uniform((f.batch_size,), 0, f.num_classes, tf.int32, seed=f.seed)
-        return tf.data.Dataset.from_tensors((images, labels)).repeat()
+        return Repeated((images, labels))
 
     def train_dataset(self):
-        ds = self._synthetic() if self.flags.data_dir is None else self._dataset("train", True)
-        return ds.map(self._training_targets, num_parallel_calls=tf.data.AUTOTUNE)
-
-    def _training_targets(self, images, labels):
-        """One-hot targets; with --mixup, each batch blended with itself reversed."""
-        targets = tf.one_hot(labels, self.flags.num_classes)
-        alpha = self.flags.mixup
-        if alpha > 0:
-            a, b = tf.random.gamma([], alpha), tf.random.gamma([], alpha)
-            lam = a / (a + b)  # ~ Beta(alpha, alpha)
-            images = lam * images + (1 - lam) * tf.reverse(images, [0])
-            targets = lam * targets + (1 - lam) * tf.reverse(targets, [0])
-        return images, targets
+        return self._synthetic() if self.flags.data_dir is None else self._dataset("train", True)
 
     def eval_dataset(self):
         return self._dataset("validation", False)

@@ -38,10 +38,10 @@ def decode(codes, anchors):
 
 
 def iou(a, b):
-    """(N, 4) x (M, 4) -> (N, M) intersection over union (0 where both areas are 0)."""
+    """(..., N, 4) x (M, 4) -> (..., N, M) intersection over union (0 where both areas are 0)."""
     a, b = tf.cast(a, tf.float32), tf.cast(b, tf.float32)
-    ay0, ax0, ay1, ax1 = tf.split(a, 4, axis=-1)  # (N, 1) each
-    by0, bx0, by1, bx1 = (tf.transpose(t) for t in tf.split(b, 4, axis=-1))  # (1, M) each
+    ay0, ax0, ay1, ax1 = (t[..., None] for t in tf.unstack(a, axis=-1))  # (..., N, 1) each
+    by0, bx0, by1, bx1 = tf.unstack(b, axis=-1)  # (M,) each
     ih = tf.maximum(tf.minimum(ay1, by1) - tf.maximum(ay0, by0), 0.0)
     iw = tf.maximum(tf.minimum(ax1, bx1) - tf.maximum(ax0, bx0), 0.0)
     inter = ih * iw

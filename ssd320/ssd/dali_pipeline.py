@@ -1,10 +1,13 @@
 """SSD320's input pipeline in DALI, served through ``nvidia.dali.plugin.tf.DALIDataset``.
 
-DALI reads, decodes (nvJPEG, ``mixed``, on a GPU; the CPU without one), flips and crops with the
-boxes kept consistent (``bb_flip``, ``random_bbox_crop``), resizes bilinearly without
-antialiasing (as TF-OD and the tf.data pipeline do) and normalises. Boxes and labels leave DALI
-padded to 100; the per-anchor targets are then encoded in TensorFlow by the very function the
-tf.data pipeline uses, so evaluation inputs agree to decoder rounding and targets exactly.
+DALI reads, decodes (nvJPEG, ``mixed``, on a GPU unless ``--dali_cpu``; the CPU without one),
+flips and crops with the boxes kept consistent (``bb_flip``, ``random_bbox_crop``), resizes
+bilinearly without antialiasing (as TF-OD and the tf.data pipeline do) and normalises. Boxes
+(left, top, right, bottom) and labels leave DALI padded to 100, with their count, on the device
+the DALIDataset serves from, and nothing is chained after it (``common/dali.py``): the
+per-anchor targets are encoded in the compiled step (``SSDTask.prepare_train_batch``), for the
+whole batch at once, by the very function the tf.data pipeline applies to each image, so
+evaluation inputs agree to decoder rounding and targets exactly.
 
 Training crops differ in one way from TF-OD's (and the tf.data pipeline's): DALI samples the
 window's sides (scale 0.75-1 each, aspect 0.75-1.33) rather than its area and aspect, and drops
@@ -16,13 +19,16 @@ import tensorflow as tf
 
 from common import dali
 from common.images import MEAN, STD
-from common.input_errors import checked_range
+from common.devices import CPU_ONLY
 from ssd import tfdata_pipeline
 
 MAX_BOXES = tfdata_pipeline.MAX_BOXES
+# The batch's parts, in the pipeline's output order.
+NAMES = ("images", "boxes_ltrb", "classes", "count", "image_id", "height", "width")
 
 
-def _build_pipeline(files, idx_files, training, image_size, shard_id, num_shards, gpu):
+def _build_pipeline(files, idx_files, training, image_size, shard_id, num_shards,
+                    where: dali.Placement):
     import nvidia.dali.tfrecord as tfrec
     from nvidia.dali import fn, pipeline_def, types
 
@@ -42,8 +48,7 @@ def _build_pipeline(files, idx_files, training, image_size, shard_id, num_shards
         boxes = fn.stack(*(r[f"image/object/bbox/{k}"] for k in ("xmin", "ymin", "xmax", "ymax")),
                          axis=1)  # (n, 4) left, top, right, bottom
         labels = fn.cast(r["image/object/class/label"], dtype=types.INT32)
-        images = fn.decoders.image(r["image/encoded"], device="mixed" if gpu else "cpu",
-                                   output_type=types.RGB)
+        images = fn.decoders.image(r["image/encoded"], **where.decoder, output_type=types.RGB)
         if training:
             coin = fn.random.coin_flip(probability=0.5)
             images = fn.flip(images, horizontal=coin)
@@ -56,40 +61,32 @@ def _build_pipeline(files, idx_files, training, image_size, shard_id, num_shards
                               normalized_shape=True, out_of_bounds_policy="trim_to_shape")
         images = fn.resize(images, resize_x=image_size, resize_y=image_size,
                            interp_type=types.INTERP_LINEAR, antialias=False)
-        images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="HWC",
-                                          mean=list(MEAN), std=list(STD))
-        count = fn.cast(labels.shape(), dtype=types.INT32)  # (1,)
+        images = fn.crop_mirror_normalize(images, dtype=where.image_dtype(),
+                                          output_layout="HWC", mean=list(MEAN), std=list(STD))
+        count = fn.reshape(fn.cast(labels.shape(), dtype=types.INT32), shape=[])
         boxes = fn.pad(boxes, axes=(0,), shape=(MAX_BOXES,), fill_value=0.0)
         labels = fn.pad(labels, axes=(0,), shape=(MAX_BOXES,), fill_value=0)
-        meta = fn.cat(r["image/id"], r["image/height"], r["image/width"])  # (3,) int64
-        return images, boxes, labels, count, meta
+        scalars = [fn.reshape(r[f"image/{k}"], shape=[]) for k in ("id", "height", "width")]
+        return tuple(where.output(x) for x in (images, boxes, labels, count, *scalars))
 
     return pipeline
 
 
-def dataset(files, idx_dir: str, batch_size: int, image_size: int, training: bool, anchors,
-            num_classes: int, rank: int = 0, world: int = 1, local_rank: int = 0,
-            seed: int | None = None, num_threads: int = 4) -> tf.data.Dataset:
-    """Batches of the same dicts as ``tfdata_pipeline.dataset`` for this rank."""
-    where = dali.placement(local_rank)
+def dataset(files, idx_dir: str, batch_size: int, image_size: int, training: bool,
+            rank: int = 0, world: int = 1, where: dali.Placement = dali.Placement(CPU_ONLY),
+            seed: int | None = None, num_threads: int = 4):
+    """Dicts of ``NAMES`` for this rank: images (N, S, S, 3) float32 or float16, boxes_ltrb
+    (N, 100, 4) float32 normalised, classes (N, 100) int32 and their count (N,) int32, then
+    image_id, height, width (N,) int64. Endless for training; one pass over the rank's shard
+    per iteration for evaluation (``dali.EvalPass``)."""
     pipe = _build_pipeline(files, dali.index_files(files, idx_dir), training, image_size, rank,
-                           world, where.gpu)
+                           world, where)
     ds = dali.serve(pipe, where, batch_size,
                     ((batch_size, image_size, image_size, 3), (batch_size, MAX_BOXES, 4),
-                     (batch_size, MAX_BOXES), (batch_size, 1), (batch_size, 3)),
-                    (tf.float32, tf.float32, tf.int32, tf.int32, tf.int64), num_threads,
-                    dali.rank_seed(seed, rank))
-    anchors = tf.constant(anchors)
-
-    def encode(image, boxes, labels, count, meta):
-        xmin, ymin, xmax, ymax = tf.unstack(boxes, axis=-1)
-        yx = tf.stack([ymin, xmin, ymax, xmax], axis=-1)
-        classes = checked_range(labels[: count[0]], 1, num_classes, "class")
-        ex = {"image_id": meta[0], "height": meta[1], "width": meta[2]}
-        return tfdata_pipeline.finish(image, yx[: count[0]], classes, ex, anchors)
-
-    ds = ds.unbatch().map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    if not training:
-        # One pass over this rank's shard: DALI pads the last batch, so cut the padding off.
-        ds = ds.take(dali.eval_shard_size(files, idx_dir, rank, world))
-    return ds.batch(batch_size, drop_remainder=training).prefetch(tf.data.AUTOTUNE)
+                     (batch_size, MAX_BOXES), (batch_size,), (batch_size,), (batch_size,),
+                     (batch_size,)),
+                    (where.tf_image_dtype, tf.float32, tf.int32, tf.int32, tf.int64, tf.int64,
+                     tf.int64), num_threads, dali.rank_seed(seed, rank), names=NAMES)
+    if training:
+        return ds
+    return dali.EvalPass(ds, dali.eval_shard_size(files, idx_dir, rank, world), batch_size)

@@ -15,29 +15,38 @@ MATCH_THRESHOLD = 0.5
 
 
 def match(gt_boxes, num_gt, anchors, threshold: float = MATCH_THRESHOLD):
-    """(A,) int32: index of the ground-truth box matched to each anchor, -1 for background.
+    """(..., A) int32: index of the ground-truth box matched to each anchor, -1 for background.
 
-    ``gt_boxes`` (G, 4) holds ``num_gt`` real boxes followed by padding."""
-    g = tf.shape(gt_boxes)[0]
-    valid = tf.range(g) < num_gt  # (G,)
-    sim = tf.where(valid[:, None], box_coder.iou(gt_boxes, anchors), -1.0)  # (G, A)
-    best_gt = tf.argmax(sim, axis=0, output_type=tf.int32)  # (A,)
-    matches = tf.where(tf.reduce_max(sim, axis=0) >= threshold, best_gt, -1)
-    # Forced matches: each real box claims its best anchor.
-    best_anchor = tf.argmax(sim, axis=1, output_type=tf.int32)  # (G,)
-    claims = tf.one_hot(best_anchor, tf.shape(anchors)[0], dtype=tf.int32) * tf.cast(
-        valid[:, None], tf.int32)  # (G, A)
-    claimed = tf.reduce_max(claims, axis=0) > 0
-    claimant = tf.argmax(claims, axis=0, output_type=tf.int32)  # first box with a claim
-    return tf.where(claimed, claimant, matches)
+    ``gt_boxes`` (..., G, 4) holds ``num_gt`` (...) real boxes followed by padding: one image,
+    or a batch of them (in the compiled step, for batches DALI leaves on the GPU)."""
+    g, a = tf.shape(gt_boxes)[-2], tf.shape(anchors)[0]
+    valid = tf.range(g) < tf.cast(num_gt, tf.int32)[..., None]  # (..., G)
+    sim = tf.where(valid[..., None], box_coder.iou(gt_boxes, anchors), -1.0)  # (..., G, A)
+    best_gt = tf.argmax(sim, axis=-2, output_type=tf.int32)  # (..., A)
+    matches = tf.where(tf.reduce_max(sim, axis=-2) >= threshold, best_gt, -1)
+    # Forced matches: each real box claims its best anchor; of boxes with the same best anchor
+    # the first wins (the smallest index: a scatter-min of each box's index into its anchor).
+    best_anchor = tf.argmax(sim, axis=-1, output_type=tf.int32)  # (..., G)
+    flat_anchor = tf.reshape(best_anchor, [-1])
+    images = tf.size(flat_anchor) // g  # 1 for one image
+    image = tf.repeat(tf.range(images), g)
+    box = tf.tile(tf.range(g), [images])
+    claimant = tf.tensor_scatter_nd_min(
+        tf.fill([images, a], g), tf.stack([image, flat_anchor], axis=1),
+        tf.where(tf.reshape(valid, [-1]), box, g))  # (images, A); g: no claim
+    claimant = tf.reshape(claimant, tf.shape(matches))
+    return tf.where(claimant < g, claimant, matches)
 
 
 def encode_targets(gt_boxes, gt_classes, num_gt, anchors):
-    """(classes (A,) int32 with 0 for background, box codes (A, 4) float32) for one image."""
+    """(classes (..., A) int32 with 0 for background, box codes (..., A, 4) float32) for one
+    image, or a batch (``gt_boxes`` (..., G, 4), ``gt_classes`` (..., G), ``num_gt`` (...))."""
     matches = match(gt_boxes, num_gt, anchors)
     matched = matches >= 0
     safe = tf.maximum(matches, 0)
-    classes = tf.where(matched, tf.gather(tf.cast(gt_classes, tf.int32), safe), 0)
-    codes = box_coder.encode(tf.gather(gt_boxes, safe), anchors)
-    codes = tf.where(matched[:, None], codes, 0.0)
+    batch_dims = len(matches.shape) - 1
+    classes = tf.where(matched, tf.gather(tf.cast(gt_classes, tf.int32), safe,
+                                          batch_dims=batch_dims), 0)
+    codes = box_coder.encode(tf.gather(gt_boxes, safe, batch_dims=batch_dims), anchors)
+    codes = tf.where(matched[..., None], codes, 0.0)
     return classes, codes

@@ -18,9 +18,10 @@ from common import flags as common_flags
 from common import schedules, tfrecord_index
 from common.errors import DataError, UsageError
 from common.images import normalize, read_image
-from common.task import RecordTask, l2_regularization
+from common.input_errors import DeviceRangeCheck
+from common.task import RecordTask, Repeated, l2_regularization
 from ssd import anchors as anchor_gen
-from ssd import coco_eval, coco_json, losses, postprocess, tfdata_pipeline
+from ssd import coco_eval, coco_json, losses, postprocess, targets, tfdata_pipeline
 from ssd.model import ARCHS, build_ssd, decayed_kernels
 
 COCO_TRAIN_IMAGES = 118_287  # the nominal epoch of synthetic data
@@ -77,6 +78,9 @@ class SSDTask(RecordTask):
             raise UsageError(f"--num_classes {f.num_classes} is below the largest category id "
                              f"{self.label_map['num_classes']} in label_map.json")
         self.anchors = anchor_gen.generate(f.image_size)  # (A, 4) normalised
+        # Class ids of batches DALI leaves on the device, checked there (the tf.data pipeline
+        # checks its own as it parses them).
+        self.class_check = DeviceRangeCheck("class", 1, f.num_classes)
         self.names = {c["id"]: c["name"] for c in (self.label_map or {}).get("categories", [])}
         self._gt = None
         self._detect = None  # predict's compiled detection, made at its first file
@@ -118,6 +122,22 @@ class SSDTask(RecordTask):
                                     warmup_start=f.lr_warmup_ratio * peak)
         return keras.optimizers.SGD(learning_rate=schedule, momentum=f.momentum)
 
+    def prepare_train_batch(self, batch):
+        """Per-anchor targets: the tf.data pipeline's batches carry them already; DALI's carry
+        the padded boxes, encoded here for the whole batch by ``targets.encode_targets``, the
+        function the tf.data pipeline applies to each image."""
+        if "cls" in batch:
+            return batch
+        count = batch["count"]
+        real = tf.range(tfdata_pipeline.MAX_BOXES) < count[:, None]  # (N, 100)
+        classes = self.class_check(batch["classes"], valid=real)
+        boxes = tf.gather(batch["boxes_ltrb"], [1, 0, 3, 2], axis=-1)  # ymin, xmin, ymax, xmax
+        cls, box = targets.encode_targets(boxes, classes, count, tf.constant(self.anchors))
+        return {"images": batch["images"], "cls": cls, "box": box}
+
+    def input_checks(self):
+        return [self.class_check]
+
     def train_loss(self, model, batch, state=None):
         out = model(batch["images"], training=True)
         return losses.detection_loss(out["cls_logits"], out["box_codes"], batch["cls"],
@@ -157,8 +177,8 @@ class SSDTask(RecordTask):
             from ssd import dali_pipeline
             tfrecord_index.ensure_indexes(files, f.data_idx_dir, dist)
             return dali_pipeline.dataset(files, f.data_idx_dir, f.batch_size, f.image_size,
-                                         training, self.anchors, f.num_classes, dist.rank,
-                                         dist.size, dist.local_rank, f.seed, f.dali_threads)
+                                         training, dist.rank, dist.size, self.dali_placement(),
+                                         f.seed, f.dali_threads)
         return tfdata_pipeline.dataset(files, f.batch_size, f.image_size, training, self.anchors,
                                        f.num_classes, dist.rank, dist.size,
                                        None if f.seed is None else f.seed + dist.rank)
@@ -173,7 +193,7 @@ class SSDTask(RecordTask):
                  "image_id": tf.range(f.batch_size, dtype=tf.int64),
                  "height": tf.fill([f.batch_size], tf.constant(f.image_size, tf.int64)),
                  "width": tf.fill([f.batch_size], tf.constant(f.image_size, tf.int64))}
-        return tf.data.Dataset.from_tensors(batch).repeat()
+        return Repeated(batch)
 
     def train_dataset(self):
         return self._synthetic() if self.flags.data_dir is None else self._dataset("train", True)

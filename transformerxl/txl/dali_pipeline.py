@@ -6,7 +6,8 @@ DALI's numpy reader reads each row's segment (tgt_len + 1 tokens) straight from 
 every sample its start: row g of the global batch is the g-th of ``rows`` equal contiguous
 streams, and step t reads its tokens [t * tgt_len, (t + 1) * tgt_len + 1). Nothing is shuffled;
 each rank reads only its own rows. Inputs and targets are the segment without its last and
-without its first token.
+without its first token, cut in DALI: nothing is chained after the DALIDataset
+(``common/dali.py``), which on a GPU serves both from the GPU.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from common import dali
+from common.devices import CPU_ONLY
 from common.errors import DataError
 from txl import tfdata_pipeline
 
@@ -34,8 +36,8 @@ def _offsets(length: int, steps: int, batch_size: int, batch_chunk: int, rank: i
 
 
 def dataset(path: str, batch_size: int, tgt_len: int, rank: int = 0, world: int = 1,
-            batch_chunk: int = 1, first_step: int = 0, local_rank: int = 0,
-            num_threads: int = 2) -> tf.data.Dataset:
+            batch_chunk: int = 1, first_step: int = 0,
+            where: dali.Placement = dali.Placement(CPU_ONLY), num_threads: int = 2) -> dali.Served:
     """Endless (inputs, targets) int32 micro-batches of this rank, from step ``first_step``."""
     from nvidia.dali import fn, pipeline_def, types
 
@@ -45,7 +47,6 @@ def dataset(path: str, batch_size: int, tgt_len: int, rank: int = 0, world: int 
                         "drop --dali")
     length, steps = tfdata_pipeline.layout(total, batch_size * batch_chunk * world, tgt_len)
     source = _offsets(length, steps, batch_size, batch_chunk, rank, tgt_len, first_step)
-    where = dali.placement(local_rank)
 
     @pipeline_def
     def pipeline():
@@ -53,8 +54,7 @@ def dataset(path: str, batch_size: int, tgt_len: int, rank: int = 0, world: int 
         segment = fn.readers.numpy(files=[path] * batch_size, roi_start=start,
                                    roi_end=start + (tgt_len + 1), random_shuffle=False,
                                    name="tokens")
-        return segment.gpu() if where.gpu else segment
+        return where.output(segment[:tgt_len]), where.output(segment[1:])
 
-    ds = dali.serve(pipeline, where, batch_size, ((batch_size, tgt_len + 1),), (tf.int32,),
-                    num_threads, seed=0, with_inputs=True)
-    return ds.map(lambda block: (block[:, :-1], block[:, 1:]))
+    return dali.serve(pipeline, where, batch_size, ((batch_size, tgt_len),) * 2,
+                      (tf.int32, tf.int32), num_threads, seed=0, with_inputs=True)

@@ -1,0 +1,183 @@
+"""A real one-node Slurm cluster on this machine, for the tests: munged, slurmctld and slurmd
+from Debian's packages (scripts/install_test_deps.sh), each started in the foreground with its
+own key, socket, configuration, state and ports in a scratch directory, and stopped after.
+Nothing in /etc or /run is touched; commands reach the cluster through ``SLURM_CONF``.
+
+The node offers this machine's CPUs and no GPU: the project's sbatch files ask for GPUs, which
+the tests override with ``--gpus-per-node=0``, as the README tells users of a CPU node to.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+
+DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "srun", "scancel", "sinfo")
+
+
+def missing() -> list[str]:
+    return [d for d in DAEMONS if shutil.which(d) is None]
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+class SlurmCluster:
+    def __init__(self, root: str, cpus: int | None = None):
+        self.root = root
+        self.host = socket.gethostname()
+        self.cpus = cpus or os.cpu_count()
+        self.conf = os.path.join(root, "slurm.conf")
+        self.munge_socket = os.path.join(root, "munge", "munge.socket")
+        self._procs: list[subprocess.Popen] = []
+
+    # --- environment for commands --------------------------------------------------------
+    def env(self, **extra) -> dict:
+        """This process's environment with the cluster's configuration, and no Slurm job or
+        launcher variables of an enclosing one."""
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("SLURM_", "PMIX_", "PMI_", "OMPI_", "HOROVOD_"))}
+        env.update(SLURM_CONF=self.conf, PYTHONUNBUFFERED="1", **extra)
+        return env
+
+    def run(self, args, timeout=300, **kw) -> subprocess.CompletedProcess:
+        env = self.env(**kw.pop("env", {}))
+        return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env,
+                              **kw)
+
+    # --- start and stop ------------------------------------------------------------------
+    def _write_conf(self) -> None:
+        ctld_port, d_port = _free_ports(2)
+        d = self.root
+        lines = [
+            "ClusterName=tests",
+            f"SlurmctldHost={self.host}(127.0.0.1)",
+            f"SlurmctldPort={ctld_port}",
+            f"SlurmdPort={d_port}",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            f"AuthInfo=socket={self.munge_socket}",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core",
+            "MpiDefault=none",
+            "ReturnToService=2",
+            "KillWait=30",
+            "JobAcctGatherType=jobacct_gather/none",
+            "SwitchType=switch/none",
+            f"StateSaveLocation={d}/state",
+            f"SlurmdSpoolDir={d}/spool",
+            f"SlurmctldPidFile={d}/slurmctld.pid",
+            f"SlurmdPidFile={d}/slurmd.pid",
+            f"SlurmctldLogFile={d}/slurmctld.log",
+            f"SlurmdLogFile={d}/slurmd.log",
+            f"NodeName={self.host} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory=8000 "
+            "State=UNKNOWN",
+            # Two tasks of more than one CPU each still fit on a 2-CPU node.
+            "PartitionName=cpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP "
+            "OverSubscribe=FORCE:4",
+        ]
+        with open(self.conf, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+    def _start(self, args, log_name) -> None:
+        log = open(os.path.join(self.root, log_name), "w")
+        self._procs.append(subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                            env=self.env(), start_new_session=True))
+
+    def start(self, timeout: float = 60) -> SlurmCluster:
+        for sub in ("munge", "state", "spool"):
+            os.makedirs(os.path.join(self.root, sub), mode=0o700, exist_ok=True)
+        os.chmod(self.root, 0o755)
+        key = os.path.join(self.root, "munge", "munge.key")
+        subprocess.run(["mungekey", "--create", "--force", f"--keyfile={key}"], check=True,
+                       capture_output=True)
+        self._start(["munged", "--foreground", "--force", f"--key-file={key}",
+                     f"--socket={self.munge_socket}",
+                     f"--pid-file={self.root}/munge/munged.pid",
+                     f"--log-file={self.root}/munge/munged.log",
+                     f"--seed-file={self.root}/munge/munged.seed"], "munged.out")
+        self._wait(lambda: os.path.exists(self.munge_socket), timeout, "munged")
+        self._write_conf()
+        self._start(["slurmctld", "-D", "-i", "-f", self.conf], "slurmctld.out")
+        self._start(["slurmd", "-D", "-f", self.conf, "-N", self.host], "slurmd.out")
+        self._wait(self._idle, timeout, "the node to be idle")
+        return self
+
+    def _idle(self) -> bool:
+        proc = self.run(["sinfo", "--noheader", "-o", "%t"], timeout=30)
+        return proc.returncode == 0 and proc.stdout.strip() == "idle"
+
+    def _wait(self, ready, timeout, what) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if any(p.poll() is not None for p in self._procs):
+                break
+            if ready():
+                return
+            time.sleep(0.5)
+        logs = ""
+        for name in ("munged.out", "slurmctld.out", "slurmd.out", "slurmctld.log", "slurmd.log"):
+            path = os.path.join(self.root, name)
+            if os.path.exists(path):
+                logs += f"\n--- {name}\n" + open(path).read()[-2000:]
+        self.stop()
+        raise RuntimeError(f"the test Slurm cluster did not come up (waiting for {what}):{logs}")
+
+    def stop(self) -> None:
+        for p in reversed(self._procs):
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in reversed(self._procs):
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        self._procs.clear()
+
+    # --- jobs ----------------------------------------------------------------------------
+    def sbatch(self, args, env=None, cwd=None) -> str:
+        """Submits a batch job; returns its id."""
+        proc = self.run(["sbatch", "--parsable", *args], env=env or {}, cwd=cwd, timeout=60)
+        if proc.returncode:
+            raise RuntimeError(f"sbatch failed: {proc.stderr.strip()}")
+        return proc.stdout.strip().split(";")[0]
+
+    def job_state(self, job: str) -> str:
+        proc = self.run(["scontrol", "show", "job", job], timeout=30)
+        for field in proc.stdout.split():
+            if field.startswith("JobState="):
+                return field.split("=", 1)[1]
+        return "UNKNOWN"
+
+    def job_exit_code(self, job: str) -> str:
+        proc = self.run(["scontrol", "show", "job", job], timeout=30)
+        for field in proc.stdout.split():
+            if field.startswith("ExitCode="):
+                return field.split("=", 1)[1]
+        return "?"
+
+    def wait(self, job: str, timeout: float = 600) -> str:
+        """Waits for a job to end; returns its final state (COMPLETED, FAILED, ...)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            state = self.job_state(job)
+            if state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "UNKNOWN"):
+                return state
+            time.sleep(1)
+        self.run(["scancel", job], timeout=30)
+        raise TimeoutError(f"job {job} still {self.job_state(job)} after {timeout} s")
