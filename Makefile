@@ -9,11 +9,15 @@ NGC_VENV ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/tf-model-scripts/venvs/ngc-25
 # Runs a target with the replica's python, pip console scripts (horovodrun, tfrecord2idx) first.
 NGC_MAKE = PATH="$(NGC_VENV)/bin:$$PATH" VIRTUAL_ENV="$(NGC_VENV)" $(MAKE) PYTHON="$(NGC_VENV)/bin/python"
 
-.PHONY: deps demo demo-ssd test test-slow lint pytest-fast pytest-slow ngc-stack ngc-deps test-ngc \
+.PHONY: deps test-deps demo demo-ssd test test-slow lint pytest-fast pytest-slow ngc-stack ngc-deps test-ngc \
 	test-slow-ngc clean
 
 deps:
 	bash scripts/install_deps.sh
+
+# What only the tests need: a real Slurm (slurm-wlm, munge) that tests/test_slurm.py starts.
+test-deps:
+	bash scripts/install_test_deps.sh
 
 demo: deps
 	bash resnet50v1.5/scripts/demo.sh
@@ -23,7 +27,7 @@ demo-ssd: deps
 	bash ssd320/scripts/demo.sh
 
 # The linter (ruff, configured in pyproject.toml), then the suite.
-test: deps
+test: deps test-deps
 	$(MAKE) lint pytest-fast
 
 # Learning curves and other runs that take minutes each; not part of `make test`. The runs are
@@ -51,7 +55,7 @@ ngc-deps: ngc-stack
 	$(NGC_MAKE) deps
 	bash scripts/ngc_stack.sh --check "$(NGC_VENV)"
 
-test-ngc: ngc-deps
+test-ngc: ngc-deps test-deps
 	$(NGC_MAKE) lint pytest-fast
 
 test-slow-ngc: ngc-deps

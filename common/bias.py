@@ -10,9 +10,12 @@ of a layer over thousands of rows is wrong by up to its own size. Measured with 
 accumulates in float32, is within its bfloat16 rounding (0.3%). TensorFlow issue 86378 reports
 the CPU and GPU results of ``BiasAddGrad`` disagreeing.
 
-``add_bias`` adds a 16-bit bias with ``bias_add`` and takes its gradient with that ``Sum``
-(measured 7 against 3 ms for (6144, 2048), 0.6 against 1.0 ms for (6144, 512)); float32 keeps
-``bias_add``'s own gradient, which is right and faster. ``Dense`` is Keras' layer adding its
+On a CPU, ``add_bias`` adds a 16-bit bias with ``bias_add`` and takes its gradient with that
+``Sum`` (timings in docs/performance/); float32 keeps ``bias_add``'s own gradient, which is
+right and faster. A GPU's ``BiasAddGrad`` accumulates 16-bit inputs in float32, and there the
+plain ``bias_add`` is what Grappler fuses with the matmul or convolution before it (cuBLASLt's
+bias epilogue, ``_FusedMatMul``), which the custom gradient's ``IdentityN`` would block; so the
+workaround is for a CPU only (``common.devices.current``). ``Dense`` is Keras' layer adding its
 bias so; the convolutions do the same (``common.conv2d.Conv2D``).
 """
 from __future__ import annotations
@@ -20,12 +23,14 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from common import devices
+
 
 def add_bias(x, bias, data_format: str = "channels_last"):
     """``x`` plus ``bias`` (channels), broadcast over every other axis."""
     fmt = "NCHW" if data_format == "channels_first" and x.shape.rank > 2 else "NHWC"
     bias = tf.cast(bias, x.dtype)
-    if x.dtype not in (tf.bfloat16, tf.float16):
+    if x.dtype not in (tf.bfloat16, tf.float16) or devices.current().gpu:
         return tf.nn.bias_add(x, bias, data_format=fmt)
     return _bias_add_16bit(x, bias, fmt)
 

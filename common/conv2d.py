@@ -30,6 +30,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from common import devices
 from common.bias import add_bias
 
 
@@ -62,7 +63,7 @@ class Conv2D(keras.layers.Conv2D):
         return (bool(training) and tuple(self.kernel_size) == (1, 1)
                 and tuple(self.dilation_rate) == (1, 1) and self.groups == 1
                 and self.data_format == "channels_last" and inputs.dtype == tf.bfloat16
-                and not tf.config.list_physical_devices("GPU"))
+                and not devices.current().gpu)
 
     def convolution_op(self, inputs, kernel, training=None):
         if self._matmul_weight_gradient(inputs, training):

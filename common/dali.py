@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 import tensorflow as tf
 
 from common import tfrecord_index
-from common.devices import Devices
+from common.devices import CPU_ONLY, Devices
 
 # nvJPEG's scratch buffers, allocated once at these sizes instead of grown during the first
 # epoch (the values of NVIDIA's DALI examples and DeepLearningExamples for ImageNet).
@@ -59,6 +59,9 @@ class Placement:
     def output(self, node):
         """A pipeline output on the device the DALIDataset serves from."""
         return node.gpu() if self.gpu else node
+
+
+CPU = Placement(CPU_ONLY)  # DALI's CPU-only mode, as the tests run it
 
 
 def placement(devices: Devices, cpu_decode: bool = False, compute_dtype: str = "float32"

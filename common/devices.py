@@ -10,6 +10,7 @@ both are given the same index.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import tensorflow as tf
@@ -37,6 +38,32 @@ class Devices:
 
 
 CPU_ONLY = Devices(None)
+_current: Devices | None = None  # what pin() decided for this process
+
+
+def current() -> Devices:
+    """This process's devices, as ``pin`` decided them; before ``pin`` (layers built by a test
+    or a tool), the first GPU when there is one. Layers that choose a kernel by device (the
+    bfloat16-on-a-CPU workarounds of ``common/bias.py`` and ``common/conv2d.py``) read this
+    instead of probing."""
+    global _current
+    if _current is None:
+        gpus = physical_gpus()
+        _current = Devices(0, "GPU", len(gpus)) if gpus else CPU_ONLY
+    return _current
+
+
+@contextlib.contextmanager
+def standing_in(devices: Devices):
+    """``current()`` is ``devices`` inside the block: for tests that build a GPU's graph on a
+    CPU (what a layer or pipeline puts in it, not what it computes)."""
+    global _current
+    before = _current
+    _current = devices
+    try:
+        yield devices
+    finally:
+        _current = before
 
 
 def physical_gpus() -> list:
@@ -48,12 +75,15 @@ def pin(local_rank: int) -> Devices:
     """Makes one GPU (local rank modulo the GPUs seen) the only one TensorFlow uses, with memory
     growth (DALI allocates beside TensorFlow); a machine without a GPU gets ``CPU_ONLY``. Must
     run before TensorFlow creates its devices (before any op)."""
+    global _current
     gpus = physical_gpus()
     if not gpus:
-        return CPU_ONLY
+        _current = CPU_ONLY
+        return _current
     index = local_rank % len(gpus)
     for gpu in gpus:
         tf.config.experimental.set_memory_growth(gpu, True)
     tf.config.set_visible_devices(gpus[index], "GPU")
     name = tf.config.experimental.get_device_details(gpus[index]).get("device_name", "GPU")
-    return Devices(index, name, len(gpus))
+    _current = Devices(index, name, len(gpus))
+    return _current

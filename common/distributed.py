@@ -35,7 +35,8 @@ def launched_world_size(environ=os.environ) -> int:
     for name in _WORLD_SIZE_ENV:
         if name in environ:
             return int(environ[name])
-    if environ.get("SLURM_STEP_ID") not in (None, "batch", "extern") and _SLURM_STEP_SIZE in environ:
+    step = environ.get("SLURM_STEP_ID")
+    if step not in (None, "batch", "extern") and _SLURM_STEP_SIZE in environ:
         return int(environ[_SLURM_STEP_SIZE])  # a task of an srun job step
     return 0  # not started by a launcher
 

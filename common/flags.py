@@ -59,7 +59,11 @@ def _define_common(fv: flags.FlagValues) -> None:
                          "(always at epoch ends, at the end and on a graceful stop).",
                          lower_bound=0, **d)
     flags.DEFINE_integer("eval_every", 0, "train_and_evaluate: also evaluate every N steps "
-                         "(always at epoch ends and at the end).", lower_bound=0, **d)
+                         "(always at the end).", lower_bound=0, **d)
+    flags.DEFINE_boolean("eval_at_epoch_end", True, "train_and_evaluate: also evaluate at every "
+                         "epoch's end (SSD320's default: no, as NVIDIA's recipe evaluates at "
+                         "the end; an epoch of COCO is about 460 steps at a global batch of "
+                         "256).", **d)
     flags.DEFINE_integer("max_bad_steps", 10, "Stop when this many consecutive steps have "
                          "non-finite gradients (such a step is never applied, in any precision).",
                          lower_bound=1, **d)
@@ -130,6 +134,10 @@ def validate(f: flags.FlagValues) -> None:
         f.tf32 = False
     if f.data_dir is not None and not os.path.isdir(f.data_dir):
         raise DataError(f"--data_dir {f.data_dir} does not exist or is not a directory")
+    if f.fp16_allreduce and f.static_loss_scale is not None:
+        raise UsageError("--fp16_allreduce compresses the scaled gradients, which a static loss "
+                         "scale can push past float16's range at every step: use dynamic loss "
+                         "scaling (drop --static_loss_scale)")
     if f.dali_cpu and not f.dali:
         raise UsageError("--dali_cpu chooses where DALI decodes: it needs --dali")
     if f.dali and f.data_dir is None:

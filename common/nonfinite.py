@@ -59,18 +59,30 @@ class NonFiniteGuard:
         self.first_variable = counter("nonfinite_first_variable", -1)  # ... and its variable
 
     def finite(self, grads) -> tuple[tf.Tensor, tf.Tensor]:
-        """(all gradients finite: bool scalar, index of the first that is not or -1)."""
-        flags = _finite_each(grads)
+        """(all gradients finite: bool scalar, index of the first that is not or -1): the
+        step's one decision, which the loss-scale optimizer takes too
+        (``precision.LossScaleOptimizer``). A sum per gradient, then one finiteness test of
+        the sums: an inf or a NaN anywhere makes its gradient's sum one (so would finite
+        values summing past float32's 3.4e38, a step as diverged as any), in one pass over
+        each gradient where ``isfinite`` then ``all`` take two and a temporary."""
+        sums = tf.stack([tf.constant(0.0) if g is None else
+                         tf.reduce_sum(tf.cast(g, tf.float32)) for g in grads])
+        flags = tf.math.is_finite(sums)
         return tf.reduce_all(flags), _first_false(flags)
 
-    def record(self, finite: tf.Tensor, first: tf.Tensor, step: tf.Tensor) -> None:
-        """Counts ``step`` (inside the compiled step, after the decision)."""
-        starts = tf.logical_and(tf.logical_not(finite), tf.equal(self.streak, 0))
+    def record(self, finite: tf.Tensor, first: tf.Tensor, step: tf.Tensor,
+               counted: tf.Tensor | None = None) -> None:
+        """Counts ``step`` (inside the compiled step, after the decision): a non-finite step is
+        skipped; it adds to the streak that stops the run when ``counted`` (default: always).
+        Under dynamic loss scaling the trainer counts only steps that scaling cannot explain:
+        float16 overflows while the scale is still finding its level are skipped, not bad."""
+        bad = tf.logical_not(finite)
+        counted = bad if counted is None else tf.logical_and(bad, counted)
+        starts = tf.logical_and(counted, tf.equal(self.streak, 0))
         self.streak_start.assign(tf.where(starts, tf.cast(step, tf.int64), self.streak_start))
         self.first_variable.assign(tf.where(starts, first, self.first_variable))
-        bad = tf.cast(tf.logical_not(finite), tf.int64)
-        self.streak.assign((self.streak + 1) * bad)
-        self.skipped.assign_add(bad)
+        self.streak.assign((self.streak + 1) * tf.cast(counted, tf.int64))
+        self.skipped.assign_add(tf.cast(bad, tf.int64))
 
     def check(self, step: int, loss: float, latest_checkpoint: str | None,
               loss_scale: float | None = None, last: bool = False) -> int:

@@ -53,11 +53,9 @@ def export_task(task, model, export_dir: str) -> list[str]:
     NVIDIA's ONNX exports do."""
     with tempfile.TemporaryDirectory(dir=export_dir) as tmp:
         source = export_dir
-        if model.dtype_policy.name != "float32":
-            with precision.dtype_policy("float32"):
-                float32_model = task.build_model()
-            float32_model.set_weights(model.get_weights())
-            task.export(float32_model, tmp)
+        float32 = precision.float32_model(task.build_model, model)
+        if float32 is not model:
+            task.export(float32, tmp)
             source = tmp
         try:
             return [export(source, os.path.join(export_dir, name), signature)

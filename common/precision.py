@@ -142,7 +142,18 @@ def apply(precision: Precision) -> None:
     tf.config.optimizer.set_experimental_options({"auto_mixed_precision": False})
 
 
-class FixedLossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
+class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
+    """Keras' dynamic loss scaling, deciding whether gradients are finite by the trainer's one
+    decision for the step (``finite``, set around ``apply``) instead of a second check of every
+    gradient: on a GPU outside XLA, each such check is two kernels per variable."""
+
+    finite = None  # a bool tensor while the trainer applies a step; None: Keras' own check
+
+    def check_finite(self, grads):
+        return super().check_finite(grads) if self.finite is None else self.finite
+
+
+class FixedLossScaleOptimizer(LossScaleOptimizer):
     """Loss scaling with a scale that never changes (``--static_loss_scale``).
 
     A step whose gradients are not finite is skipped, as with dynamic scaling, but the scale is
@@ -166,7 +177,7 @@ def wrap_optimizer(optimizer: keras.optimizers.Optimizer, precision: Precision):
     if precision.loss_scale is None:
         return optimizer
     if precision.loss_scale == "dynamic":
-        return keras.optimizers.LossScaleOptimizer(optimizer)
+        return LossScaleOptimizer(optimizer)
     return FixedLossScaleOptimizer(optimizer, initial_scale=precision.loss_scale)
 
 
@@ -188,6 +199,18 @@ def compute_dtype_copy(build_model: Callable[[], keras.Model], model: keras.Mode
                            f"{compute_dtype}: its weights differ in name or shape")
     for source, target in pairs:
         target.assign(tf.cast(source, target.dtype))
+    return copy
+
+
+def float32_model(build_model: Callable[[], keras.Model], model: keras.Model) -> keras.Model:
+    """``model`` itself when it computes in float32; else (AMP) the same model built under the
+    float32 policy with its weights (AMP keeps float32 weights): a graph without casts, for
+    exporters that choose their own precision (TensorRT through ONNX or TF-TRT)."""
+    if model.dtype_policy.name == "float32":
+        return model
+    with dtype_policy("float32"):
+        copy = build_model()
+    copy.set_weights(model.get_weights())
     return copy
 
 

@@ -10,6 +10,7 @@ silently read half a shard.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import struct
@@ -164,7 +165,11 @@ def ensure_indexes(files, idx_dir: str, dist) -> None:
 
     if problems:
         dist.on_chief(build, "building the DALI index files")
-    dist.on_chief(lambda: verify_checksums(files, idx_dir), "checking the TFRecord checksums")
+    # Every rank checks its share of the files, so the first run over a large split is not
+    # one rank reading all of it while the others wait.
+    error = verify_checksums(files[dist.rank::dist.size], idx_dir)
+    if dist.any(error is not None):
+        raise DataError(error or "a TFRecord checksum failed on another rank (see its message)")
     still = invalid_indexes(files, idx_dir)
     if still:
         path, why = next(iter(still.items()))
@@ -177,31 +182,49 @@ def _stamp(tfrecord: str) -> str:
     return f"{st.st_size} {st.st_mtime_ns}\n"
 
 
-def verify_checksums(files: Sequence[str], idx_dir: str) -> None:
+def _stamp_files(tfrecord: str, idx_dir: str) -> list[str]:
+    """Where a file's checked-stamp may be: beside its index, else (a read-only index
+    directory, a ``:ro`` mount) in this user's cache, named after the file's real path."""
+    cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                         "tf-model-scripts", "crc-ok")
+    key = hashlib.sha1(os.path.realpath(tfrecord).encode()).hexdigest()[:16]
+    return [index_path(idx_dir, tfrecord)[: -len(".idx")] + ".crc-ok",
+            os.path.join(cache, f"{os.path.basename(tfrecord)}-{key}.crc-ok")]
+
+
+def verify_checksums(files: Sequence[str], idx_dir: str) -> str | None:
     """DALI's reader does not check the records' CRCs, which tf.data does: every file is read
-    through tf.data once, and a file that passed gets a stamp (``<idx_dir>/<name>.crc-ok``, its
-    size and modification time) so later runs skip it until it changes. A bad record stops the
-    run with one line naming the file and the record, as the tf.data pipeline does."""
+    through tf.data once, and a file that passed gets a stamp (its size and modification time,
+    ``_stamp_files``) so later runs skip it until it changes. Returns the one-line error for
+    the first bad record (naming the file and the record, as the tf.data pipeline does), or
+    None."""
     import tensorflow as tf
 
     for path in files:
-        stamp_file = index_path(idx_dir, path)[: -len(".idx")] + ".crc-ok"
-        try:
-            with open(stamp_file) as f:
-                if f.read() == _stamp(path):
-                    continue
-        except OSError:
-            pass
+        stamps = _stamp_files(path, idx_dir)
+        if any(_read(stamp) == _stamp(path) for stamp in stamps):
+            continue
         n = 0
         try:
             for _ in tf.data.TFRecordDataset(path):
                 n += 1
         except tf.errors.OpError as e:
-            raise DataError(f"cannot read the input data: {path}, record {n}: "
-                            f"{one_line(e.message)}") from None
-        try:
-            with open(stamp_file + ".tmp", "w") as f:
-                f.write(_stamp(path))
-            os.replace(stamp_file + ".tmp", stamp_file)
-        except OSError:
-            pass  # a read-only index directory: checked again next run
+            return f"cannot read the input data: {path}, record {n}: {one_line(e.message)}"
+        for stamp in stamps:
+            try:
+                os.makedirs(os.path.dirname(stamp), exist_ok=True)
+                with open(stamp + ".tmp", "w") as f:
+                    f.write(_stamp(path))
+                os.replace(stamp + ".tmp", stamp)
+                break
+            except OSError:
+                continue  # read-only: the next place
+    return None
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None

@@ -15,6 +15,7 @@ import os
 
 import tensorflow as tf
 
+from common import precision as precision_lib
 from common.errors import UsageError
 
 
@@ -101,12 +102,14 @@ def paths(results_dir: str) -> tuple[str, str]:
 
 
 def benchmark_infer(task, model, results_dir: str, precision: str, inputs, state, log=print):
-    """``infer(x, state) -> (outputs, state)`` through the task's SavedModel converted by
-    TF-TRT at ``precision``, with engines built for the shapes of ``inputs``: exported,
-    converted and loaded here, before any step is timed."""
+    """``infer(x, state) -> (outputs, state)`` through the task's SavedModel (of the model in
+    float32) converted by TF-TRT at ``precision``, with engines built for the shapes of
+    ``inputs``: exported, converted and loaded here, before any step is timed."""
     saved, converted = paths(results_dir)
     key, example = task.serving_call(inputs, state)
-    task.export(model, saved)
+    # TF-TRT converts what it is given: an AMP graph's float16 casts would make "FP32" mean
+    # float16 in places. The model is exported in float32 and TF-TRT sets the precision.
+    task.export(precision_lib.float32_model(task.build_model, model), saved)
     convert(saved, converted, precision, key,
             serving_arguments(load_serving(saved, key), example), log=log)
     fn = load_serving(converted, key)

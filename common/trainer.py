@@ -174,18 +174,35 @@ class Trainer:
             return total / k, acc, tuple(new_states)
 
         guard, variables = self.guard, model.trainable_variables
+        dynamic_scale = self.loss_scaled and not isinstance(opt, precision.FixedLossScaleOptimizer)
 
-        def update(grads):
-            opt.apply(grads, variables)
-            return tf.constant(True)
+        def update(grads, finite):
+            """Applies the step when ``finite`` (the loss-scale optimizer lowers its scale
+            instead), by the one decision ``guard.finite`` made."""
+            if self.loss_scaled:
+                opt.finite = finite
+                try:
+                    opt.apply(grads, variables)
+                finally:
+                    opt.finite = None
+            else:
+                def apply():
+                    opt.apply(grads, variables)
+                    return tf.constant(True)
+                tf.cond(finite, apply, lambda: tf.constant(False))
+            return finite
 
-        if not (xla or self.dist.enabled):  # one graph
+        # On a GPU the update is compiled by XLA in every run: its skip (a tf.cond) then runs on
+        # the device, where a TensorFlow cond would wait on the host for the GPU to compute
+        # its predicate, so that no step could be queued behind the current one.
+        update_xla = xla or self.dist.devices.gpu
+        if not (xla or update_xla or self.dist.enabled):  # one graph
             gradients_c, update_c = gradients, update
         else:
             # Compiled apart: Horovod's allreduce has no XLA kernel, and XLA compiles an
             # update inside the skip's tf.cond about twice as slowly as the update alone.
             gradients_c = tf.function(gradients, jit_compile=xla)
-            update_c = tf.function(update, jit_compile=xla)
+            update_c = tf.function(update, jit_compile=update_xla)
 
         @tf.function
         def step(micro_batches, states):
@@ -194,14 +211,16 @@ class Trainer:
             grads = self.dist.allreduce_gradients(grads, fp16_compression=fp16_allreduce)
             # Every rank decides alike: these are the allreduced gradients.
             finite, first = guard.finite(grads)
-            if self.loss_scaled:  # skips a non-finite step itself, and lowers the scale
-                update_c(grads)
-            else:
-                tf.cond(finite, lambda: update_c(grads), lambda: tf.constant(False))
-            guard.record(finite, first, self.global_step + 1)
+            update_c(grads, finite)
+            counted = None
+            if dynamic_scale:  # an overflow counts once the scale is spent, or the loss is not
+                counted = tf.logical_or(tf.logical_not(tf.math.is_finite(loss)),
+                                        opt.dynamic_scale < 1.0)
+            guard.record(finite, first, self.global_step + 1, counted)
             self.global_step.assign_add(1)
             return loss, states
         step.xla_parts = (gradients_c, update_c) if xla else ()  # for tests and HLO dumps
+        step.update = update_c
         return step
 
     def _step_batches(self, data) -> tuple:
@@ -298,7 +317,7 @@ class Trainer:
                 end_of_epoch = step % spe == 0
                 last = step == total_steps
                 display = step % f.display_every == 0 or last
-                do_eval = evaluate and (end_of_epoch or last
+                do_eval = evaluate and (last or (end_of_epoch and f.eval_at_epoch_end)
                                         or (f.eval_every and step % f.eval_every == 0))
                 do_save = (end_of_epoch or last
                            or (f.save_checkpoint_steps and step % f.save_checkpoint_steps == 0))

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from common import devices
 from common.bias import Dense, add_bias
 from common.conv2d import Conv2D
 
@@ -55,3 +56,30 @@ def test_add_bias_channels_first(dtype):
     got = add_bias(x, tf.constant([10.0, 20.0, 30.0]), "channels_first")
     want = x.numpy().astype(np.float32) + np.array([10, 20, 30])[None, :, None, None]
     np.testing.assert_array_equal(tf.cast(got, tf.float32).numpy(), want)
+
+
+def _gradient_op_types(dtype):
+    x, b = tf.ones((64, 8), dtype), tf.ones((8,), dtype)
+
+    @tf.function
+    def grad(x, b):
+        with tf.GradientTape() as tape:
+            tape.watch(b)
+            y = tf.nn.relu(add_bias(tf.matmul(x, tf.ones((8, 8), dtype)), b))
+            loss = tf.reduce_sum(tf.cast(y, tf.float32))
+        return tape.gradient(loss, b)
+    graph = grad.get_concrete_function(x, b).graph
+    return {op.type for op in graph.get_operations()}
+
+
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16])
+def test_the_16_bit_workaround_is_for_a_cpu_only(dtype):
+    """On a GPU (standing in here) a 16-bit bias is Keras' plain BiasAdd, whose BiasAddGrad
+    accumulates in float32 there, and which Grappler fuses into the matmul before it; the
+    custom gradient (an IdentityN around it) would block that fusion."""
+    with devices.standing_in(devices.Devices(0, "stand-in GPU", 1)):
+        on_gpu = _gradient_op_types(dtype)
+    with devices.standing_in(devices.CPU_ONLY):
+        on_cpu = _gradient_op_types(dtype)
+    assert "BiasAddGrad" in on_gpu and "IdentityN" not in on_gpu
+    assert "BiasAddGrad" not in on_cpu and "IdentityN" in on_cpu

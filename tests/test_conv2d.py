@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from common import devices
 from common.conv2d import Conv2D, pointwise_conv, same_padding, subsample
 
 # (height, width, stride, kernel): output one column wide, kernel reaching into the padding.
@@ -108,7 +109,7 @@ def _kernel_gradient_ops(layer, x, training):
 def test_bfloat16_training_computes_1x1_weight_gradients_as_a_matmul():
     """The 1x1 path is taken exactly where the docstring says (bfloat16 training of a 1x1
     convolution, on a CPU), and its gradient is the same as oneDNN's kernel's."""
-    if tf.config.list_physical_devices("GPU"):
+    if devices.current().gpu:
         pytest.skip("the path is CPU-only")
     x = tf.random.normal((2, 8, 8, 16), seed=6)
     grads = {}
@@ -126,3 +127,15 @@ def test_bfloat16_training_computes_1x1_weight_gradients_as_a_matmul():
     for training in (True, False):  # bfloat16 against float32, with both paths
         np.testing.assert_allclose(grads[(1, "mixed_bfloat16", training)], exact,
                                    rtol=0.02, atol=0.02 * np.abs(exact).max())
+
+
+def test_a_gpu_keeps_cudnns_weight_gradient_in_every_dtype():
+    """The matmul path works around oneDNN's CPU kernels: with a GPU standing in, a bfloat16 or
+    float16 1x1 convolution's graph is the plain Conv2DBackpropFilter that cuDNN runs."""
+    x = tf.random.normal((2, 8, 8, 16), seed=6)
+    with devices.standing_in(devices.Devices(0, "stand-in GPU", 1)):
+        for policy in ("mixed_bfloat16", "mixed_float16"):
+            layer = Conv2D(8, 1, strides=2, padding="same", use_bias=False, dtype=policy)
+            layer.build((None, 8, 8, 16))
+            types, _ = _kernel_gradient_ops(layer, x, True)
+            assert "Conv2DBackpropFilter" in types and "MatMul" not in types, policy

@@ -133,8 +133,8 @@ def _fake_gpu_machine(tmp_path, numa_nodes):
     buses = [f"00000000:{0x07 + 0x10 * i:02X}:00.0" for i in range(len(numa_nodes))]
     smi.write_text("#!/usr/bin/env bash\n"
                    "i=''; for a in \"$@\"; do [ \"$prev\" = -i ] && i=$a; prev=$a; done\n"
-                   'case "$*" in *index*) seq 0 %d ;; *pci.bus_id*) b=(%s); echo "${b[$i]}" ;; '
-                   "esac\n" % (len(buses) - 1, " ".join(buses)))
+                   f'case "$*" in *index*) seq 0 {len(buses) - 1} ;; '
+                   f'*pci.bus_id*) b=({" ".join(buses)}); echo "${{b[$i]}}" ;; esac\n')
     smi.chmod(0o755)
     numactl = bin_dir / "numactl"
     numactl.write_text("#!/bin/sh\n")

@@ -198,3 +198,38 @@ def test_benchmark_windows_give_throughput_and_per_step_latency():
     assert s["latency_p50_ms"] == pytest.approx(1000.0) and s["latency_p99_ms"] <= 1000.0
     with pytest.raises(ValueError, match="no timed steps"):
         benchmark.from_windows([], 10, "images")
+
+
+def _overflow_from_step(first, last, also_loss=False):
+    """A train_loss whose gradients are infinite at steps first..last (as a float16 overflow
+    makes them), the loss itself finite unless ``also_loss``."""
+    real, calls = LinearTask.train_loss, _step_counter()
+
+    def train_loss(self, model, batch, state=None):
+        loss, state = real(self, model, batch, state)
+        calls.assign_add(1)
+        bad = (calls >= first) & (calls <= last)
+
+        @tf.custom_gradient
+        def overflow(x):
+            return x, lambda dy: dy * tf.where(bad, float("inf"), 1.0)
+        loss = overflow(loss)
+        if also_loss:
+            loss *= tf.where(bad, float("nan"), 1.0)
+        return loss, state
+    return train_loss
+
+
+def test_float16_overflows_while_the_scale_finds_its_level_are_not_bad_steps(tmp_path,
+                                                                            monkeypatch):
+    """Under dynamic loss scaling five overflow steps in a row (the scale halving from 2^15)
+    are skipped and counted, but do not stop a run allowed two bad steps in a row; the same
+    steps with a non-finite loss, which no scale explains, do."""
+    monkeypatch.setattr(LinearTask, "train_loss", _overflow_from_step(2, 6))
+    args = ["x", "--num_iter", "8", "--max_bad_steps", "2", *PRECISIONS["fp16"]]
+    summary = runner.run(LinearTask, [*args, "--results_dir", str(tmp_path / "a")])
+    assert summary["final_step"] == 8 and summary["skipped_steps"] >= 5
+    monkeypatch.setattr(LinearTask, "train_loss", _overflow_from_step(2, 6, also_loss=True))
+    with pytest.raises(Exception, match="not finite for 2 consecutive steps since step 2"):
+        runner.run(LinearTask, [*args, "--results_dir", str(tmp_path / "b"), "--display_every",
+                                "1"])

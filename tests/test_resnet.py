@@ -136,7 +136,8 @@ def test_xla_compiles_the_train_step(tmp_path):
     # all-reduce and the non-finite check sit between them).
     assert "HloModule" in gradients.experimental_get_compiler_ir((batch,), states)(stage="hlo")
     _, grads, _ = gradients((batch,), states)
-    assert "HloModule" in update.experimental_get_compiler_ir(grads)(stage="hlo")
+    assert "HloModule" in update.experimental_get_compiler_ir(grads, tf.constant(True))(
+        stage="hlo")
 
 
 def test_amp_environment_variable_through_main(tmp_path):

@@ -25,17 +25,19 @@ def _reference(ws, grads, lr, steps, b1=0.9, b2=0.999, eps=1e-6, wd=0.01, clip=1
     return ws
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["per-variable", "fused"])
 @pytest.mark.parametrize("clipnorm", [None, 0.25, 1e6])
-def test_lamb_matches_nvidias_formula_including_the_clip_and_zero_norms(clipnorm):
+def test_lamb_matches_nvidias_formula_including_the_clip_and_zero_norms(clipnorm, fused):
     """Also with global-norm clipping (NVIDIA's 0.25; 1e6: a norm below the clip), whose scale
     the fused update applies. LAMB's step is nearly blind to the gradients' scale; epsilon 0.01
-    makes it see it."""
+    makes it see it. Per variable (a CPU's update) and all variables in one XLA computation
+    (a GPU's), alike."""
     rng = np.random.default_rng(0)
     init = [rng.normal(0, 1, (5, 7)), rng.normal(0, 30, (40,)),  # |w| > 10: the clip applies
             np.zeros((3,))]  # |w| = 0: ratio 1
     grads = [[rng.normal(0, 1, w.shape) for w in init] for _ in range(4)]
     variables = [keras.Variable(w.astype("float32")) for w in init]
-    opt = NvidiaLamb(learning_rate=0.05, epsilon=0.01, global_clipnorm=clipnorm)
+    opt = NvidiaLamb(learning_rate=0.05, epsilon=0.01, global_clipnorm=clipnorm, fused=fused)
     for g in grads:
         opt.apply([x.astype("float32") for x in g], variables)
     for got, want in zip(variables, _reference(init, grads, 0.05, 4, eps=0.01,
@@ -55,3 +57,22 @@ def test_differs_from_keras_lamb_which_has_bias_correction_and_no_clip():
     NvidiaLamb(0.1).apply([np.ones(4, np.float32)], [a])
     keras.optimizers.Lamb(0.1, epsilon=1e-6).apply([np.ones(4, np.float32)], [b])
     assert not np.allclose(a.numpy(), b.numpy())
+
+
+def test_fused_lamb_is_one_xla_computation_for_every_variable():
+    """What a GPU saves: one compiled call per step, not four kernels per variable."""
+    import tensorflow as tf
+    variables = [keras.Variable(np.ones((3, 4), np.float32)),
+                 keras.Variable(np.ones(5, np.float32))]
+    opt = NvidiaLamb(0.1, fused=True)
+    opt.build(variables)
+
+    @tf.function
+    def step(grads):
+        opt.apply(grads, variables)
+    graph = step.get_concrete_function([tf.TensorSpec(v.shape) for v in variables]).graph
+    calls = [op for op in graph.get_operations() if op.type in ("PartitionedCall",
+                                                                 "StatefulPartitionedCall")]
+    names = [op.get_attr("f").name for op in calls]
+    assert sum("_fused_update" in n for n in names) == 1
+    assert not [op for op in graph.get_operations() if op.type == "L2Loss"]

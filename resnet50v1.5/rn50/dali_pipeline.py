@@ -12,7 +12,6 @@ from __future__ import annotations
 import tensorflow as tf
 
 from common import dali
-from common.devices import CPU_ONLY
 from common.images import MEAN, STD
 from rn50.tfdata_pipeline import eval_resize
 
@@ -52,7 +51,7 @@ def _build_pipeline(files, idx_files, training, image_size, shard_id, num_shards
 
 
 def dataset(files, idx_dir: str, batch_size: int, image_size: int, training: bool, rank: int = 0,
-            world: int = 1, where: dali.Placement = dali.Placement(CPU_ONLY),
+            world: int = 1, where: dali.Placement = dali.CPU,
             seed: int | None = None, num_threads: int = 4, min_area: float = 0.08):
     """(images (N, size, size, 3) float32 or float16, labels (N,) int32 0-based) batches for
     this rank: endless for training, one pass over its shard per iteration for evaluation

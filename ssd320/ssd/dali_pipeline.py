@@ -19,7 +19,6 @@ import tensorflow as tf
 
 from common import dali
 from common.images import MEAN, STD
-from common.devices import CPU_ONLY
 from ssd import tfdata_pipeline
 
 MAX_BOXES = tfdata_pipeline.MAX_BOXES
@@ -73,7 +72,7 @@ def _build_pipeline(files, idx_files, training, image_size, shard_id, num_shards
 
 
 def dataset(files, idx_dir: str, batch_size: int, image_size: int, training: bool,
-            rank: int = 0, world: int = 1, where: dali.Placement = dali.Placement(CPU_ONLY),
+            rank: int = 0, world: int = 1, where: dali.Placement = dali.CPU,
             seed: int | None = None, num_threads: int = 4):
     """Dicts of ``NAMES`` for this rank: images (N, S, S, 3) float32 or float16, boxes_ltrb
     (N, 100, 4) float32 normalised, classes (N, 100) int32 and their count (N,) int32, then

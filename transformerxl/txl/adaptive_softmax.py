@@ -21,7 +21,21 @@ from keras import layers
 
 from common.bias import add_bias
 
-TAIL_ROWS = 64  # a tail cluster's rows are padded to a multiple of this (see call)
+TAIL_ROWS = 64  # the smallest number of rows a tail cluster's softmax is computed for
+
+
+def tail_buckets(rows: int) -> list[int]:
+    """The row counts a tail cluster's softmax is computed for when ``rows`` tokens are scored:
+    64, 96, 128, 192, 256, 384, ... (each at most 1.5x the one before, so the extra rows are
+    at most half), up to ``rows``. ``sparse_xent`` is compiled once per count used, a handful
+    per cluster (a token count near a cluster's share of the text), where padding to
+    multiples of 64 gave up to ``rows / 64`` shapes, each compiled during the first thousands
+    of steps; and ``--xla`` can compile the whole step (a static shape per count)."""
+    sizes, p = [], TAIL_ROWS
+    while p < rows:
+        sizes += [p, p * 3 // 2]
+        p *= 2
+    return sorted({min(s, rows) for s in sizes} | {rows})
 
 
 class AdaptiveSoftmax(layers.Layer):
@@ -97,9 +111,8 @@ class AdaptiveSoftmax(layers.Layer):
 
     def call(self, h, table, targets):
         """Negative log-likelihood (N,) of ``targets`` (N,) int, computing each tail cluster's
-        softmax only for the tokens that fall in it (with zero rows up to a multiple of
-        ``TAIL_ROWS``, so that XLA compiles ``sparse_xent`` for a few row counts, not for every
-        step's)."""
+        softmax only for the tokens that fall in it, up to the next of ``tail_buckets``
+        (``_tail_nll``)."""
         h, targets = tf.cast(h, tf.float32), tf.cast(targets, tf.int32)  # h's gradient in float32
         (w0, b0), *tails = self._clusters(table)
         c0 = self.bounds[1]
@@ -108,15 +121,34 @@ class AdaptiveSoftmax(layers.Layer):
             in_k = (targets >= self.bounds[k + 1]) & (targets < self.bounds[k + 2])
             head_index = tf.where(in_k, c0 + k, head_index)
         nll = sparse_xent(*self._scores(h, *self._head(w0, b0)), head_index)
+        buckets = tail_buckets(targets.shape[0])
         for k, (w, b) in enumerate(tails):
-            lo, hi = self.bounds[k + 1], self.bounds[k + 2]
-            idx = tf.where((targets >= lo) & (targets < hi))[:, 0]
-            n = tf.shape(idx)[0]
-            pad = tf.math.floormod(-n, TAIL_ROWS)  # zero rows up to a multiple of TAIL_ROWS
-            tail = sparse_xent(*self._scores(tf.pad(tf.gather(h, idx), [[0, pad], [0, 0]]), w, b),
-                               tf.pad(tf.gather(targets, idx) - lo, [[0, pad]]))
-            nll = tf.tensor_scatter_nd_add(nll, idx[:, None], tail[:n])
+            nll += self._tail_nll(h, targets, w, b, self.bounds[k + 1], self.bounds[k + 2],
+                                  buckets)
         return nll
+
+    def _tail_nll(self, h, targets, weight, bias, lo, hi, buckets):
+        """(N,) the within-cluster NLL of the tokens whose target is in [lo, hi), 0 elsewhere,
+        computed for the cluster's tokens only: ``tf.switch_case`` picks the smallest of
+        ``buckets`` that holds them, and that branch scores that many rows, fixed in its graph
+        (the first rows by position whose target is in the cluster, then rows that are not,
+        whose results are dropped). Every shape is static, so XLA compiles it (``--xla``)."""
+        in_cluster = (targets >= lo) & (targets < hi)  # (N,)
+        count = tf.reduce_sum(tf.cast(in_cluster, tf.int32))
+        index = tf.searchsorted(tf.constant(buckets, tf.int32), count[None])[0]
+
+        def rows(r):
+            def nll():
+                # top_k keeps the lower index first among equal keys: the cluster's tokens in
+                # order, then the others
+                pick = tf.math.top_k(tf.cast(in_cluster, tf.int32), k=r).indices  # (r,)
+                real = tf.gather(in_cluster, pick)
+                labels = tf.where(real, tf.gather(targets, pick) - lo, 0)
+                tail = sparse_xent(*self._scores(tf.gather(h, pick), weight, bias), labels)
+                return tf.scatter_nd(pick[:, None], tf.where(real, tail, 0.0),
+                                     tf.shape(targets))
+            return nll
+        return tf.switch_case(index, [rows(r) for r in buckets])
 
 
 def sparse_xent(scores, bias, labels):

@@ -15,7 +15,6 @@ import numpy as np
 import tensorflow as tf
 
 from common import dali
-from common.devices import CPU_ONLY
 from common.errors import DataError
 from txl import tfdata_pipeline
 
@@ -37,7 +36,7 @@ def _offsets(length: int, steps: int, batch_size: int, batch_chunk: int, rank: i
 
 def dataset(path: str, batch_size: int, tgt_len: int, rank: int = 0, world: int = 1,
             batch_chunk: int = 1, first_step: int = 0,
-            where: dali.Placement = dali.Placement(CPU_ONLY), num_threads: int = 2) -> dali.Served:
+            where: dali.Placement = dali.CPU, num_threads: int = 2) -> dali.Served:
     """Endless (inputs, targets) int32 micro-batches of this rank, from step ``first_step``."""
     from nvidia.dali import fn, pipeline_def, types
 

@@ -18,11 +18,14 @@ are kept in float32 whatever the variables' dtype.
 inside each variable's fused moment update instead of in a pass of its own over all 192 M
 gradients.
 
-Per variable the update is two XLA computations (moments and step; the weights' change) and two
-L2Loss kernels (the norms between them): most of its time is memory traffic, about 48 bytes per
-parameter, and none of the four allocates more than the step. For the 137 M-parameter embedding
-alone on a 2-vCPU CPU: 106-145 ms, where one XLA computation with the norms inside took 200-226
-(XLA materialises each square before summing it).
+On a CPU, per variable the update is two XLA computations (moments and step; the weights'
+change) and two L2Loss kernels (the norms between them): most of its time is memory traffic,
+about 48 bytes per parameter, and none of the four allocates more than the step; one XLA
+computation with the norms inside was slower there (XLA on a CPU materialises each square
+before summing it; figures in docs/performance/). On a GPU (``fused``) the whole update of every
+variable is one XLA computation (``_fused_update``): XLA's GPU reductions fuse the squares, and
+the four launches per variable (about 850 for Transformer-XL's 212 variables, each with XLA's
+host-side launch cost) become one.
 """
 from __future__ import annotations
 
@@ -34,10 +37,11 @@ from keras import ops
 class NvidiaLamb(keras.optimizers.Optimizer):
     def __init__(self, learning_rate=0.01, beta_1: float = 0.9, beta_2: float = 0.999,
                  epsilon: float = 1e-6, decay: float = 0.01, trust_clip: float = 10.0,
-                 name: str = "nvidia_lamb", **kwargs):
+                 fused: bool = False, name: str = "nvidia_lamb", **kwargs):
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
         self.decay, self.trust_clip = decay, trust_clip  # "decay": Keras owns "weight_decay"
+        self.fused = fused  # every variable in one XLA computation (a GPU's choice)
         self._grad_scale = 1.0  # set by _clip_gradients, which apply() calls before the updates
 
     def build(self, var_list):
@@ -57,6 +61,18 @@ class NvidiaLamb(keras.optimizers.Optimizer):
         self._grad_scale = clip * tf.minimum(1.0 / norm, 1.0 / clip) + (norm - norm)
         return grads
 
+    def _backend_update_step(self, grads, trainable_variables, learning_rate):
+        """Keras' TensorFlow backend updates the variables one by one (``update_step``); fused,
+        they are updated together."""
+        if not self.fused:
+            return super()._backend_update_step(grads, trainable_variables, learning_rate)
+        index = [self._get_variable_index(v) for v in trainable_variables]
+        _fused_update([_tf_variable(self._m[i]) for i in index],
+                      [_tf_variable(self._v[i]) for i in index], list(grads),
+                      [_tf_variable(v) for v in trainable_variables],
+                      ops.cast(self._grad_scale, "float32"), ops.cast(learning_rate, "float32"),
+                      self.beta_1, self.beta_2, self.epsilon, self.decay, self.trust_clip)
+
     def update_step(self, gradient, variable, learning_rate):
         i = self._get_variable_index(variable)
         var = _tf_variable(variable)
@@ -74,7 +90,8 @@ class NvidiaLamb(keras.optimizers.Optimizer):
 
     def get_config(self):
         return {**super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2,
-                "epsilon": self.epsilon, "decay": self.decay, "trust_clip": self.trust_clip}
+                "epsilon": self.epsilon, "decay": self.decay, "trust_clip": self.trust_clip,
+                "fused": self.fused}
 
 
 def _tf_variable(variable):
@@ -97,3 +114,21 @@ def _moments(m, v, gradient, grad_scale, var, beta_1, beta_2, epsilon, decay):
 @tf.function(jit_compile=True, autograph=False)
 def _apply(var, step, rate):
     var.assign(tf.cast(tf.cast(var, tf.float32) - rate * step, var.dtype))
+
+
+@tf.function(jit_compile=True, autograph=False)
+def _fused_update(ms, vs, grads, vars_, grad_scale, rate, beta_1, beta_2, epsilon, decay,
+                  trust_clip):
+    """``update_step``'s math for every variable at once, in one XLA computation."""
+    for m, v, g, var in zip(ms, vs, grads, vars_):
+        g = tf.cast(g, tf.float32) * grad_scale
+        m_new = beta_1 * m + (1.0 - beta_1) * g
+        v_new = beta_2 * v + (1.0 - beta_2) * tf.square(g)
+        m.assign(m_new)
+        v.assign(v_new)
+        w = tf.cast(var, tf.float32)
+        step = m_new / (tf.sqrt(v_new) + epsilon) + decay * w
+        w_norm = tf.minimum(tf.sqrt(tf.reduce_sum(tf.square(w))), trust_clip)
+        s_norm = tf.sqrt(tf.reduce_sum(tf.square(step)))
+        ratio = tf.where((w_norm > 0) & (s_norm > 0), w_norm / tf.maximum(s_norm, 1e-30), 1.0)
+        var.assign(tf.cast(w - rate * ratio * step, var.dtype))

@@ -51,7 +51,7 @@ class TransformerXLTask(Task):
         amp = ctx.precision.policy != "float32"
         # Softmax sizes padded to multiples of 8 for tensor cores under AMP on a GPU; a CPU's
         # kernels gain nothing, and padding cost a copy of the last cluster's rows every step.
-        tensor_cores = amp and bool(tf.config.list_physical_devices("GPU"))
+        tensor_cores = amp and dist.devices.gpu
         self.cfg = config.model_config(f, vocab_size, pad_multiple=8 if tensor_cores else 1)
         if len(self.cfg.cutoffs) < len(f.cutoffs):
             ctx.logger.print(f"note: cutoffs {','.join(f.cutoffs)} reach beyond the "
@@ -141,7 +141,7 @@ class TransformerXLTask(Task):
         schedule = schedules.cosine(f.lr, min(f.lr_warmup_steps, total_steps), total_steps,
                                     final=f.min_lr_ratio * f.lr)
         return NvidiaLamb(learning_rate=schedule, decay=f.weight_decay,
-                          global_clipnorm=f.clip or None)
+                          global_clipnorm=f.clip or None, fused=self.ctx.dist.devices.gpu)
 
     def initial_state(self, model, purpose):
         """Zero memories: --mem_len of them per training row, --eval_mem_len in evaluation."""
