@@ -9,6 +9,7 @@ Keras 3 variables are not ``tf.Variable``s, so Horovod's ``DistributedGradientTa
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -170,3 +171,19 @@ def init(environ=os.environ) -> Distributed:
                              f"joined {hvd.size()}{hint}")
     local_rank = hvd.local_rank() if hvd is not None else 0
     return Distributed(hvd, devices.pin(local_rank))
+
+
+def describe_rank(dist: Distributed, environ=os.environ) -> str:
+    """One line of what this process sees: its rank, its launcher's variables, its GPU."""
+    visible = environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
+    d = dist.devices
+    where = (f"computes on GPU {d.gpu_index} of the {d.visible_gpus} it sees ({d.gpu_name}), "
+             f"DALI device_id {d.dali_device_id}" if d.gpu else "computes on the CPU (no GPU)")
+    slurm = " ".join(f"{k}={environ[k]}" for k in ("SLURM_PROCID", "SLURM_LOCALID", "PMIX_RANK")
+                     if k in environ)
+    return (f"rank {dist.rank}/{dist.size} local {dist.local_rank} on {socket.gethostname()}: "
+            f"CUDA_VISIBLE_DEVICES={visible}{' ' + slurm if slurm else ''}; {where}")
+
+
+if __name__ == "__main__":  # python -m common.distributed, under any launcher: who is where
+    print(describe_rank(init()), flush=True)

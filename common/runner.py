@@ -147,6 +147,9 @@ def _run(task_cls: type[Task], argv: Sequence[str]) -> dict:
             summary.update(trainer.benchmark_inference())
         if fv.export_dir:
             trainer.export(fv.export_dir)
+        if trainer.dist.devices.gpu:  # what the recipe's batch costs (scripts/gpu_smoke.sh)
+            peak = tf.config.experimental.get_memory_info("GPU:0")["peak"]
+            summary["gpu_memory_peak_mib"] = round(peak / 2**20)
         summary.update(precision=trainer.ctx.precision.policy, world_size=trainer.dist.size)
         if fv.mode in INFERENCE_MODES:
             summary["inference_weights"] = trainer.inference_weights()
