@@ -119,3 +119,52 @@ def test_sparse_xent_equals_tensorflows_in_value_and_gradients():
         np.testing.assert_allclose(tf.cast(ds, tf.float32).numpy(),
                                    tf.cast(want_ds, tf.float32).numpy(), rtol=tol, atol=tol)
         np.testing.assert_allclose(db.numpy(), want_db.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_tail_buckets_grow_by_at_most_half_and_end_at_the_row_count():
+    from txl.adaptive_softmax import tail_buckets
+    b = tail_buckets(6144)
+    assert b[0] == 64 and b[-1] == 6144 and len(b) <= 14
+    assert all(1 < y / x <= 1.5 for x, y in zip(b, b[1:]))
+    assert tail_buckets(40) == [40]
+
+
+def test_static_shapes_give_the_same_nll_and_gradients_and_compile_with_xla():
+    """--xla's form of the tail (a switch over fixed row counts) equals the gathered form, on
+    300 tokens (buckets 64, 96, ..., 300) whose clusters take different buckets."""
+    rng = np.random.default_rng(3)
+    vocab, d, n = 60, 8, 300
+    table = tf.constant(rng.normal(size=(vocab, d)).astype(np.float32))
+    h = tf.constant(rng.normal(size=(n, d)).astype(np.float32))
+    # cluster sizes 170, 70 and 12 tokens: buckets 192, 96 and 64
+    targets = tf.constant(rng.permutation(np.concatenate(
+        [rng.integers(0, 10, 48), rng.integers(10, 20, 170), rng.integers(20, 35, 70),
+         rng.integers(35, 60, 12)])).astype(np.int32))
+    results = []
+    for static in (False, True):
+        layer = AdaptiveSoftmax(vocab, (10, 20, 35), static_shapes=static)
+        layer.build(h.shape)
+        for w in layer.weights:
+            w.assign(np.random.default_rng(1).normal(size=w.shape).astype(np.float32))
+
+        @tf.function(jit_compile=static)
+        def loss_and_grads(h, table, layer=layer):
+            with tf.GradientTape() as tape:
+                tape.watch([h, table])
+                nll = layer(h, table, targets)
+                loss = tf.reduce_sum(nll * tf.linspace(0.5, 1.5, n))
+            return nll, tape.gradient(loss, [h, table, *layer.weights])
+        results.append(loss_and_grads(h, table))
+    (nll_a, grads_a), (nll_b, grads_b) = results
+    np.testing.assert_allclose(nll_b.numpy(), nll_a.numpy(), rtol=1e-5, atol=1e-5)
+    for a, b in zip(grads_a, grads_b):
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_bucket_rows_is_the_smallest_static_bucket_that_holds_the_tokens():
+    from txl.adaptive_softmax import bucket_rows, tail_buckets
+    for rows in (40, 64, 300, 6144):
+        buckets = tail_buckets(rows)
+        for n in range(0, rows + 1, 7):
+            want = min(b for b in buckets if b >= n)
+            assert int(bucket_rows(tf.constant(n), tf.constant(rows))) == want, (rows, n)

@@ -45,9 +45,9 @@ def nms(boxes, scores, max_per_class: int = MAX_PER_CLASS, max_total: int = MAX_
 def top_candidates(boxes, scores, k: int = PRE_NMS_TOP_K):
     """Each image's ``k`` highest (anchor, class) scores: their boxes (B, k, 4) and their
     scores as (B, k, C), zero outside the candidate's class, which is what ``nms`` takes."""
-    classes = scores.shape[-1]
-    flat = tf.reshape(scores, [tf.shape(scores)[0], -1])  # (B, A x C)
-    top, index = tf.math.top_k(flat, k=min(k, flat.shape[-1]))
+    anchors, classes = scores.shape[1], scores.shape[2]
+    flat = tf.reshape(scores, [tf.shape(scores)[0], anchors * classes])  # (B, A x C)
+    top, index = tf.math.top_k(flat, k=min(k, anchors * classes))
     anchor, cls = index // classes, index % classes
     return (tf.gather(boxes, anchor, batch_dims=1),
             tf.one_hot(cls, classes, dtype=scores.dtype) * top[..., None])

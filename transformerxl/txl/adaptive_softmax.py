@@ -38,14 +38,28 @@ def tail_buckets(rows: int) -> list[int]:
     return sorted({min(s, rows) for s in sizes} | {rows})
 
 
+def bucket_rows(n, rows):
+    """The smallest of ``tail_buckets(rows)`` that holds ``n`` (int32 tensors; ``rows`` may be
+    known only when the step runs): the next power of two of ceil(n / 64), by bit smearing,
+    times 64, or three quarters of that when they suffice, at most ``rows``."""
+    x = tf.maximum((n + TAIL_ROWS - 1) // TAIL_ROWS, 1) - 1
+    for shift in (1, 2, 4, 8, 16):
+        x = tf.bitwise.bitwise_or(x, tf.bitwise.right_shift(x, shift))
+    p = (x + 1) * TAIL_ROWS  # 64 x a power of two >= n
+    three_quarters = p // 4 * 3
+    p = tf.where((p >= 2 * TAIL_ROWS) & (three_quarters >= n), three_quarters, p)
+    return tf.minimum(p, rows)
+
+
 class AdaptiveSoftmax(layers.Layer):
     def __init__(self, vocab_size: int, cutoffs=(), matmul_dtype="float32", pad_multiple: int = 1,
-                 **kwargs):
+                 static_shapes: bool = False, **kwargs):
         # autocast=False: Keras would cast every floating input to float32, a 16-bit table
         # (the copy of the model that inference runs, precision.compute_dtype_copy) too.
         super().__init__(dtype="float32", autocast=False, **kwargs)
         self.vocab_size = vocab_size
         self.matmul_dtype, self.pad_multiple = tf.as_dtype(matmul_dtype), pad_multiple
+        self.static_shapes = static_shapes  # for XLA: see _tail_nll_static
         self.cutoffs = [int(c) for c in cutoffs]
         if self.cutoffs != sorted(set(self.cutoffs)) or (self.cutoffs and not
                                                           0 < self.cutoffs[0] and
@@ -121,18 +135,34 @@ class AdaptiveSoftmax(layers.Layer):
             in_k = (targets >= self.bounds[k + 1]) & (targets < self.bounds[k + 2])
             head_index = tf.where(in_k, c0 + k, head_index)
         nll = sparse_xent(*self._scores(h, *self._head(w0, b0)), head_index)
-        buckets = tail_buckets(targets.shape[0])
+        # A static row count (a training or evaluation step) allows the static form; an
+        # exported signature's does not, and is not compiled by XLA.
+        static = self.static_shapes and targets.shape[0] is not None
         for k, (w, b) in enumerate(tails):
-            nll += self._tail_nll(h, targets, w, b, self.bounds[k + 1], self.bounds[k + 2],
-                                  buckets)
+            lo, hi = self.bounds[k + 1], self.bounds[k + 2]
+            nll += (self._tail_nll_static(h, targets, w, b, lo, hi, tail_buckets(
+                targets.shape[0])) if static else self._tail_nll(h, targets, w, b, lo, hi))
         return nll
 
-    def _tail_nll(self, h, targets, weight, bias, lo, hi, buckets):
+    def _tail_nll(self, h, targets, weight, bias, lo, hi):
         """(N,) the within-cluster NLL of the tokens whose target is in [lo, hi), 0 elsewhere,
-        computed for the cluster's tokens only: ``tf.switch_case`` picks the smallest of
-        ``buckets`` that holds them, and that branch scores that many rows, fixed in its graph
-        (the first rows by position whose target is in the cluster, then rows that are not,
-        whose results are dropped). Every shape is static, so XLA compiles it (``--xla``)."""
+        computed for the cluster's tokens only, gathered and padded with zero rows up to the
+        bucket that holds them (``bucket_rows``: a shape known only when the step runs)."""
+        idx = tf.where((targets >= lo) & (targets < hi))[:, 0]
+        n = tf.shape(idx)[0]
+        pad = bucket_rows(n, tf.shape(targets)[0]) - n
+        tail = sparse_xent(*self._scores(tf.pad(tf.gather(h, idx), [[0, pad], [0, 0]]),
+                                         weight, bias),
+                           tf.pad(tf.gather(targets, idx) - lo, [[0, pad]]))
+        return tf.scatter_nd(idx[:, None], tail[:n], tf.shape(targets, out_type=tf.int64))
+
+    def _tail_nll_static(self, h, targets, weight, bias, lo, hi, buckets):
+        """``_tail_nll`` with every shape static, so that XLA compiles it (``--xla``):
+        ``tf.switch_case`` picks the smallest of ``buckets`` that holds the cluster's tokens,
+        and that branch scores that many rows, fixed in its graph (the first rows by position
+        whose target is in the cluster, then rows that are not, whose results are dropped).
+        XLA compiles every branch; outside XLA, TensorFlow cannot take the gradient of
+        ``sparse_xent``'s custom gradient inside a branch, hence the two forms."""
         in_cluster = (targets >= lo) & (targets < hi)  # (N,)
         count = tf.reduce_sum(tf.cast(in_cluster, tf.int32))
         index = tf.searchsorted(tf.constant(buckets, tf.int32), count[None])[0]

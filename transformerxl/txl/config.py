@@ -94,8 +94,10 @@ def apply_preset(fv: flags.FlagValues) -> None:
             fv[name].value = value
 
 
-def model_config(fv: flags.FlagValues, vocab_size: int, pad_multiple: int = 1) -> TXLConfig:
-    """The model of these flags, its softmax sizes padded to multiples of ``pad_multiple``."""
+def model_config(fv: flags.FlagValues, vocab_size: int, pad_multiple: int = 1,
+                 static_shapes: bool = False) -> TXLConfig:
+    """The model of these flags, its softmax sizes padded to multiples of ``pad_multiple``, its
+    tail clusters scored at fixed row counts when ``static_shapes`` (XLA)."""
     given = f"--cutoffs {','.join(fv.cutoffs)}"
     try:
         cutoffs = tuple(int(c) for c in fv.cutoffs)
@@ -116,7 +118,8 @@ def model_config(fv: flags.FlagValues, vocab_size: int, pad_multiple: int = 1) -
         vocab_size=vocab_size, n_layer=fv.n_layer, d_model=fv.d_model, n_head=fv.n_head,
         d_head=fv.d_head, d_inner=fv.d_inner, cutoffs=cutoffs, dropout=fv.dropout,
         dropatt=fv.dropatt, mem_len=fv.mem_len, clamp_len=fv.clamp_len,
-        same_length=fv.same_length, init_std=fv.init_std, pad_multiple=pad_multiple)
+        same_length=fv.same_length, init_std=fv.init_std, pad_multiple=pad_multiple,
+        static_shapes=static_shapes)
 
 
 def preset_config(name: str, vocab_size: int, **overrides) -> TXLConfig:

@@ -41,6 +41,7 @@ class TXLConfig:
     same_length: bool = False
     init_std: float = 0.02
     pad_multiple: int = 1  # 8 under AMP on a GPU: softmax sizes padded for tensor cores
+    static_shapes: bool = False  # --xla: tail clusters scored at fixed row counts
 
 
 class TiedEmbedding(layers.Embedding):
@@ -122,7 +123,8 @@ class TransformerXL(keras.Model):
                                   name=f"layer{i}_ff") for i in range(cfg.n_layer)]
         self.softmax = AdaptiveSoftmax(cfg.vocab_size, cutoffs,
                                        matmul_dtype=self.embedding.compute_dtype,
-                                       pad_multiple=cfg.pad_multiple, name="adaptive_softmax")
+                                       pad_multiple=cfg.pad_multiple,
+                                       static_shapes=cfg.static_shapes, name="adaptive_softmax")
 
     def initial_mems(self, batch_size: int, mem_len: int | None = None):
         """n_layer zero memories (B, mem_len, d_model) in the compute dtype (see ``hidden``)."""

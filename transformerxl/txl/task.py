@@ -52,7 +52,8 @@ class TransformerXLTask(Task):
         # Softmax sizes padded to multiples of 8 for tensor cores under AMP on a GPU; a CPU's
         # kernels gain nothing, and padding cost a copy of the last cluster's rows every step.
         tensor_cores = amp and dist.devices.gpu
-        self.cfg = config.model_config(f, vocab_size, pad_multiple=8 if tensor_cores else 1)
+        self.cfg = config.model_config(f, vocab_size, pad_multiple=8 if tensor_cores else 1,
+                                       static_shapes=ctx.precision.xla)
         if len(self.cfg.cutoffs) < len(f.cutoffs):
             ctx.logger.print(f"note: cutoffs {','.join(f.cutoffs)} reach beyond the "
                              f"{vocab_size:,}-word vocabulary; the adaptive softmax uses "
