@@ -122,24 +122,6 @@ def test_predict_returns_classes_for_image_files_and_exports(tmp_path, digits_re
     assert logits.shape == (2, 10)
 
 
-def test_xla_compiles_the_train_step(tmp_path):
-    args = ["main.py", *TINY, "--mode", "training_benchmark", "--xla", "--iter_unit", "batch",
-            "--num_iter", "2", "--warmup_steps", "1", "--results_dir", str(tmp_path)]
-    assert runner.run(ResNetTask, args)["timed_steps"] == 1
-    trainer = runner.setup(ResNetTask, args)
-    trainer.log.close()
-    assert trainer.ctx.precision.xla
-    batch = trainer.task.prepare_train_batch(next(iter(trainer.task.train_dataset())))
-    gradients, update = trainer._build_train_step().xla_parts
-    states = trainer._initial_train_states()
-    # The step is two XLA modules: forward and backward, then the optimizer's update (the
-    # all-reduce and the non-finite check sit between them).
-    assert "HloModule" in gradients.experimental_get_compiler_ir((batch,), states)(stage="hlo")
-    _, grads, _ = gradients((batch,), states)
-    assert "HloModule" in update.experimental_get_compiler_ir(grads, tf.constant(True))(
-        stage="hlo")
-
-
 def test_amp_environment_variable_through_main(tmp_path):
     proc = run_cli([sys.executable, os.path.join(RN50, "main.py"), *TINY, "--mode",
                     "training_benchmark", "--iter_unit", "batch", "--num_iter", "2",

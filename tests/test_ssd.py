@@ -211,11 +211,3 @@ def test_image_size_must_be_a_multiple_of_32(capsys):
     assert runner.main(SSDTask, ["main.py", "--image_size", "300"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == \
         "main.py: error: flag --image_size=300: --image_size must be a multiple of 32"
-
-
-def test_xla_trains_and_evaluates(tmp_path, shapes_records):
-    """--xla compiles the train step and the forward pass; NMS (no XLA kernel) stays outside."""
-    s = runner.run(SSDTask, ["main.py", *TINY, "--data_dir", shapes_records, "--results_dir",
-                             str(tmp_path), "--mode", "train_and_evaluate", "--iter_unit",
-                             "batch", "--num_iter", "2", "--xla"])
-    assert s["final_step"] == 2 and s["eval_images"] == 8 and 0 <= s["eval_AP50"] <= 1
