@@ -266,3 +266,20 @@ def test_16_bit_images_are_prepared_as_tensorflow_decodes_them(tmp_path, kind):
         want = np.broadcast_to(pixels / 257, (32, 32, 3))
     got = tf.io.decode_jpeg(jpeg_bytes(str(path))).numpy().astype(float)
     assert np.abs(got - want).mean() < 3 and got.max() < 250
+
+
+def test_the_device_range_check_counts_in_the_step_and_stops_at_the_sync_point():
+    """DALI's batches stay on the GPU, so their labels are checked inside the compiled step and
+    read by the host at its next sync point; masked values (SSD's padding) are not checked."""
+    from common.errors import DataError
+    from common.input_errors import DeviceRangeCheck
+    check = DeviceRangeCheck("label", 1, 10, shift=1)  # 0-based values, named 1-based
+    step = tf.function(lambda v, valid=None: check(v, valid))
+    step(tf.constant([0, 9, 3], tf.int32))
+    check.raise_if_bad()  # nothing out of range
+    step(tf.constant([0, 10, 12], tf.int32), tf.constant([True, True, False]))
+    with pytest.raises(DataError, match=r"^cannot read the input data: label 11 is outside "
+                                        r"1\.\.10$"):
+        check.raise_if_bad()
+    with pytest.raises(DataError, match=r"^cannot read the input data: f, record 2: why$"):
+        check.raise_if_bad(lambda: "f, record 2: why")

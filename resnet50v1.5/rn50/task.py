@@ -73,7 +73,7 @@ class ResNetTask(RecordTask):
         self.class_names = self._read_class_names()
         # Labels are checked where the batch is (DALI leaves it on the GPU): 1-based, as the
         # records hold them and the tf.data pipeline's own check names them.
-        self.label_check = DeviceRangeCheck("label", 1, f.num_classes)
+        self.label_check = DeviceRangeCheck("label", 1, f.num_classes, shift=1)
 
     def _read_class_names(self):
         path = os.path.join(self.flags.data_dir or "", "labels.txt")
@@ -106,8 +106,7 @@ class ResNetTask(RecordTask):
         """(images, one-hot targets, smoothed by the loss); with --mixup, each batch blended with
         itself reversed."""
         images, labels = batch  # labels: (N,) int32, 0-based
-        labels = self.label_check(labels + 1) - 1
-        targets = tf.one_hot(labels, self.flags.num_classes)
+        targets = tf.one_hot(self.label_check(labels), self.flags.num_classes)
         alpha = self.flags.mixup
         if alpha > 0:
             a, b = tf.random.gamma([], alpha), tf.random.gamma([], alpha)
@@ -135,7 +134,7 @@ class ResNetTask(RecordTask):
 
     def eval_update(self, model, batch, metrics, state=None):
         images, labels = batch
-        labels = self.label_check(labels + 1) - 1
+        labels = self.label_check(labels)
         logits = model(images, training=False)
         for m in metrics:
             m.update_state(labels, logits)
