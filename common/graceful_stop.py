@@ -1,7 +1,7 @@
 """SIGTERM / SIGINT ask training to stop at a step boundary that every rank agrees on.
 
 The first signal only sets a flag; the loop asks ``should_stop`` after each step (under Horovod,
-at its sync points and every ``trainer.STOP_CHECK_EVERY`` steps, which every rank knows alike),
+at its sync points and every ``sync.STOP_CHECK_EVERY`` steps, which every rank knows alike),
 where under Horovod it is a max-allreduce so that a signal that reached a single rank stops them
 all at the same step. Rank 0 then writes a checkpoint and every rank exits 0; the next run
 resumes from there.

@@ -35,10 +35,10 @@ def test_xla_trains_and_evaluates_every_model(model, tmp_path, digits_records, s
     # The compiled parts: the forward and backward pass, then the update with its skip.
     trainer = runner.setup(task_cls, argv)
     trainer.log.close()
-    step = trainer._build_train_step()
+    step = trainer.build_train_step()
     gradients, update = step.xla_parts
     batch = trainer.task.prepare_train_batch(next(iter(trainer.task.train_dataset())))
-    states = trainer._initial_train_states()
+    states = trainer.initial_train_states()
     assert "HloModule" in gradients.experimental_get_compiler_ir((batch,), states)(stage="hlo")
     _, grads, _ = gradients((batch,), states)
     assert "HloModule" in update.experimental_get_compiler_ir(grads, tf.constant(True))(

@@ -1,0 +1,80 @@
+"""What a trained model is used for after training: the model inference runs, predictions on
+files, and the export (SavedModel, and ONNX with ``--export_onnx``)."""
+from __future__ import annotations
+
+import json
+import os
+
+import keras
+import tensorflow as tf
+
+from common import checkpoints, onnx_export, precision
+from common.errors import DataError, one_line
+
+INFERENCE_MODES = ("evaluate", "predict", "inference_benchmark")  # the runs that only infer
+
+
+class InferenceModel:
+    """The model that evaluation, prediction and the inference benchmark run. In a run that
+    only infers (``--mode evaluate``, ``predict``, ``inference_benchmark``) under AMP, for a
+    task that allows it (``Task.infers_in_compute_dtype``): a copy holding the weights in the
+    compute dtype (``precision.compute_dtype_copy``), made once, after the restore. Otherwise
+    the model itself, float32 weights cast at every step under AMP."""
+
+    def __init__(self, task, model: keras.Model, ctx):
+        self.task, self.model, self.ctx = task, model, ctx
+        self._copy = None
+
+    def __call__(self) -> keras.Model:
+        p, mode = self.ctx.precision, self.ctx.flags.mode
+        if not (p.amp and self.task.infers_in_compute_dtype and mode in INFERENCE_MODES):
+            return self.model
+        if self._copy is None:
+            self._copy = precision.compute_dtype_copy(self.task.build_model, self.model,
+                                                      p.compute_dtype)
+            self.ctx.logger.print(f"inference on a copy of the model with {p.compute_dtype} "
+                                  "weights (no casts of float32 weights at each step)")
+        return self._copy
+
+    @property
+    def weights_dtype(self) -> str:
+        """The weights' dtype that inference ran with: the summary records it."""
+        return self.ctx.precision.compute_dtype if self._copy is not None else "float32"
+
+
+def predict(task, model: keras.Model, paths, dist, log, results_dir: str) -> dict:
+    """Every file's predictions, in order, into ``predictions.json`` (written whole or not at
+    all). A file that cannot be read is reported, recorded with its error and skipped; the run
+    fails only when no file can be read."""
+    records, failed = [], []
+    for n, path in enumerate(paths, 1):
+        try:
+            found = task.predict_file(model, path)
+        except (DataError, OSError, tf.errors.OpError) as e:
+            why = str(e) if isinstance(e, DataError) else f"{path}: {one_line(str(e))}"
+            failed.append(why)
+            found = [{"file": path, "error": why}]
+            log.print(f"skipped {path}: {why}")
+        for r in found:
+            log.log((0, len(records)), r)
+            records.append(r)
+        if len(paths) > 1:
+            log.print(f"predict: {n}/{len(paths)} files")
+    if len(failed) == len(paths):
+        raise DataError(failed[0] if len(paths) == 1 else
+                        f"none of the {len(paths)} files could be read (first: {failed[0]})")
+    if dist.is_chief:
+        out = os.path.join(results_dir, "predictions.json")
+        checkpoints.write_atomically(out, json.dumps(records, indent=1))
+        log.print(f"wrote {len(records) - len(failed)} predictions to {out}"
+                  + (f" ({len(failed)} file(s) skipped)" if failed else ""))
+    return {"predictions": len(records) - len(failed), "skipped_files": len(failed)}
+
+
+def export(task, model: keras.Model, export_dir: str, with_onnx: bool, log) -> None:
+    """The task's SavedModel in ``export_dir``, and its ONNX files beside it (rank 0 only)."""
+    task.export(model, export_dir)
+    log.print(f"exported a SavedModel to {export_dir}")
+    if with_onnx:
+        for path in onnx_export.export_task(task, model, export_dir):
+            log.print(f"exported ONNX (opset {onnx_export.OPSET}) to {path}")

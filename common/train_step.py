@@ -1,0 +1,100 @@
+"""The one compiled training step of every model.
+
+In this order: each micro-batch made ready where it is (``Task.prepare_train_batch``) ->
+forward -> loss (float32) -> loss scale (float16 only) -> gradients, averaged over the step's
+``--batch_chunk`` micro-batches -> allreduce across ranks -> one finiteness decision -> unscale,
+skip if not finite, clip, apply (the Keras ``LossScaleOptimizer`` and the optimizer's own
+clipping) -> step += 1. A stateful task's state (Transformer-XL's memory) goes into each
+micro-batch's forward pass and its next value comes out of the step.
+
+With ``--xla`` the forward and backward pass and the update are compiled apart with
+``jit_compile``: Horovod's allreduce sits between them (its ops have no XLA kernels on a CPU
+build). On a GPU the update, with its skip, is compiled by XLA in every run: a TensorFlow
+``tf.cond`` on a predicate computed on the GPU makes the host wait for it, so that no step
+could be queued behind the current one.
+"""
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from common import precision as precision_lib
+
+
+def build(task, model: keras.Model, optimizer, guard, global_step: tf.Variable, dist,
+          xla: bool, fp16_allreduce: bool):
+    """``step(micro_batches, states) -> (loss, states)``, a ``tf.function``; its attributes
+    ``xla_parts`` (the compiled parts under ``--xla``) and ``update`` are for tests and HLO
+    dumps."""
+    loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+    dynamic_scale = loss_scaled and not isinstance(optimizer,
+                                                   precision_lib.FixedLossScaleOptimizer)
+    variables = model.trainable_variables
+
+    def gradients(micro_batches, states):
+        """Mean loss and mean gradients over the step's micro-batches (--batch_chunk), and
+        each micro-batch's next state."""
+        total, acc, new_states = 0.0, None, []
+        for batch, state in zip(micro_batches, states):  # unrolled: k is fixed for the run
+            with tf.GradientTape() as tape:
+                loss, state = task.train_loss(model, batch, state)
+                regularization = task.regularization(model)
+                if regularization is not None:
+                    loss += regularization
+                scaled = optimizer.scale_loss(loss) if loss_scaled else loss
+            grads = tape.gradient(scaled, variables)
+            acc = grads if acc is None else [
+                a if g is None else g if a is None else a + g for a, g in zip(acc, grads)]
+            total += loss
+            new_states.append(state)
+        # Sparse gradients (an embedding lookup's) become dense, as Horovod's sparse_as_dense:
+        # one fused allreduce of dense tensors, and clipping and the optimizer see one form.
+        acc = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in acc]
+        k = len(micro_batches)
+        if k > 1:
+            acc = [None if g is None else g / k for g in acc]
+        return total / k, acc, tuple(new_states)
+
+    def update(grads, finite):
+        """Applies the step when ``finite`` (the loss-scale optimizer lowers its scale
+        instead), by the one decision ``guard.finite`` made."""
+        if loss_scaled:
+            optimizer.finite = finite
+            try:
+                optimizer.apply(grads, variables)
+            finally:
+                optimizer.finite = None
+        else:
+            def apply():
+                optimizer.apply(grads, variables)
+                return tf.constant(True)
+            tf.cond(finite, apply, lambda: tf.constant(False))
+        return finite
+
+    update_xla = xla or dist.devices.gpu
+    if not (update_xla or dist.enabled):  # one graph
+        gradients_c, update_c = gradients, update
+    else:
+        # Compiled apart: Horovod's allreduce has no XLA kernel, and XLA compiles an update
+        # inside the skip's tf.cond about twice as slowly as the update alone.
+        gradients_c = tf.function(gradients, jit_compile=xla)
+        update_c = tf.function(update, jit_compile=update_xla)
+
+    @tf.function
+    def step(micro_batches, states):
+        micro_batches = tuple(task.prepare_train_batch(b) for b in micro_batches)
+        loss, grads, states = gradients_c(micro_batches, states)
+        grads = dist.allreduce_gradients(grads, fp16_compression=fp16_allreduce)
+        # Every rank decides alike: these are the allreduced gradients.
+        finite, first = guard.finite(grads)
+        update_c(grads, finite)
+        counted = None
+        if dynamic_scale:  # an overflow counts once the scale is spent, or the loss is not finite
+            counted = tf.logical_or(tf.logical_not(tf.math.is_finite(loss)),
+                                    optimizer.dynamic_scale < 1.0)
+        guard.record(finite, first, global_step + 1, counted)
+        global_step.assign_add(1)
+        return loss, states
+    step.xla_parts = (gradients_c, update_c) if xla else ()
+    step.update = update_c
+    return step
