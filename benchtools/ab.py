@@ -22,11 +22,12 @@ import sys
 import tempfile
 
 from benchtools import failure
+from common import presets
 from common.dllogger import last_summary, read_records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Where each package of pyproject.toml lives in a tree (besides the root: common, benchtools).
-MODEL_DIRS = ("resnet50v1.5", "ssd320", "transformerxl")
+MODEL_DIRS = tuple(m.directory for m in presets.MODELS.values())
 
 
 def worktree(revision: str, parent: str) -> str:

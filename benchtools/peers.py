@@ -47,10 +47,9 @@ TXL_BASE = {"num_layers": 16, "hidden_dim": 512, "num_heads": 8, "intermediate_d
 
 # --- the peers (run in a process of their own, under the peer environment's python) -----------
 def _policy(precision: str) -> str:
-    import tensorflow as tf
-    if precision == "fp32":
-        return "float32"
-    return "mixed_float16" if tf.config.list_physical_devices("GPU") else "mixed_bfloat16"
+    from common import devices, presets
+    dtype = presets.compute_dtype(precision, gpu=bool(devices.physical_gpus()))
+    return "float32" if dtype == "float32" else f"mixed_{dtype}"
 
 
 def _build_peer(model: str, batch: int):

@@ -18,9 +18,12 @@ import subprocess
 import sys
 
 from benchtools import failure
+from common import presets
 from common.dllogger import read_records
 
-PRECISION_FLAGS = {"fp32": ["--no_tf32"], "tf32": ["--tf32"], "amp": ["--amp"]}
+LAUNCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
+                      "launch.sh")
+
 
 
 def _summary(results_dir: str) -> dict:
@@ -30,13 +33,13 @@ def _summary(results_dir: str) -> dict:
 
 
 def run_one(main_py, mode, batch, precision, xla, gpus, results_dir, extra) -> dict:
-    cmd = [sys.executable, main_py, "--mode", mode, "--batch_size", str(batch),
-           "--results_dir", results_dir, *PRECISION_FLAGS[precision], *extra]
-    if xla:
-        cmd.append("--xla")
-    if gpus > 1:
-        cmd = ["mpirun", "--allow-run-as-root", "--bind-to", "socket", "-np", str(gpus)] + cmd
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    # Through the launchers' own script: the precision presets, and mpirun with each rank bound
+    # to its GPU's NUMA node (scripts/bind.sh) when there are several GPUs.
+    cmd = ["bash", LAUNCH, os.path.abspath(main_py), precision, str(gpus),
+           "xla" if xla else "noxla", "--mode", mode, "--batch_size", str(batch),
+           "--results_dir", results_dir, *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True,
+                          env={**os.environ, "PYTHON": sys.executable, "LAUNCHER": "mpirun"})
     row = {"precision": precision, "xla": xla, "batch_size": batch, "gpus": gpus}
     if proc.returncode != 0:
         return {**row, "error": failure(proc)}
@@ -76,7 +79,7 @@ def main(argv=None) -> int:
     split = argv.index("--") if "--" in argv else len(argv)
     args, extra = p.parse_args(argv[:split]), argv[split + 1:]  # after --: flags for every run
     precisions = args.precisions.split(",")
-    unknown = set(precisions) - set(PRECISION_FLAGS)
+    unknown = set(precisions) - set(presets.PRECISION_FLAGS)
     if unknown:
         p.error(f"unknown precision {sorted(unknown)[0]}: choose from fp32, tf32, amp")
     xlas = {"off": [False], "on": [True], "both": [False, True]}[args.xla]

@@ -30,7 +30,7 @@ def add_bias(x, bias, data_format: str = "channels_last"):
     """``x`` plus ``bias`` (channels), broadcast over every other axis."""
     fmt = "NCHW" if data_format == "channels_first" and x.shape.rank > 2 else "NHWC"
     bias = tf.cast(bias, x.dtype)
-    if x.dtype not in (tf.bfloat16, tf.float16) or devices.current().gpu:
+    if x.dtype not in (tf.bfloat16, tf.float16) or not devices.current().bias_gradient_by_sum:
         return tf.nn.bias_add(x, bias, data_format=fmt)
     return _bias_add_16bit(x, bias, fmt)
 

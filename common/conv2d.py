@@ -63,7 +63,7 @@ class Conv2D(keras.layers.Conv2D):
         return (bool(training) and tuple(self.kernel_size) == (1, 1)
                 and tuple(self.dilation_rate) == (1, 1) and self.groups == 1
                 and self.data_format == "channels_last" and inputs.dtype == tf.bfloat16
-                and not devices.current().gpu)
+                and devices.current().pointwise_gradient_as_matmul)
 
     def convolution_op(self, inputs, kernel, training=None):
         if self._matmul_weight_gradient(inputs, training):

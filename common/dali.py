@@ -64,9 +64,9 @@ class Placement:
 CPU = Placement(CPU_ONLY)  # DALI's CPU-only mode, as the tests run it
 
 
-def placement(devices: Devices, cpu_decode: bool = False, compute_dtype: str = "float32"
-              ) -> Placement:
-    return Placement(devices, cpu_decode, float16=devices.gpu and compute_dtype == "float16")
+def placement(capabilities, cpu_decode: bool = False) -> Placement:
+    """Where a DALI pipeline runs for this process (``devices.Capabilities``)."""
+    return Placement(capabilities.devices, cpu_decode, float16=capabilities.input_float16)
 
 
 class Served:

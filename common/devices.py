@@ -38,30 +38,87 @@ class Devices:
 
 
 CPU_ONLY = Devices(None)
-_current: Devices | None = None  # what pin() decided for this process
 
 
-def current() -> Devices:
-    """This process's devices, as ``pin`` decided them; before ``pin`` (layers built by a test
-    or a tool), the first GPU when there is one. Layers that choose a kernel by device (the
-    bfloat16-on-a-CPU workarounds of ``common/bias.py`` and ``common/conv2d.py``) read this
-    instead of probing."""
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What the device and the compute dtype decide, once, at start-up: every kernel a layer
+    routes around and every size it pads is read here (``current()``, or a task's
+    ``ctx.capabilities``), never probed from TensorFlow at call time."""
+    devices: Devices
+    compute_dtype: str = "float32"  # the precision policy's (common/precision.py)
+
+    @property
+    def gpu(self) -> bool:
+        return self.devices.gpu
+
+    @property
+    def tensor_core_padding(self) -> int:
+        """Sizes padded to a multiple of this for tensor cores: 8 in 16-bit on a GPU."""
+        return 8 if self.gpu and self.compute_dtype != "float32" else 1
+
+    @property
+    def bias_gradient_by_sum(self) -> bool:
+        """16-bit bias gradients summed by ``Sum`` (float32 accumulation), around a CPU's
+        ``BiasAddGrad``, which sums in 16 bits (common/bias.py). A GPU's accumulates in float32,
+        and its plain BiasAdd fuses into the matmul before it."""
+        return not self.gpu
+
+    @property
+    def pointwise_gradient_as_matmul(self) -> bool:
+        """bfloat16 1x1 weight gradients (a layer computing in bfloat16) as one matmul, around
+        oneDNN's slow AMX weight-gradient kernel (common/conv2d.py); a GPU keeps cuDNN's."""
+        return not self.gpu
+
+    @property
+    def update_compiled(self) -> bool:
+        """The optimizer update and its non-finite skip compiled by XLA in every run
+        (common/train_step.py): on a GPU, a TensorFlow cond would wait on the host."""
+        return self.gpu
+
+    @property
+    def fused_optimizer(self) -> bool:
+        """Optimizers that update every variable in one XLA computation (Transformer-XL's LAMB):
+        a GPU saves hundreds of launches; a CPU's XLA materialises squares, slower there."""
+        return self.gpu
+
+    @property
+    def input_float16(self) -> bool:
+        """Images leave DALI in float16 (float16 AMP on a GPU)."""
+        return self.gpu and self.compute_dtype == "float16"
+
+
+_current: Capabilities | None = None  # what pin() and decide() set for this process
+
+
+def current() -> Capabilities:
+    """This process's capabilities, as ``pin`` and ``decide`` set them at start-up; before
+    that (layers built by a test or a tool), those of the first GPU when there is one, in
+    float32."""
     global _current
     if _current is None:
         gpus = physical_gpus()
-        _current = Devices(0, "GPU", len(gpus)) if gpus else CPU_ONLY
+        _current = Capabilities(Devices(0, "GPU", len(gpus)) if gpus else CPU_ONLY)
+    return _current
+
+
+def decide(devices: Devices, compute_dtype: str) -> Capabilities:
+    """The process's capabilities once the precision is known (``common/runner.py``)."""
+    global _current
+    _current = Capabilities(devices, compute_dtype)
     return _current
 
 
 @contextlib.contextmanager
-def standing_in(devices: Devices):
-    """``current()`` is ``devices`` inside the block: for tests that build a GPU's graph on a
+def standing_in(stand_in: Devices | Capabilities):
+    """``current()`` is ``stand_in`` inside the block: for tests that build a GPU's graph on a
     CPU (what a layer or pipeline puts in it, not what it computes)."""
     global _current
     before = _current
-    _current = devices
+    _current = (stand_in if isinstance(stand_in, Capabilities)
+                else Capabilities(stand_in, before.compute_dtype if before else "float32"))
     try:
-        yield devices
+        yield _current
     finally:
         _current = before
 
@@ -78,12 +135,13 @@ def pin(local_rank: int) -> Devices:
     global _current
     gpus = physical_gpus()
     if not gpus:
-        _current = CPU_ONLY
-        return _current
+        _current = Capabilities(CPU_ONLY)
+        return CPU_ONLY
     index = local_rank % len(gpus)
     for gpu in gpus:
         tf.config.experimental.set_memory_growth(gpu, True)
     tf.config.set_visible_devices(gpus[index], "GPU")
     name = tf.config.experimental.get_device_details(gpus[index]).get("device_name", "GPU")
-    _current = Devices(index, name, len(gpus))
-    return _current
+    pinned = Devices(index, name, len(gpus))
+    _current = Capabilities(pinned)
+    return pinned

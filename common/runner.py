@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from common import (
     checkpoints,
+    devices,
     distributed,
     flags,
     machine,
@@ -76,7 +77,8 @@ def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
     logger.metadata("loss", unit=None)
     logger.metadata(f"{task_cls.item_unit}_per_s", unit=f"{task_cls.item_unit}/s", fmt=":.1f")
     logger.metadata("lr", unit=None, fmt=":.6f")
-    ctx = RunContext(flags=fv, dist=dist, precision=prec, logger=logger)
+    ctx = RunContext(flags=fv, dist=dist, precision=prec, logger=logger,
+                     capabilities=devices.decide(dist.devices, prec.compute_dtype))
     try:
         trainer = Trainer(task_cls(ctx), ctx)
     except BaseException:

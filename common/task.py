@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 from absl import flags
 
-from common import dali, input_errors, tfrecord_index
+from common import dali, devices, input_errors, tfrecord_index
 from common.distributed import Distributed
 from common.dllogger import Logger
 from common.precision import Precision
@@ -28,6 +28,7 @@ class RunContext:
     dist: Distributed
     precision: Precision
     logger: Logger
+    capabilities: devices.Capabilities  # the device and dtype's consequences, decided once
 
     @property
     def global_batch_size(self) -> int:
@@ -180,8 +181,7 @@ class Task(abc.ABC):
     def dali_placement(self) -> dali.Placement:
         """Where this process's DALI pipelines run and what they emit: its GPU (the CPU with
         --dali_cpu, or without a GPU), images in float16 under float16 AMP."""
-        return dali.placement(self.ctx.dist.devices, self.flags.dali_cpu,
-                              self.ctx.precision.compute_dtype)
+        return dali.placement(self.ctx.capabilities, self.flags.dali_cpu)
 
     def items_in(self, batch) -> int:
         """How many ``item_unit`` one batch holds (for throughput)."""

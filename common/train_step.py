@@ -22,7 +22,7 @@ from common import precision as precision_lib
 
 
 def build(task, model: keras.Model, optimizer, guard, global_step: tf.Variable, dist,
-          xla: bool, fp16_allreduce: bool):
+          xla: bool, fp16_allreduce: bool, update_compiled: bool):
     """``step(micro_batches, states) -> (loss, states)``, a ``tf.function``; its attributes
     ``xla_parts`` (the compiled parts under ``--xla``) and ``update`` are for tests and HLO
     dumps."""
@@ -71,7 +71,7 @@ def build(task, model: keras.Model, optimizer, guard, global_step: tf.Variable, 
             tf.cond(finite, apply, lambda: tf.constant(False))
         return finite
 
-    update_xla = xla or dist.devices.gpu
+    update_xla = xla or update_compiled  # Capabilities.update_compiled: on a GPU
     if not (update_xla or dist.enabled):  # one graph
         gradients_c, update_c = gradients, update
     else:

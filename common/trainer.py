@@ -146,7 +146,7 @@ class Trainer:
     def build_train_step(self):
         return train_step.build(self.task, self.model, self.optimizer, self.guard,
                                 self.global_step, self.dist, self.ctx.precision.xla,
-                                self.flags.fp16_allreduce)
+                                self.flags.fp16_allreduce, self.ctx.capabilities.update_compiled)
 
     def compiled_train_step(self):
         """The train step, traced once and reused by training and the benchmark."""
@@ -178,7 +178,7 @@ class Trainer:
         """tf.data batches, made on the host, copied to the GPU ahead of the step that reads
         them (``prefetch_to_device``) rather than inside it. DALI's (``dali.Served``) and
         synthetic batches (``task.Repeated``) are there already; on a CPU nothing moves."""
-        if isinstance(data, tf.data.Dataset) and self.dist.devices.gpu:
+        if isinstance(data, tf.data.Dataset) and self.ctx.capabilities.gpu:
             return data.apply(tf.data.experimental.prefetch_to_device(
                 self.dist.devices.tf_device, buffer_size=2))
         return data

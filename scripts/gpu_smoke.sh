@@ -89,7 +89,7 @@ declare -A ARGS=(
   [ssd320]="--data_dir $DATA/coco --dali --batch_size 32"
   [transformerxl]="--data_dir $DATA/wt103 --dali --batch_size 32"
 )
-MODELS=(resnet50v1.5 ssd320 transformerxl)
+read -ra MODELS <<< "$(cd "$root" && "$PY" -m common.presets --models)"  # common/presets.py
 short=(--iter_unit batch --num_iter "$STEPS" --display_every 5)
 
 # --- stages ------------------------------------------------------------------------------------

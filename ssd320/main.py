@@ -9,20 +9,12 @@ with AMP, TF32, XLA, Horovod and DALI.
 See README.md (SSD320 v1.2) for the flags and the recipes.
 """
 import os
+import runpy
 import sys
 
-try:
-    from common import versions
-except ModuleNotFoundError:  # the repository is not installed in this Python
-    print(f"{os.path.basename(__file__)}: error: this repository is not installed; run "
-          "`bash scripts/install_deps.sh` (or `pip install --no-deps -e .`) at its root",
-          file=sys.stderr)
-    sys.exit(2)
-
-versions.require(__file__)  # one line, exit 2, on a stack it cannot use
-
-from common.runner import main  # noqa: E402
-from ssd.task import SSDTask  # noqa: E402
+# The start every script shares (common/entry.py): one line when the repository is not
+# installed or the stack cannot run it, then ssd.task:SSDTask.
+ENTRY = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "common", "entry.py")
 
 if __name__ == "__main__":
-    sys.exit(main(SSDTask))
+    sys.exit(runpy.run_path(ENTRY)["run"](__file__, "ssd.task:SSDTask"))

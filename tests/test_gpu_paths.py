@@ -49,6 +49,8 @@ def _gpu_stand_in(monkeypatch, trainer=None):
     monkeypatch.setattr(dali_tf.experimental, "DALIDatasetWithInputs", _RecordedDALIDataset)
     if trainer is not None:
         monkeypatch.setattr(trainer.dist, "devices", STAND_IN)
+        monkeypatch.setattr(trainer.ctx, "capabilities", devices.Capabilities(
+            STAND_IN, trainer.ctx.precision.compute_dtype))
     with devices.standing_in(STAND_IN):
         yield
 
@@ -228,7 +230,7 @@ def test_each_process_is_pinned_to_one_gpu(monkeypatch, local_rank, gpus, pinned
                         lambda g: {"device_name": "NVIDIA A100"})
     with devices.standing_in(devices.CPU_ONLY):
         got = devices.pin(local_rank)
-        assert devices.current() is got
+        assert devices.current().devices is got
     assert calls["visible"] == [f"GPU:{pinned}"] and calls["growth"] == fake
     assert got.gpu_index == got.dali_device_id == pinned and got.visible_gpus == gpus
 

@@ -7,16 +7,13 @@ import subprocess
 import pytest
 from conftest import ROOT
 
-from common import flags
+from common import flags, presets
 
-MODELS = {"resnet50v1.5": "rn50.task:ResNetTask", "ssd320": "ssd.task:SSDTask",
-          "transformerxl": "txl.task:TransformerXLTask"}
+MODELS = presets.MODELS
 
 
 def _task(model):
-    import importlib
-    module, name = MODELS[model].split(":")
-    return getattr(importlib.import_module(module), name)
+    return presets.task_class(model)
 
 
 def _dry_run(tmp_path, data_root, **env):

@@ -169,3 +169,12 @@ def test_bind_runs_unbound_where_there_is_nothing_to_follow(tmp_path):
     assert err.startswith("bind.sh: GPU 1 (00000000:17:00.0) has no NUMA node in ")
     code, cmd, _ = dry("scripts/bind.sh", "python", "main.py", **fake, BIND="none")
     assert cmd == ["python", "main.py"]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "amp"])
+def test_launch_sh_keeps_the_precision_presets_of_common_presets(precision):
+    """launch.sh runs where Python may not (a pyxis job's batch host), so it keeps its own copy
+    of the table: the same flags."""
+    from common import presets
+    code, cmd, _ = dry("scripts/launch.sh", "m/main.py", precision, "1")
+    assert code == 0 and cmd[2:] == presets.precision_flags(precision)

@@ -88,6 +88,9 @@ def test_main_of_another_checkout_is_refused_with_the_fix(tmp_path):
     (clone / "resnet50v1.5").mkdir(parents=True)
     (clone / "resnet50v1.5" / "main.py").write_text(
         open(os.path.join(ROOT, "resnet50v1.5", "main.py")).read())
+    (clone / "common").mkdir()
+    (clone / "common" / "entry.py").write_text(
+        open(os.path.join(ROOT, "common", "entry.py")).read())
     proc = run_cli([sys.executable, str(clone / "resnet50v1.5" / "main.py"), "--mode", "train"])
     assert proc.returncode == 2, proc.stderr
     assert stderr_last_line(proc) == (

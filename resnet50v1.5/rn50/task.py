@@ -68,7 +68,7 @@ class ResNetTask(RecordTask):
     def __init__(self, ctx):
         super().__init__(ctx)
         f = self.flags
-        if f.data_format == "NCHW" and not ctx.dist.devices.gpu:
+        if f.data_format == "NCHW" and not ctx.capabilities.gpu:
             raise UsageError("--data_format NCHW needs a GPU (TensorFlow's CPU kernels are NHWC)")
         self.class_names = self._read_class_names()
         # Labels are checked where the batch is (DALI leaves it on the GPU): 1-based, as the

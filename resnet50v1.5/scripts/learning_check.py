@@ -22,11 +22,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
-from common import dllogger, runner  # noqa: E402
+from common import dllogger, presets, runner  # noqa: E402
 from rn50 import digits  # noqa: E402
 from rn50.task import ResNetTask  # noqa: E402
 
-PRECISIONS = {"fp32": [], "amp": ["--amp"]}
+PRECISIONS = {p: presets.precision_flags(p) for p in ("fp32", "amp")}  # common/presets.py
 
 
 def prepare_digits(root: str) -> str:

@@ -16,11 +16,13 @@ import tensorflow as tf
 
 from benchtools.mfu import forward_flops, matmul_ceiling
 from benchtools.rounds import alternating_rounds, mfu_rows
-from common import runner
+from common import presets, runner
 from ssd.model import build_ssd
 from ssd.task import SSDTask
 
-PRECISIONS = {"fp32": ([], tf.float32), "amp": (["--amp"], tf.bfloat16)}
+# The presets every tool shares (common/presets.py), and the type their matmuls run in here.
+PRECISIONS = {p: (presets.precision_flags(p), tf.as_dtype(presets.compute_dtype(p, gpu=False)))
+              for p in ("fp32", "amp")}
 
 
 def one(mode, precision, args) -> float:

@@ -22,10 +22,10 @@ _here = os.path.dirname(os.path.abspath(__file__))
 _model_dir = os.path.dirname(_here)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from common import dllogger, runner  # noqa: E402
+from common import dllogger, presets, runner  # noqa: E402
 from ssd import shapes  # noqa: E402
 
-PRECISIONS = {"fp32": [], "amp": ["--amp"]}
+PRECISIONS = {p: presets.precision_flags(p) for p in ("fp32", "amp")}  # common/presets.py
 RECIPE = ["--arch", "resnet_tiny", "--image_size", "128", "--batch_size", "16",
           "--lr_init", "0.64", "--lr_warmup_steps", "100", "--display_every", "50",
           "--eval_at_epoch_end"]  # a curve, where NVIDIA's recipe evaluates once at the end

@@ -23,10 +23,12 @@ import tensorflow as tf  # noqa: E402
 
 from benchtools.mfu import matmul_ceiling  # noqa: E402
 from benchtools.rounds import alternating_rounds, mfu_rows  # noqa: E402
-from common import dllogger, runner  # noqa: E402
+from common import dllogger, presets, runner  # noqa: E402
 from txl.flops import run_flops_per_token  # noqa: E402
 
-PRECISIONS = {"fp32": ([], tf.float32), "amp": (["--amp"], tf.bfloat16)}
+# The presets every tool shares (common/presets.py), and the type their matmuls run in here.
+PRECISIONS = {p: (presets.precision_flags(p), tf.as_dtype(presets.compute_dtype(p, gpu=False)))
+              for p in ("fp32", "amp")}
 MODES = ("training_benchmark", "inference_benchmark")
 
 

@@ -41,10 +41,10 @@ _model_dir = os.path.dirname(_here)
 _root = os.path.dirname(_model_dir)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from common import dllogger, runner  # noqa: E402
+from common import dllogger, presets, runner  # noqa: E402
 from txl.plays import WHEEL, write_corpus  # noqa: E402
 
-PRECISIONS = {"fp32": [], "amp": ["--amp"]}
+PRECISIONS = {p: presets.precision_flags(p) for p in ("fp32", "amp")}  # common/presets.py
 RECIPE = ["--preset", "small", "--display_every", "50"]  # txl/config.py's PRESETS["small"]
 
 

@@ -48,17 +48,16 @@ class TransformerXLTask(Task):
         config.apply_preset(f)
         self.vocab = self._read_vocab() if f.data_dir else None
         vocab_size = len(self.vocab) if self.vocab else f.vocab_size
-        amp = ctx.precision.policy != "float32"
         # Softmax sizes padded to multiples of 8 for tensor cores under AMP on a GPU; a CPU's
         # kernels gain nothing, and padding cost a copy of the last cluster's rows every step.
-        tensor_cores = amp and dist.devices.gpu
-        self.cfg = config.model_config(f, vocab_size, pad_multiple=8 if tensor_cores else 1,
+        pad = ctx.capabilities.tensor_core_padding
+        self.cfg = config.model_config(f, vocab_size, pad_multiple=pad,
                                        static_shapes=ctx.precision.xla)
         if len(self.cfg.cutoffs) < len(f.cutoffs):
             ctx.logger.print(f"note: cutoffs {','.join(f.cutoffs)} reach beyond the "
                              f"{vocab_size:,}-word vocabulary; the adaptive softmax uses "
                              f"{','.join(map(str, self.cfg.cutoffs)) or 'none'}")
-        if tensor_cores:
+        if pad > 1:
             odd = {k: v for k, v in (("d_model", f.d_model), ("d_inner", f.d_inner),
                                      ("n_head x d_head", f.n_head * f.d_head)) if v % 8}
             if odd:
@@ -142,7 +141,8 @@ class TransformerXLTask(Task):
         schedule = schedules.cosine(f.lr, min(f.lr_warmup_steps, total_steps), total_steps,
                                     final=f.min_lr_ratio * f.lr)
         return NvidiaLamb(learning_rate=schedule, decay=f.weight_decay,
-                          global_clipnorm=f.clip or None, fused=self.ctx.dist.devices.gpu)
+                          global_clipnorm=f.clip or None,
+                          fused=self.ctx.capabilities.fused_optimizer)
 
     def initial_state(self, model, purpose):
         """Zero memories: --mem_len of them per training row, --eval_mem_len in evaluation."""
