@@ -157,19 +157,18 @@ class SlurmCluster:
             raise RuntimeError(f"sbatch failed: {proc.stderr.strip()}")
         return proc.stdout.strip().split(";")[0]
 
-    def job_state(self, job: str) -> str:
+    def _job_field(self, job: str, name: str, missing: str) -> str:
         proc = self.run(["scontrol", "show", "job", job], timeout=30)
         for field in proc.stdout.split():
-            if field.startswith("JobState="):
+            if field.startswith(f"{name}="):
                 return field.split("=", 1)[1]
-        return "UNKNOWN"
+        return missing
+
+    def job_state(self, job: str) -> str:
+        return self._job_field(job, "JobState", "UNKNOWN")
 
     def job_exit_code(self, job: str) -> str:
-        proc = self.run(["scontrol", "show", "job", job], timeout=30)
-        for field in proc.stdout.split():
-            if field.startswith("ExitCode="):
-                return field.split("=", 1)[1]
-        return "?"
+        return self._job_field(job, "ExitCode", "?")
 
     def wait(self, job: str, timeout: float = 600) -> str:
         """Waits for a job to end; returns its final state (COMPLETED, FAILED, ...)."""

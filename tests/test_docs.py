@@ -1,0 +1,148 @@
+"""The documentation resolves: every relative link of the READMEs, docs/ and the changelog
+points at a file that exists (and at a heading that exists, when it names one), and every
+command they quote names scripts that exist, modules that import, and main.py flags that the
+model defines."""
+import glob
+import importlib.util
+import os
+import re
+import shlex
+
+import pytest
+from conftest import ROOT
+
+from common import flags, presets
+
+DOCS = sorted({os.path.relpath(p, ROOT) for p in
+               [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "CHANGELOG.md"),
+                *glob.glob(os.path.join(ROOT, "*", "README.md")),
+                *glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True)]})
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^```(\w*)$")
+
+
+def _text(doc):
+    with open(os.path.join(ROOT, doc)) as f:
+        return f.read()
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading."""
+    s = re.sub(r"[`*_]", "", heading.strip().lower())
+    s = re.sub(r"[^\w\- ]", "", s)
+    return s.replace(" ", "-")
+
+
+def _anchors(path: str) -> set[str]:
+    out, code = set(), False
+    with open(path) as f:
+        for line in f:
+            if FENCE.match(line.strip()):
+                code = not code
+            elif not code and line.startswith("#"):
+                out.add(_slug(line.lstrip("#")))
+    return out
+
+
+def test_every_doc_is_found():
+    assert {"README.md", "CHANGELOG.md", "resnet50v1.5/README.md", "ssd320/README.md",
+            "transformerxl/README.md", "docs/adding_a_model.md"} <= set(DOCS)
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_relative_links_resolve(doc):
+    here = os.path.dirname(os.path.join(ROOT, doc))
+    bad = []
+    for target in LINK.findall(_text(doc)):
+        if re.match(r"^[a-z]+:", target):
+            continue  # https:, mailto:
+        path, _, anchor = target.partition("#")
+        full = os.path.normpath(os.path.join(here, path)) if path else os.path.join(ROOT, doc)
+        if not os.path.exists(full):
+            bad.append(f"{target}: no such file")
+        elif anchor and full.endswith(".md") and anchor not in _anchors(full):
+            bad.append(f"{target}: no such heading")
+    assert not bad, bad
+
+
+def _commands(text):
+    """Command lines quoted in fenced bash blocks and in inline code (continuations joined)."""
+    lines, code, lang = [], False, ""
+    for line in text.splitlines():
+        m = FENCE.match(line.strip())
+        if m:
+            code, lang = not code, m.group(1)
+            continue
+        if code and lang in ("bash", "sh", ""):
+            lines.append(line)
+        elif not code:
+            lines += [c for c in re.findall(r"`([^`]+)`", line)
+                      if c.startswith(("python ", "bash ", "mpirun ", "sbatch "))]
+    joined = "\n".join(lines).replace("\\\n", " ")
+    for line in joined.splitlines():
+        line = line.split(" #")[0].strip()
+        if line and not line.startswith("#"):
+            yield line
+
+
+_SCRIPT_FLAGS = {}
+
+
+def _script_flags(script: str) -> set[str]:
+    """The flags a script's --help lists (argparse scripts: learning checks, benchmarks)."""
+    if script not in _SCRIPT_FLAGS:
+        import subprocess
+        import sys
+        out = subprocess.run([sys.executable, os.path.join(ROOT, script), "--help"],
+                             capture_output=True, text=True, timeout=120).stdout
+        _SCRIPT_FLAGS[script] = set(re.findall(r"--([a-z][a-z0-9_]*)", out))
+    return _SCRIPT_FLAGS[script]
+
+
+def _model_flags():
+    out = {}
+    for name in presets.MODELS:
+        task = presets.task_class(name)
+        fv = flags.build(task.define_flags, task.flag_defaults)
+        out[name] = set(fv) | {"help", "helpfull"}
+    return out
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_quoted_commands_name_what_exists(doc):
+    model_flags = _model_flags()
+    bad = []
+    for line in _commands(_text(doc)):
+        try:
+            words = shlex.split(line)
+        except ValueError:
+            continue
+        words = [w for w in words if not re.match(r"^[A-Z_]+=", w)]  # environment first
+        if not words or words[0] not in ("python", "python3", "bash", "mpirun", "sbatch",
+                                         "horovodrun", "srun"):
+            continue
+        if words[0] in ("python", "python3") and len(words) > 2 and words[1] == "-m":
+            if importlib.util.find_spec(words[2]) is None:
+                bad.append(f"{line}: no module {words[2]}")
+            continue  # a tool's own flags, not main.py's
+        scripts = [w for w in words if w.endswith((".py", ".sh", ".sbatch")) and "/" in w]
+        for s in scripts:
+            if not os.path.exists(os.path.join(ROOT, s)):
+                bad.append(f"{line}: no file {s}")
+        if not scripts or not os.path.exists(os.path.join(ROOT, scripts[0])):
+            continue
+        script, model = scripts[0], scripts[0].split("/")[0]
+        if script.endswith(("main.py", ".sh", ".sbatch")) and model in model_flags:
+            known, whose = model_flags[model], f"{model}/main.py"  # launchers pass flags on
+        elif script.endswith(".py"):
+            known, whose = _script_flags(script), script
+        else:
+            continue
+        for w in words[words.index(script) + 1:]:
+            if w in ("|", "&&", ";", "--"):
+                break
+            if w.startswith("--") and len(w) > 2:
+                name = w[2:].split("=")[0]
+                if name not in known and not (name.startswith("no") and name[2:] in known):
+                    bad.append(f"{line}: {whose} has no flag --{name}")
+    assert not bad, bad
