@@ -18,10 +18,10 @@ stops summing at 256 on a CPU (see there).
 
 In bfloat16 training on a CPU, a 1x1 convolution's weight gradient is computed as the matrix
 product it is (the input's pixels, subsampled by the stride, against the output gradient's)
-instead of by oneDNN's weight-gradient convolution kernel. On a Xeon with AMX, oneDNN's
-kernel reaches 170-370 GFLOP/s on ResNet-50's 1x1 problems at batch 16, against 660-1050 for
-its AMX matmul on the same FLOPs (README, ResNet-50 performance); on an AVX512-BF16 CPU without
-AMX the two were level. The forward pass and the input gradient stay oneDNN's convolutions, and
+instead of by oneDNN's weight-gradient convolution kernel, which on a Xeon with AMX runs these
+problems several times slower than its AMX matmul does the same FLOPs (the measurements:
+docs/performance/resnet50v1.5.md); on an AVX512-BF16 CPU without AMX the two were level. The
+forward pass and the input gradient stay oneDNN's convolutions, and
 so does every float32 and float16 convolution and every convolution on a GPU (cuDNN).
 """
 from __future__ import annotations
@@ -108,9 +108,8 @@ def pointwise_conv(x, kernel, strides=(1, 1)):
 
 def subsample(x, strides):
     """``x[:, ::sh, ::sw, :]`` of NHWC ``x``. Where the static height and width divide by the
-    strides it is a reshape and a slice at a fixed index, which TensorFlow copies about ten
-    times as fast as the equivalent strided slice (1.6 against 15.7 ms for a 16x56x56x256
-    bfloat16 tensor on the AMX Xeon of the README)."""
+    strides it is a reshape and a slice at a fixed index, which TensorFlow copies an order of
+    magnitude faster than the equivalent strided slice (docs/performance/resnet50v1.5.md)."""
     sh, sw = strides
     if (sh, sw) == (1, 1):
         return x

@@ -1,7 +1,12 @@
-"""Command-line flags shared by every model, named as in NVIDIA's scripts.
+"""Command-line flags shared by every model, named as in NVIDIA's scripts, and the settings a
+run uses.
 
 Each parse builds a fresh ``absl.flags.FlagValues`` (common flags, then the model's own), so
-three models can be configured side by side in one process. Errors are one line.
+three models can be configured side by side in one process. Errors are one line. The flag bag
+holds what the command line asked for and is never written to: what a run derives from it (a
+default that depends on another flag, a preset, a recipe rule such as SSD320's steps from the
+global batch, a value read from the data) is a ``Settings`` on top of it, which the loops read
+like the flags and the PARAMETER record lists.
 """
 from __future__ import annotations
 
@@ -110,7 +115,41 @@ def build(define_model_flags: Callable[[flags.FlagValues], None] | None = None,
     return fv
 
 
-def parse(fv: flags.FlagValues, argv: Sequence[str]) -> flags.FlagValues:
+class Settings:
+    """The flags as a run uses them: the command line's values, with what was derived from them
+    in place of the defaults. Read like the flags; ``given(name)`` says whether the command
+    line set a flag; ``derived`` is what differs from the flags. Read-only."""
+
+    def __init__(self, fv: flags.FlagValues, derived: Mapping | None = None):
+        object.__setattr__(self, "_fv", fv)
+        object.__setattr__(self, "derived", dict(derived or {}))
+
+    def __getattr__(self, name):
+        derived = object.__getattribute__(self, "derived")
+        return derived[name] if name in derived else getattr(self._fv, name)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"the settings are read-only ({name}): derive a value in the "
+                             "task's derive_settings instead")
+
+    def __getitem__(self, name):
+        """The flag object (its ``present``, ``default``)."""
+        return self._fv[name]
+
+    def given(self, name: str) -> bool:
+        return bool(self._fv[name].present)
+
+    def with_derived(self, values: Mapping) -> Settings:
+        return Settings(self._fv, {**self.derived, **values})
+
+    def flag_values_dict(self) -> dict:
+        return {**self._fv.flag_values_dict(), **self.derived}
+
+    def get_help(self, **kwargs) -> str:
+        return self._fv.get_help(**kwargs)
+
+
+def parse(fv: flags.FlagValues, argv: Sequence[str]) -> Settings:
     """Parses ``argv`` (program name first); raises ``UsageError`` with one line on any problem.
     ``--help`` (``-h``, ``--helpfull``) prints every flag with its default and exits 0."""
     if any(a in ("-h", "--help", "--helpfull") for a in argv[1:]):
@@ -123,15 +162,17 @@ def parse(fv: flags.FlagValues, argv: Sequence[str]) -> flags.FlagValues:
         raise UsageError(str(e).splitlines()[0]) from None
     if len(rest) > 1:
         raise UsageError(f"unexpected positional arguments: {' '.join(rest[1:])}")
-    validate(fv)
-    return fv
+    return Settings(fv, validate(fv))
 
 
-def validate(f: flags.FlagValues) -> None:
+def validate(f: flags.FlagValues) -> dict:
+    """Refuses what cannot work, with one line; returns the defaults that follow from other
+    flags (``--no_tf32``, ``--model_dir``, ``--data_idx_dir``)."""
+    derived = {}
     if f.no_tf32:
         if f.tf32:
             raise UsageError("--tf32 and --no_tf32 contradict each other")
-        f.tf32 = False
+        derived["tf32"] = False
     if f.data_dir is not None and not os.path.isdir(f.data_dir):
         raise DataError(f"--data_dir {f.data_dir} does not exist or is not a directory")
     if f.fp16_allreduce and f.static_loss_scale is not None:
@@ -162,12 +203,14 @@ def validate(f: flags.FlagValues) -> None:
         raise UsageError(f"--log_filename {f.log_filename} must name a file inside --results_dir"
                          ", not a directory or a path")
     if f.model_dir is None:
-        f.model_dir = os.path.join(f.results_dir, "checkpoints")
+        derived["model_dir"] = os.path.join(f.results_dir, "checkpoints")
     if f.data_idx_dir is None and f.data_dir is not None:
-        f.data_idx_dir = os.path.join(f.data_dir, "idx")
+        derived["data_idx_dir"] = os.path.join(f.data_dir, "idx")
+    return derived
 
 
-def as_dict(f: flags.FlagValues) -> dict:
-    """Every flag and its value (for the PARAMETER record); aliases are left out."""
+def as_dict(f: Settings) -> dict:
+    """Every setting and its value, derived ones included (for the PARAMETER record); aliases
+    are left out."""
     skip = set(ALIASES) | {"help", "helpfull", "helpshort", "helpxml"}
     return {k: v for k, v in sorted(f.flag_values_dict().items()) if k not in skip}

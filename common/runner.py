@@ -55,6 +55,7 @@ def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
         onnx_export.require()
     profiling.parse_range(fv.profile)  # a malformed range stops here, with one line
     dist = distributed.init()
+    fv = fv.with_derived(task_cls.derive_settings(fv, dist.size))
     prec = precision.resolve(
         amp=fv.amp, amp_dtype=fv.amp_dtype, static_loss_scale=fv.static_loss_scale, tf32=fv.tf32,
         xla=fv.xla, has_gpu=dist.devices.gpu)

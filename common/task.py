@@ -46,6 +46,15 @@ class Task(abc.ABC):
         """Adds the model's own flags to ``fv``; a model without flags of its own keeps this."""
         return None
 
+    @classmethod
+    def derive_settings(cls, settings, world: int) -> dict:
+        """The recipe's rules, once, in Python: settings this model derives from the command
+        line, the number of processes (``world``) and its data, by flag name (SSD320's steps
+        from the global batch, Transformer-XL's preset and rows per process). They replace the
+        flags' values for the whole run (``ctx.flags``) and in the PARAMETER record; the
+        launchers pass flags only. Called before the run's context exists."""
+        return {}
+
     def __init__(self, ctx: RunContext):
         self.ctx = ctx
         self.flags = ctx.flags

@@ -47,8 +47,16 @@ for v in TF_ENABLE_AUTO_MIXED_PRECISION NVIDIA_TF32_OVERRIDE TF_XLA_FLAGS TF_CPP
   if [ -n "${!v+x}" ]; then forward+=(-x "$v"); fi
 done
 
-# shellcheck source=world.sh
-source "$(dirname "$0")/world.sh"
+# The slots of HOSTS=a:8,b:8: the processes an mpirun/horovodrun across machines starts.
+hosts_slots() {
+  local n=0 h hs
+  IFS=, read -ra hs <<< "$HOSTS"
+  for h in "${hs[@]}"; do
+    [[ "$h" =~ ^[^:]+:[1-9][0-9]*$ ]] || die "HOSTS entries are host:slots, not '$h'"
+    n=$(( n + ${h##*:} ))
+  done
+  echo "$n"
+}
 
 main=$MAIN
 bind=$(cd "$(dirname "$0")" && pwd)/bind.sh
@@ -56,7 +64,7 @@ launch=()
 case "${LAUNCHER:-mpirun}" in
   mpirun)
     if [ -n "${HOSTS:-}" ]; then  # Horovod's documented multi-host line
-      np=$(world_size "$GPUS") || exit 2
+      np=$(hosts_slots) || exit 2
       launch=(mpirun --allow-run-as-root -np "$np" -H "$HOSTS" --bind-to none --map-by slot
               "${forward[@]}" -mca pml ob1 -mca btl ^openib)
     elif [ "$GPUS" -gt 1 ]; then  # no binding by mpirun: bind.sh follows each GPU's socket
@@ -64,7 +72,7 @@ case "${LAUNCHER:-mpirun}" in
     fi ;;
   horovodrun)
     if [ -n "${HOSTS:-}" ]; then
-      np=$(world_size "$GPUS") || exit 2
+      np=$(hosts_slots) || exit 2
       launch=(horovodrun -np "$np" -H "$HOSTS")
     elif [ "$GPUS" -gt 1 ]; then
       launch=(horovodrun -np "$GPUS" -H "localhost:$GPUS")

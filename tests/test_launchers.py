@@ -44,8 +44,8 @@ def test_several_machines_through_mpirun_hosts():
     assert flag(cmd, "-np") == "16" and flag(cmd, "-H") == "n1:8,n2:8"
     forwarded = {cmd[i + 1] for i, c in enumerate(cmd) if c == "-x"}
     assert {"PATH", "LD_LIBRARY_PATH", "TF_ENABLE_AUTO_MIXED_PRECISION", "NCCL_IB_HCA"} <= forwarded
-    # NVIDIA's 3.2 M training images over all 16 GPUs: 12,500 x 256 / (16 x 32) steps.
-    assert flag(cmd, "--num_iter") == "6250" and {"--no_tf32", "--xla"} <= set(cmd)
+    # The launcher passes flags only: the recipe's steps are main.py's (test_recipes.py).
+    assert "--num_iter" not in cmd and {"--no_tf32", "--xla"} <= set(cmd)
     code, cmd, _ = dry("ssd320/scripts/train.sh", "fp32", "8", HOSTS="n1:8,n2:8",
                        LAUNCHER="horovodrun")
     assert cmd[:5] == ["horovodrun", "-np", "16", "-H", "n1:8,n2:8"]
@@ -69,10 +69,8 @@ def test_slurm_runs_one_task_per_gpu_in_the_container(model):
     assert cmd[main - 2] == f"{CONTAINER_ROOT}/scripts/bind.sh"
     assert flag(cmd, "--data_dir") == "/lustre/data" and flag(cmd, "--results_dir") == results
     assert cmd[-2:] == ["--seed", "7"] and "--tf32" in cmd
-    if model == "transformerxl":  # 256 rows over 32 GPUs
-        assert flag(cmd, "--batch_size") == "8" and flag(cmd, "--batch_chunk") == "1"
-    if model == "ssd320":
-        assert flag(cmd, "--num_iter") == str(12500 * 256 // (32 * 32))
+    # The recipe's sizes are main.py's, for the world it finds (tests/test_recipes.py).
+    assert not {"--batch_size", "--batch_chunk", "--num_iter"} & set(cmd)
 
 
 def test_slurm_without_a_container_runs_this_checkout():
@@ -86,7 +84,7 @@ def test_slurm_without_a_container_runs_this_checkout():
 
 @pytest.mark.parametrize("script,args,env,message", [
     ("ssd320/scripts/train.sh", ["amp", "8"], {"HOSTS": "n1:8,n2"},
-     "train.sh: error: HOSTS entries are host:slots, not 'n2'"),
+     "launch.sh: error: HOSTS entries are host:slots, not 'n2'"),
     ("scripts/launch.sh", ["x/main.py", "amp", "2"], {"LAUNCHER": "pdsh"},
      "launch.sh: error: LAUNCHER must be mpirun, horovodrun or srun, not pdsh"),
     ("scripts/launch.sh", ["x/main.py", "bf16", "2"], {},

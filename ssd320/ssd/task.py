@@ -26,6 +26,15 @@ from ssd.model import ARCHS, build_ssd, decayed_kernels
 
 COCO_TRAIN_IMAGES = 118_287  # the nominal epoch of synthetic data
 REFERENCE_BATCH = 256  # NVIDIA's 8 x 32: the batch the learning rate and warm-up are given for
+REFERENCE_STEPS = 12_500  # NVIDIA's run at that batch: 3.2 M training images
+
+
+def _label_map(data_dir):
+    """The data's label_map.json, or None (synthetic data, or data prepared without one)."""
+    path = os.path.join(data_dir or "", "label_map.json")
+    if not data_dir or not os.path.exists(path):
+        return None
+    return coco_json.label_map(path)
 
 
 def define_flags(fv: flags.FlagValues) -> None:
@@ -70,15 +79,27 @@ class SSDTask(RecordTask):
     synthetic_epoch = COCO_TRAIN_IMAGES
     gathers_eval_outputs = True
 
+    @classmethod
+    def derive_settings(cls, settings, world):
+        """``num_classes`` from the data's label_map.json (COCO's 90 without one), and, unless
+        --num_iter is given, NVIDIA's 3.2 M training images as steps of this run's global batch
+        (12,500 at 8 x 32; 100,000 on 1 GPU and 25,000 on 4, as its 1- and 4-GPU configs)."""
+        out = {}
+        label_map = _label_map(settings.data_dir)
+        if settings.num_classes is None:
+            out["num_classes"] = label_map["num_classes"] if label_map else 90
+        elif label_map and settings.num_classes < label_map["num_classes"]:
+            raise UsageError(f"--num_classes {settings.num_classes} is below the largest "
+                             f"category id {label_map['num_classes']} in label_map.json")
+        if not settings.given("num_iter") and settings.iter_unit == "batch":
+            global_batch = settings.batch_size * settings.batch_chunk * world
+            out["num_iter"] = max(1, REFERENCE_STEPS * REFERENCE_BATCH // global_batch)
+        return out
+
     def __init__(self, ctx):
         super().__init__(ctx)
         f = self.flags
-        self.label_map = self._read_label_map()
-        if f.num_classes is None:
-            f.num_classes = self.label_map["num_classes"] if self.label_map else 90
-        elif self.label_map and f.num_classes < self.label_map["num_classes"]:
-            raise UsageError(f"--num_classes {f.num_classes} is below the largest category id "
-                             f"{self.label_map['num_classes']} in label_map.json")
+        self.label_map = _label_map(f.data_dir)
         self.anchors = anchor_gen.generate(f.image_size)  # (A, 4) normalised
         # Class ids of batches DALI leaves on the device, checked there (the tf.data pipeline
         # checks its own as it parses them).
@@ -86,12 +107,6 @@ class SSDTask(RecordTask):
         self.names = {c["id"]: c["name"] for c in (self.label_map or {}).get("categories", [])}
         self._gt = None
         self._detect = None  # predict's compiled detection, made at its first file
-
-    def _read_label_map(self):
-        path = os.path.join(self.flags.data_dir or "", "label_map.json")
-        if not self.flags.data_dir or not os.path.exists(path):
-            return None
-        return coco_json.label_map(path)
 
     def _ground_truth_path(self) -> str:
         path = os.path.join(self.flags.data_dir, "validation_annotations.json")

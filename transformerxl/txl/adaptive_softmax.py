@@ -187,9 +187,9 @@ def sparse_xent(scores, bias, labels):
 
     Two XLA computations: the forward keeps only each row's log-sum-exp, and the backward
     recomputes the logits from ``scores`` instead of reading stored float32 ones; each is one
-    or two fused passes over the (N, V) scores. TensorFlow's fused CPU kernel (with the cast and
-    the bias addition around it) took 2.6-2.8x as long on the Transformer-XL head's
-    (6144, 20,008) logits and on a (756, 160,000) tail cluster's. XLA compiles once per shape."""
+    or two fused passes over the (N, V) scores, where TensorFlow's fused CPU kernel (with the
+    cast and the bias addition around it) makes several (the measurement: docs/performance/
+    transformerxl.md). XLA compiles once per shape."""
     @tf.custom_gradient
     def xent(scores, bias):
         nll, lse = _xent_forward(scores, bias, labels)

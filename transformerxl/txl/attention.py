@@ -15,17 +15,15 @@ bfloat16 with a float32 gradient: ``attention_softmax``).
 Laid out for a CPU's or GPU's matmul kernels, which is what the (B, N, Q, K) score tensors make
 matter: heads are made head-major once, so every product is a plain batched matmul; the scale is
 applied to the queries, the mask is an added bias (selected, in bfloat16), and the shift is a
-single strided copy. This took one layer's forward and backward pass from 493 to 392 ms
-(float32, 16 rows of 192 tokens with 192 of memory, 2 CPU cores) with the same results.
+single strided copy, with the same results (the time it saved: docs/performance/
+transformerxl.md).
 
 Keys and values, over all K = M + Q positions, come out of their projection already head-major
 and transposed, (B, N, d, K), as the kernel's transpose times each row's (K, D) inputs
 transposed (one matmul batched over B with the kernel broadcast); the score and value products
 read them as they are. Projected as (B K, N d) they needed two (B, K, N, d) transposes per
-layer, the largest copies of an inference step with 640 positions of memory. Keys, values and
-the two products, one layer, 2 vCPUs: inference (16 rows of 64 tokens, 640 of memory) forward
-19.2 -> 16.4 ms in bfloat16, 34.1 -> 30.0 in float32; training (32 rows of 192, 192 of memory)
-forward and backward 70.8 -> 64.3 ms in bfloat16, 136.8 -> 114.9 in float32.
+layer, the largest copies of an inference step with 640 positions of memory (before and
+after, per layer: docs/performance/transformerxl.md).
 """
 from __future__ import annotations
 
@@ -57,9 +55,9 @@ def rel_shift(x):
     causal diagonal come from the next row and are masked.
 
     The gradient is the flat view with Q zeros in front (a concatenation). TensorFlow's own
-    gradient of the slice, ``StridedSliceGrad``, wrote the same values 15 to 20 times slower on
-    a CPU (91 ms against 5 in float32, 67 against 3 in bfloat16, for one layer at 32 rows of
-    192 tokens with 192 of memory): it was 10% of a bfloat16 training step's op time."""
+    gradient of the slice, ``StridedSliceGrad``, wrote the same values an order of magnitude
+    slower on a CPU, a tenth of a bfloat16 training step's op time (docs/performance/
+    transformerxl.md)."""
     b, n, q, k1 = (x.shape[i] if x.shape[i] is not None else tf.shape(x)[i] for i in range(4))
     shifted = tf.reshape(tf.reshape(x, [b, n, q * k1])[:, :, q:], [b, n, q, k1 - 1])
 
@@ -82,10 +80,8 @@ def attention_softmax(scores, mask):
     the attention's non-matmul time in AMP inference, and with the mask selected, not added.
     Its gradient is not TensorFlow's bfloat16 one, whose row sum of dy * y in bfloat16 is up to
     1.5 times a row's largest gradient off where the softmax is peaked, but the float32 one,
-    from float32 probabilities recomputed from the scores inside one XLA computation. Per layer
-    on 2 vCPUs, against the float32 softmax with its casts: inference forward (16 rows of 64
-    tokens, 640 of memory) 3.8 -> 2.3 ms; training forward and backward (32 rows of 192, 192 of
-    memory) 38.2 -> 33.1 ms."""
+    from float32 probabilities recomputed from the scores inside one XLA computation (its
+    time against the float32 softmax with its casts: docs/performance/transformerxl.md)."""
     if scores.dtype == tf.bfloat16:
         return _softmax_bf16(scores, mask)
     bias = tf.where(mask, -1e30, 0.0)  # float32, added: no select in the gradient

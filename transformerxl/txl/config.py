@@ -87,11 +87,14 @@ PRESETS = {
 }
 
 
-def apply_preset(fv: flags.FlagValues) -> None:
-    """Gives the flags ``--preset`` names its values, unless the command line set them."""
-    for name, value in PRESETS[fv.preset].items():
-        if not fv[name].present:
-            fv[name].value = value
+RECIPE_ROWS = 256  # NVIDIA's global batch: rows of --tgt_len tokens per optimizer step
+
+
+def preset_values(settings) -> dict:
+    """``--preset``'s values for the flags the command line did not set (the task's derived
+    settings: the flags themselves are never written)."""
+    return {name: value for name, value in PRESETS[settings.preset].items()
+            if not settings.given(name)}
 
 
 def model_config(fv: flags.FlagValues, vocab_size: int, pad_multiple: int = 1,

@@ -98,8 +98,7 @@ class PositionwiseFF(layers.Layer):
     def call(self, x, training=None):
         """x (B, Q, D) -> (B, Q, D) float32. The two layers see (B Q, D) rows: on 3-D inputs
         their matmul is reshaped before the bias, and oneDNN's matmul + bias + ReLU fusion
-        does not happen (bfloat16 inference, one layer at 16 rows of 64 tokens, 2 vCPUs:
-        7.2 -> 6.7 ms)."""
+        does not happen."""
         rows = tf.reshape(x, [-1, x.shape[-1]])
         y = self.drop2(self.out(self.drop1(self.inner(rows), training=training)),
                        training=training)
@@ -145,9 +144,8 @@ class TransformerXL(keras.Model):
         The memories are kept in the compute dtype (bfloat16 or float16 under AMP, as NVIDIA's
         PyTorch AMP keeps them in half precision): attention reads them in that dtype, so
         storing them rounded gives the same results as storing float32 and rounding at every
-        read, and it halves the memory's bytes (in AMP inference, with 640 positions of memory
-        to 64 of segment, the float32 memory's casts and copies were 5% of op time; the whole
-        step measured no faster, 0.99x)."""
+        read, and it halves the memory's bytes (what it changed in AMP inference:
+        docs/performance/transformerxl.md)."""
         cfg = self.cfg
         mem_len = cfg.mem_len if mem_len is None else mem_len
         clamp_len = cfg.clamp_len if clamp_len is None else clamp_len

@@ -36,16 +36,35 @@ class TransformerXLTask(Task):
     name = "transformerxl"
     item_unit = "tokens"
     headline_metric = "ppl"
-    flag_defaults = {"batch_size": 256, "num_iter": 40000, "iter_unit": "batch"}
+    # NVIDIA's base: 40,000 steps, an evaluation every 5,000 (the global batch of 256 rows is
+    # derive_settings')
+    flag_defaults = {"batch_size": 256, "num_iter": 40000, "iter_unit": "batch",
+                     "eval_every": 5000}
     define_flags = staticmethod(config.define_flags)
     # Every weight of its 16-bit layers is read rounded (tests/test_txl_model.py): inference
     # under AMP runs on bfloat16 weights, without casting them every step.
     infers_in_compute_dtype = True
 
+    @classmethod
+    def derive_settings(cls, settings, world):
+        """``--preset``'s values for the flags the command line did not set; then, unless a
+        batch size is given, NVIDIA's global batch of 256 rows: 256 / (processes x
+        --batch_chunk) rows per process and micro-batch, with --batch_chunk 1 on 8 processes or
+        more and 8 / processes below (32 rows a micro-batch, what fits a GPU)."""
+        out = config.preset_values(settings)
+        if "batch_size" not in out and not settings.given("batch_size"):
+            chunk = (settings.batch_chunk if settings.given("batch_chunk")
+                     else 1 if world >= 8 else max(1, 8 // world))
+            if config.RECIPE_ROWS % (world * chunk):
+                raise UsageError(f"NVIDIA's {config.RECIPE_ROWS} rows per step do not split "
+                                 f"over {world} processes x --batch_chunk {chunk}: give "
+                                 "--batch_size (rows per process) or another --batch_chunk")
+            out.update(batch_size=config.RECIPE_ROWS // (world * chunk), batch_chunk=chunk)
+        return out
+
     def __init__(self, ctx):
         super().__init__(ctx)
         f, dist = self.flags, ctx.dist
-        config.apply_preset(f)
         self.vocab = self._read_vocab() if f.data_dir else None
         vocab_size = len(self.vocab) if self.vocab else f.vocab_size
         # Softmax sizes padded to multiples of 8 for tensor cores under AMP on a GPU; a CPU's
@@ -126,8 +145,8 @@ class TransformerXLTask(Task):
     # --- model and optimisation ---------------------------------------------------------
     def build_model(self):
         model = TransformerXL(self.cfg, name="transformerxl")
-        # One row builds every weight: at --batch_size rows (256 by default) this call was a
-        # forward pass over 256 x 194 positions, 7 s of every run's start on a 2-vCPU CPU.
+        # One row builds every weight: at --batch_size rows this call would be a whole forward
+        # pass, seconds of every run's start on a CPU.
         model(tf.zeros((1, 2), tf.int32), model.initial_mems(1), tf.zeros((1, 2), tf.int32))
         return model
 
