@@ -10,8 +10,8 @@ import pytest
 from conftest import ROOT
 
 from common import distributed, flags, runner
-from common.dllogger import read_records
 from common.distributed import Distributed
+from common.dllogger import read_records
 from common.errors import UsageError
 
 
