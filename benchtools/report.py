@@ -81,8 +81,10 @@ def _load(path: str) -> Run:
     log = os.path.join(path, "log.json")
     try:
         records = read_records(log)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError) as e:
         raise ReportError(f"cannot read {log}: {e}") from None
+    except ValueError as e:  # a line that does not parse, named by its line in the file
+        raise ReportError(f"cannot read {e}") from None
     params = [r["data"] for r in records if r.get("step") == "PARAMETER"]
     summaries = [r["data"] for r in records if r.get("step") == []]
     if not params:

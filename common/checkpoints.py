@@ -99,11 +99,12 @@ def _file_above(path: str) -> str | None:
     return None if os.path.isdir(parent) else parent
 
 
-def write_atomically(path: str, text: str) -> None:
-    """``path`` holds ``text`` in full or keeps what it held: written beside it, then renamed."""
+def write_atomically(path: str, text: str | bytes) -> None:
+    """``path`` holds ``text`` (or bytes) in full or keeps what it held: written beside it,
+    then renamed; a failure (a full disk) leaves no partial file."""
     tmp = f"{path}.tmp.{os.getpid()}"
     try:
-        with open(tmp, "w") as f:
+        with open(tmp, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())

@@ -204,12 +204,22 @@ class Logger:
 
 
 def read_records(path: str) -> list[dict]:
-    """Parses a DLLogger JSON-lines file back into dicts (lines without the prefix are skipped)."""
+    """Parses a DLLogger JSON-lines file back into dicts (lines without the prefix are skipped).
+    A last line cut short (a process killed while writing it; the next run's logger removes it
+    before appending) is left out; any other line that does not parse raises ``ValueError``
+    naming the file's line."""
     records = []
     with open(path) as f:
-        for line in f:
-            if line.startswith("DLLL "):
-                records.append(json.loads(line[5:]))
+        lines = f.readlines()
+    for n, line in enumerate(lines, 1):
+        if not line.startswith("DLLL "):
+            continue
+        try:
+            records.append(json.loads(line[5:]))
+        except json.JSONDecodeError as e:
+            if n == len(lines) and not line.endswith("\n"):
+                continue  # cut by a kill
+            raise ValueError(f"{path}, line {n}: {e.msg} (column {e.colno + 5})") from None
     return records
 
 

@@ -188,6 +188,9 @@ def validate(f: flags.FlagValues) -> dict:
                          "nothing; use --mode inference_benchmark for speed)")
     if f.export_onnx and not f.export_dir:
         raise UsageError("--export_onnx writes model.onnx into --export_dir: give --export_dir")
+    if f.profile and f.mode in ("evaluate", "predict"):
+        raise UsageError(f"--profile traces training or benchmark steps; --mode {f.mode} has "
+                         "none: profile --mode inference_benchmark instead")
     if f.mode == "predict" and not f.to_predict:
         raise UsageError("--mode predict needs --to_predict (a file, a directory or a glob)")
     if f.mode in ("training_benchmark", "inference_benchmark"):

@@ -65,7 +65,14 @@ class StepProfiler:
         return self.active and step >= self.range[1]
 
     def before(self, step: int) -> None:
-        if self.range and not self.active and not self.report and step >= self.range[0]:
+        if not self.range or self.active or self.report:
+            return
+        if step > self.range[1]:  # a resumed run starts past the range: say so, profile nothing
+            self.log.print(f"profile: steps {self.range[0]}:{self.range[1]} come before this "
+                           f"run's first step, {step} (it resumes a run): nothing is profiled; "
+                           "give --profile a range after it")
+            self.range = None
+        elif step >= self.range[0]:
             tf.profiler.experimental.start(self.logdir)
             self.active, self.first = True, step
 

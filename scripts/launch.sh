@@ -89,6 +89,12 @@ case "${LAUNCHER:-mpirun}" in
       launch+=(--cpus-per-task=$(( cpus / GPUS > 0 ? cpus / GPUS : 1 )) --cpu-bind=none)
     fi
     if [ -n "${CONTAINER:-}" ]; then
+      # pyxis splits --container-mounts at commas and each mount at colons: no escaping.
+      for v in DATA_DIR RESULTS_DIR; do
+        case "${!v:-}" in
+          *,*|*:*) die "$v=${!v} holds a comma or a colon, which pyxis's --container-mounts cannot take: use a path without them" ;;
+        esac
+      done
       root=$(cd "$(dirname "$0")/.." && pwd)
       workdir=${CONTAINER_WORKDIR:-/workspace/tf-model-scripts}
       case "$MAIN" in

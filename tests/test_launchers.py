@@ -96,6 +96,19 @@ def test_slurm_without_a_container_runs_this_checkout():
      "launch.sh: error: MAIN_PY must be inside this repository"),
     ("ssd320/scripts/slurm.sbatch", [], {"REPO": "/tmp"},
      "slurm.sbatch: error: /tmp is not this repository: submit from its root or set REPO"),
+    # Values the scripts used to do arithmetic on, and a path pyxis cannot mount.
+    ("ssd320/scripts/train.sh", ["amp", "abc"], {}, "launch.sh: error: GPUS must be a positive "
+     "number, not abc"),
+    ("ssd320/scripts/slurm.sbatch", [], {"SLURM_JOB_ID": "1", "SLURM_NTASKS_PER_NODE": "0"},
+     "launch.sh: error: GPUS must be a positive number, not 0"),
+    ("ssd320/scripts/slurm.sbatch", [], {"SLURM_JOB_ID": "1", "SLURM_NTASKS_PER_NODE": "x"},
+     "launch.sh: error: GPUS must be a positive number, not x"),
+    ("resnet50v1.5/scripts/slurm.sbatch", [], {"SLURM_JOB_ID": "1", "CONTAINER": "img",
+                                               "DATA_DIR": "/data/a,b"},
+     "launch.sh: error: DATA_DIR=/data/a,b holds a comma or a colon, which pyxis's "
+     "--container-mounts cannot take"),
+    ("transformerxl/scripts/slurm.sbatch", [], {"SLURM_JOB_ID": "1", "SLURM_CPUS_ON_NODE": "x"},
+     "launch.sh: error: SLURM_CPUS_ON_NODE is not a number: x"),
 ])
 def test_launcher_errors_are_one_line(script, args, env, message):
     code, _, err = dry(script, *args, **env)
@@ -176,3 +189,18 @@ def test_launch_sh_keeps_the_precision_presets_of_common_presets(precision):
     from common import presets
     code, cmd, _ = dry("scripts/launch.sh", "m/main.py", precision, "1")
     assert code == 0 and cmd[2:] == presets.precision_flags(precision)
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"BATCH_SIZE": "0"}, "main.py: error: flag --batch_size=0: "),
+    ({"BATCH_CHUNK": "0"}, "main.py: error: flag --batch_chunk=0: "),
+])
+def test_sizes_the_launchers_pass_on_are_checked_by_main_py_with_one_line(env, message):
+    """train.sh does no arithmetic: a size of 0 reaches main.py, which refuses it at once."""
+    import sys
+    model = "ssd320" if "BATCH_SIZE" in env else "transformerxl"
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "LAUNCHER"))}
+    proc = subprocess.run(["bash", os.path.join(ROOT, model, "scripts", "train.sh"), "fp32", "1"],
+                          capture_output=True, text=True, timeout=120,
+                          env={**full, "DATA_DIR": "", "PYTHON": sys.executable, **env})
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith(message)

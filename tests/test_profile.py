@@ -83,3 +83,25 @@ def test_gpu_kernels_are_classed_by_name(tmp_path):
     assert r["matmul_conv_share"] == pytest.approx(80 / 100)
     assert r["matmul_conv_16bit_share"] == pytest.approx(60 / 80)
     assert r["tensor_core_share"] == pytest.approx(70 / 80)
+
+
+def test_a_range_a_resumed_run_has_passed_is_said_and_nothing_is_profiled(tmp_path, capsys):
+    args = ["main.py", *TINY, "--mode", "train", "--iter_unit", "batch", "--results_dir",
+            str(tmp_path)]
+    runner.run(ResNetTask, [*args, "--num_iter", "3"])
+    s = runner.run(ResNetTask, [*args, "--num_iter", "5", "--profile", "1:2"])
+    assert s["final_step"] == 5 and "profiled_steps" not in s
+    assert ("profile: steps 1:2 come before this run's first step, 4 (it resumes a run): "
+            "nothing is profiled") in capsys.readouterr().out
+    assert not glob.glob(str(tmp_path / "tensorboard" / "plugins" / "profile" / "*"))
+
+
+@pytest.mark.parametrize("mode", ["evaluate", "predict"])
+def test_profile_of_a_mode_without_steps_is_refused(tmp_path, capsys, mode, digits_records):
+    code = runner.main(ResNetTask, ["main.py", *TINY, "--mode", mode, "--profile", "1:2",
+                                    "--data_dir", digits_records, "--to_predict", "x",
+                                    "--results_dir", str(tmp_path)])
+    assert code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"main.py: error: --profile traces training or benchmark steps; --mode {mode} has none: "
+        "profile --mode inference_benchmark instead")

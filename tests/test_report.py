@@ -68,3 +68,19 @@ def test_a_directory_without_runs_is_one_line(tmp_path, capsys):
                   "subdirectories"
     assert report.main([str(tmp_path / "missing")]) == 2
     assert capsys.readouterr().err.strip().endswith("missing: no such directory")
+
+
+def test_a_log_cut_by_a_kill_is_reported_and_a_garbled_line_named_by_its_line(runs, tmp_path):
+    """A run killed in the middle of a log line (main.py repairs the line when it next appends)
+    is still reported; a line that does not parse elsewhere stops the report with the file's
+    line, not a position inside the record."""
+    import shutil
+    run = tmp_path / "killed"
+    shutil.copytree(runs / "learning" / "fp32", run)
+    with open(run / "log.json", "a") as f:
+        f.write('DLLL {"timestamp": "17", "datetime": "2026-11-2')  # cut: no newline
+    assert report.main([str(run), "--out", str(tmp_path / "out")]) == 0
+    text = (run / "log.json").read_text().replace('DLLL {"timestamp"', 'DLLL {"times', 1)
+    (run / "log.json").write_text(text)
+    with pytest.raises(report.ReportError, match=rf"^cannot read {run}/log.json, line 1: "):
+        report.find_runs([str(run)])

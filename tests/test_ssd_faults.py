@@ -311,3 +311,59 @@ def test_a_backbone_checkpoint_of_another_resnet_is_one_line(tmp_path, capsys):
                        str(rn / "checkpoints"), "--results_dir", str(tmp_path / "r"))
     assert code == 1 and last.startswith("main.py: error: --backbone_checkpoint ")
     assert "does not fit --arch resnet50" in last, last
+    # Through main.py: the error is the last line, not followed by TensorFlow's warnings about
+    # the values the failed restore left (it printed about 100 of them).
+    proc = run_cli([sys.executable, os.path.join(ROOT, "ssd320", "main.py"), "--mode", "train",
+                    "--num_iter", "1", "--arch", "resnet50", "--image_size", "64",
+                    "--batch_size", "1", "--backbone_checkpoint", str(rn / "checkpoints"),
+                    "--results_dir", str(tmp_path / "r2")])
+    assert proc.returncode == 1 and "could not be found" not in proc.stderr
+    assert stderr_last_line(proc).startswith("main.py: error: --backbone_checkpoint ")
+
+
+def test_predict_onto_a_filling_disk_leaves_no_empty_drawing(shapes_records, tmp_path, capsys):
+    """Drawings are written whole or not at all: when the disk fills, the images that did not
+    fit are reported and recorded with their error, and no zero-byte or cut PNG stays."""
+    from reliability_helpers import tmpfs
+    out = tmp_path / "r"
+    code, _ = _main(capsys, "--mode", "train", "--num_iter", "1", "--results_dir", str(out),
+                    "--data_dir", shapes_records)
+    assert code == 0
+    images = tmp_path / "images"
+    images.mkdir()
+    for i, src in enumerate(sorted((Path(shapes_records).parent / "coco" / "val2017").iterdir())):
+        shutil.copy(src, images / f"{i}.jpg")
+    with tmpfs(out / "predictions", 24):
+        code, _ = _main(capsys, "--mode", "predict", "--to_predict", str(images),
+                        "--results_dir", str(out), "--data_dir", shapes_records)
+        drawn = sorted(os.listdir(out / "predictions"))
+        for name in drawn:
+            with open(out / "predictions" / name, "rb") as f:
+                data = f.read()
+            assert data.startswith(b"\x89PNG") and data.endswith(b"IEND\xaeB`\x82"), name
+    records = json.loads((out / "predictions.json").read_text())
+    failed = [r for r in records if "error" in r]
+    assert code == 0 and failed and len(drawn) == len(records) - len(failed)
+    assert all("cannot write" in r["error"] for r in failed)
+
+
+def test_prepare_says_when_category_ids_would_make_a_huge_mostly_untrained_head(tmp_path):
+    """Category ids far above the number of categories (x1000 here) set num_classes to the
+    largest id: a head of thousands of columns, said at preparation, not silently."""
+    root = tmp_path / "coco"
+    shapes.export(str(root), train=3, val=2, seed=5)
+    for split in ("train2017", "val2017"):
+        path = root / "annotations" / f"instances_{split}.json"
+        coco = json.loads(path.read_text())
+        for c in coco["categories"]:
+            c["id"] *= 1000
+        for a in coco["annotations"]:
+            a["category_id"] *= 1000
+        path.write_text(json.dumps(coco))
+    lines = []
+    prepare.prepare(str(root), str(tmp_path / "out"), 1, 1, log=lines.append)
+    n = len(coco["categories"])
+    top = max(c["id"] for c in coco["categories"])
+    assert lines[-1] == (f"note: category ids reach {top} for {n} categories: the model gets "
+                         f"{top + 1} class columns, most of them never trained; renumber the "
+                         f"categories (and their annotations) 1..N for a head of N + 1")

@@ -129,3 +129,47 @@ def test_predict_skips_an_unreadable_prompt_file_and_goes_on(corpus, tmp_path, c
     assert len(records[0]["token_ids"]) == 3 and len(records[2]["token_ids"]) == 3
     assert records[1]["error"] == f"{prompts / 'b.txt'}: byte 4 is not UTF-8 text (invalid " \
                                   "start byte: ff)"
+
+
+def test_a_vocabulary_changed_after_preparation_is_refused(corpus, tmp_path, capsys):
+    """vocab.txt is checked against the corpus-info.json written with the token ids: one word
+    added to it would shift no id but silently mean another vocabulary."""
+    data = damaged_copy(corpus, tmp_path)
+    with open(data / "vocab.txt", "a") as f:
+        f.write("zebra\n")
+    code, last = _main(capsys, "--mode", "train", "--num_iter", "1", "--data_dir", str(data),
+                       "--results_dir", str(tmp_path / "r"))
+    info = json.loads((data / "corpus-info.json").read_text())
+    assert code == 1 and last == (
+        f"main.py: error: {data}/vocab.txt has {info['vocab_size'] + 1:,} words but "
+        f"{data}/corpus-info.json says the corpus was prepared with {info['vocab_size']:,}: the "
+        "vocabulary was changed after preparation; prepare the corpus again")
+
+
+def test_a_prompt_of_unknown_words_only_is_said(tmp_path, capsys):
+    """A corpus whose validation text has a word train lacks has <unk>; a prompt of unknown
+    words only generates from no context, and says so."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    line = " the king sees the night . a fool loves the sea . \n"
+    (raw / "train.txt").write_text(line * 300)
+    (raw / "valid.txt").write_text(line * 20 + " a ghost . \n")  # "ghost": not in train
+    (raw / "test.txt").write_text(line * 20)
+    proc = run_cli([sys.executable, PREPARE, str(raw), str(tmp_path / "data")])
+    assert proc.returncode == 0, proc.stderr
+    assert "<unk>" in (tmp_path / "data" / "vocab.txt").read_text().split()
+    out = tmp_path / "r"
+    code, _ = _main(capsys, "--mode", "train", "--num_iter", "1",
+                    "--data_dir", str(tmp_path / "data"), "--results_dir", str(out))
+    assert code == 0
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("xylophone quasar\nthe king\n")
+    from common import runner
+    code = runner.main(TransformerXLTask, ["main.py", *TINY, "--mode", "predict", "--to_predict",
+                                           str(prompts), "--gen_len", "2", "--data_dir",
+                                           str(tmp_path / "data"), "--results_dir", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert ("note: p.txt, prompt 1: no word of it is in the vocabulary (all <unk>): the "
+            "continuation has no context from it") in printed
+    assert "prompt 2: no word" not in printed

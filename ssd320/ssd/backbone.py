@@ -3,6 +3,7 @@ ImageNet classification checkpoint the same way: trunk weights and batch-norm st
 FPN and the towers start fresh)."""
 from __future__ import annotations
 
+import gc
 import os
 
 import keras
@@ -38,13 +39,26 @@ def load_trunk(model: keras.Model, path: str, arch: str) -> int:
     if len(dense) != 1:
         raise DataError(f"--backbone_checkpoint {prefix} is not a resnet50v1.5 checkpoint")
     resnet = build_resnet(arch, num_classes=dense.pop()[1])
+    failure = None
     try:  # another ResNet's checkpoint fails here (shapes) or in the match (missing layers)
         status = tf.train.Checkpoint(model=resnet).restore(prefix)
         status.expect_partial()
         status.assert_existing_objects_matched()
     except (AssertionError, ValueError, tf.errors.OpError) as e:
+        failure = str(e).splitlines()[0][:200]
+    if failure is not None:
+        # A restore that failed half-way leaves TensorFlow's restore coordinator without
+        # expect_partial(): collected later, it would print a warning for each of its ~100
+        # unmatched values after this error. Collect it now, with those warnings silenced.
+        logger, level = tf.get_logger(), tf.get_logger().level
+        logger.setLevel("ERROR")
+        try:
+            del resnet
+            gc.collect()
+        finally:
+            logger.setLevel(level)
         raise DataError(f"--backbone_checkpoint {prefix} does not fit --arch {arch} "
-                        f"({str(e).splitlines()[0][:200]})") from None
+                        f"({failure})")
     loaded = 0
     for layer in resnet.layers:
         if layer.weights and layer.name != "logits":

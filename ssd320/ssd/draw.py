@@ -8,7 +8,13 @@ _COLOURS = [(230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 1
 
 
 def draw_detections(image: np.ndarray, record: dict, path: str) -> None:
+    """``path``: a PNG of ``image`` with its detections, written whole or not at all (a full
+    disk leaves no empty drawing behind: ``checkpoints.write_atomically``)."""
+    import io
+
     from PIL import Image, ImageDraw
+
+    from common.checkpoints import write_atomically
 
     im = Image.fromarray(image.astype(np.uint8))
     draw = ImageDraw.Draw(im)
@@ -18,4 +24,6 @@ def draw_detections(image: np.ndarray, record: dict, path: str) -> None:
         colour = _COLOURS[cls % len(_COLOURS)]
         draw.rectangle([x0, y0, x1, y1], outline=colour, width=2)
         draw.text((x0 + 2, y0 + 1), f"{name} {score:.2f}", fill=colour)
-    im.save(path)
+    out = io.BytesIO()
+    im.save(out, format="PNG")
+    write_atomically(path, out.getvalue())

@@ -135,6 +135,11 @@ def prepare(root: str, out_dir: str, train_shards: int = 64, val_shards: int = 8
                        "categories": categories}, f, indent=1)
     log(f"wrote {counts['train']} train and {counts['validation']} validation images of "
         f"{len(categories)} categories to {out_dir}")
+    largest = max(c["id"] for c in categories)
+    if largest > max(2 * len(categories), 100):  # COCO's 80 categories reach id 90
+        log(f"note: category ids reach {largest} for {len(categories)} categories: the model "
+            f"gets {largest + 1} class columns, most of them never trained; renumber the "
+            "categories (and their annotations) 1..N for a head of N + 1")
     return {**counts, "categories": len(categories)}
 
 

@@ -14,6 +14,7 @@ it). The memory is the per-run state that ``common/trainer.py`` carries from ste
 from __future__ import annotations
 
 import functools
+import json
 import os
 
 import numpy as np
@@ -105,6 +106,21 @@ class TransformerXLTask(Task):
         if len(vocab) < 2 or len(set(vocab)) != len(vocab):
             raise DataError(f"{self._path('vocab.txt')} is not a vocabulary written by "
                             "prepare_dataset.py (fewer than 2 words, or repeated ones)")
+        # The token ids index the vocabulary prepare_dataset.py wrote beside them: a vocab.txt
+        # swapped or extended since would map every id to another word without a word.
+        info_path = os.path.join(self.flags.data_dir, "corpus-info.json")
+        if os.path.exists(info_path):
+            try:
+                with open(info_path) as f:
+                    expected = json.load(f)["vocab_size"]
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                raise DataError(f"{info_path} is not prepare_dataset.py's corpus-info.json "
+                                f"({e})") from None
+            if expected != len(vocab):
+                raise DataError(f"{self._path('vocab.txt')} has {len(vocab):,} words but "
+                                f"{info_path} says the corpus was prepared with {expected:,}: "
+                                "the vocabulary was changed after preparation; prepare the "
+                                "corpus again")
         return vocab
 
     def tokens(self, split: str) -> np.ndarray:
@@ -269,7 +285,12 @@ class TransformerXLTask(Task):
         if not prompts:
             raise DataError(f"{path} has no prompt (one prompt a line)")
         records = []
+        unk = self._index.get("<unk>")
         for n, prompt in enumerate(prompts, 1):
+            if unk is not None and all(i == unk for i in self.encode(prompt)):
+                self.ctx.logger.print(f"note: {os.path.basename(path)}, prompt {n}: no word of "
+                                      "it is in the vocabulary (all <unk>): the continuation "
+                                      "has no context from it")
             ids = generate(model, self.encode(prompt), f.gen_len, greedy=not f.sample,
                            temperature=f.temperature, top_k=f.top_k, seed=f.seed,
                            progress=lambda done, total, rate, n=n: self.ctx.logger.print(
