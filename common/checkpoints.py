@@ -16,10 +16,12 @@
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import re
 import shutil
+import tempfile
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -114,6 +116,36 @@ def write_atomically(path: str, text: str | bytes) -> None:
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+@contextlib.contextmanager
+def staged_dir(target: str, what: str):
+    """A directory whose contents replace ``target``'s entries of the same names only once they
+    are complete: written in ``<target>/.staging-*`` (the same file system, whatever is
+    mounted where), then renamed into place. A failure (a full disk) removes the staging and
+    leaves ``target`` as it was, with one line. For exports: SavedModel, ONNX, TF-TRT."""
+    os.makedirs(target, exist_ok=True)
+    stage = tempfile.mkdtemp(prefix=".staging-", dir=target)
+    try:
+        yield stage
+        for name in os.listdir(stage):
+            old = os.path.join(target, name)
+            if os.path.isdir(old) and not os.path.islink(old):
+                shutil.rmtree(old)
+            elif os.path.lexists(old):
+                os.remove(old)
+            os.rename(os.path.join(stage, name), old)
+    except (OSError, tf.errors.OpError) as e:
+        why = one_line(getattr(e, "message", None) or e.strerror or str(e))
+        raise DataError(f"cannot write {what} in {target} ({why}); nothing of it was kept "
+                        "there") from None
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def tree_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path)
+               for f in files)
 
 
 class CheckpointStore:

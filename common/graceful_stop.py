@@ -14,7 +14,9 @@ import threading
 
 
 class GracefulStop:
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+    # SIGUSR1: what mpirun forwards to every rank without aborting the job (scripts/launch.sh
+    # turns a SIGTERM to the launcher into it).
+    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 
     def __init__(self):
         self.requested_by = None  # name of the first signal received

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 
 import keras
 import tensorflow as tf
@@ -72,9 +73,31 @@ def predict(task, model: keras.Model, paths, dist, log, results_dir: str) -> dic
 
 
 def export(task, model: keras.Model, export_dir: str, with_onnx: bool, log) -> None:
-    """The task's SavedModel in ``export_dir``, and its ONNX files beside it (rank 0 only)."""
-    task.export(model, export_dir)
+    """The task's SavedModel in ``export_dir``, and its ONNX files beside it (rank 0 only),
+    swapped in only once all of them are written (``checkpoints.staged_dir``): a full disk
+    or a failed conversion leaves no half-written export."""
+    with checkpoints.staged_dir(export_dir, "the export") as stage:
+        task.export(model, stage)
+        onnx = onnx_export.export_task(task, model, stage) if with_onnx else []
     log.print(f"exported a SavedModel to {export_dir}")
-    if with_onnx:
-        for path in onnx_export.export_task(task, model, export_dir):
-            log.print(f"exported ONNX (opset {onnx_export.OPSET}) to {path}")
+    for path in onnx:
+        log.print(f"exported ONNX (opset {onnx_export.OPSET}) to "
+                  f"{os.path.join(export_dir, os.path.basename(path))}")
+
+
+def export_bytes(task, model: keras.Model, export_dir: str, with_onnx: bool) -> int:
+    """What the export will take in ``export_dir``, from a real SavedModel of ``model`` written
+    there now and removed (before training: the same graph and weights' size), once more for
+    each ONNX file (each holds the float32 weights and the graph, about a SavedModel's size),
+    with a tenth to spare. A directory too small for even the trial stops the run with one
+    line."""
+    try:
+        with tempfile.TemporaryDirectory(prefix=".size-probe-", dir=export_dir) as tmp:
+            task.export(model, tmp)
+            size = checkpoints.tree_bytes(tmp)
+    except (OSError, tf.errors.OpError) as e:
+        why = one_line(getattr(e, "message", None) or e.strerror or str(e))
+        raise DataError(f"--export_dir {export_dir} cannot hold the export: a trial export "
+                        f"failed ({why})") from None
+    files = 1 + (len(task.onnx_files) if with_onnx else 0)
+    return int(1.1 * size * files) + (1 << 20)

@@ -8,7 +8,9 @@ import contextlib
 import os
 import re
 import shutil
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator
 
 import tensorflow as tf
@@ -47,7 +49,35 @@ def staged(out_dir: str, log=print) -> Iterator[str]:
                         f"{st.f_bavail * st.f_frsize / 2**20:.1f} MiB free there); the previous "
                         "preparation there is unchanged") from None
     finally:
-        shutil.rmtree(stage, ignore_errors=True)
+        with _signals_held():  # a second Ctrl-C must not leave half the staging behind
+            shutil.rmtree(stage, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """SIGINT and SIGTERM ignored inside the block (in the main thread): for the cleanup and
+    the last line, which an interrupt must not cut."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _say(line: str) -> None:
+    """One whole line on stderr, in one write that no interrupt splits."""
+    with _signals_held():
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that the staging directory is removed on the way out
+    (Python's default SIGTERM ends the process without running any cleanup)."""
 
 
 def _swap_in(stage: str, out_dir: str, log) -> None:
@@ -69,13 +99,22 @@ def main(doc: str, arguments: Callable[[argparse.ArgumentParser], None],
     p = argparse.ArgumentParser(prog="prepare_dataset.py", description=doc.split("\n\n")[0])
     arguments(p)
     args = p.parse_args(argv)
+
+    def terminate(signum, frame):
+        raise _Terminated
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, terminate) if main_thread else None
     try:
         prepare(args)
     except DataError as e:
-        print(f"prepare_dataset.py: error: {e}", file=sys.stderr)
+        _say(f"prepare_dataset.py: error: {e}")
         return 1
-    except KeyboardInterrupt:
-        print("prepare_dataset.py: interrupted; the previous preparation is unchanged",
-              file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        which = "SIGTERM" if isinstance(e, _Terminated) else "Ctrl-C"
+        _say(f"prepare_dataset.py: interrupted ({which}); the previous preparation is unchanged")
+        return 143 if isinstance(e, _Terminated) else 130
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
     return 0

@@ -15,6 +15,7 @@ import os
 
 import tensorflow as tf
 
+from common import checkpoints
 from common import precision as precision_lib
 from common.errors import UsageError
 
@@ -82,7 +83,8 @@ def convert(saved_model: str, out_dir: str, precision: str, signature_key: str, 
     log(f"tftrt: converting {saved_model} at {precision}")
     converter.convert()
     converter.build(input_fn=lambda: iter([example]))
-    converter.save(out_dir)
+    with checkpoints.staged_dir(out_dir, "the TF-TRT conversion") as stage:
+        converter.save(stage)
     log(f"tftrt: saved the converted model to {out_dir}")
     return out_dir
 
@@ -109,7 +111,8 @@ def benchmark_infer(task, model, results_dir: str, precision: str, inputs, state
     key, example = task.serving_call(inputs, state)
     # TF-TRT converts what it is given: an AMP graph's float16 casts would make "FP32" mean
     # float16 in places. The model is exported in float32 and TF-TRT sets the precision.
-    task.export(precision_lib.float32_model(task.build_model, model), saved)
+    with checkpoints.staged_dir(saved, "the SavedModel for TF-TRT") as stage:
+        task.export(precision_lib.float32_model(task.build_model, model), stage)
     convert(saved, converted, precision, key,
             serving_arguments(load_serving(saved, key), example), log=log)
     fn = load_serving(converted, key)

@@ -103,10 +103,15 @@ class Trainer:
                 checkpoints.check_output_dir(f.model_dir, "--model_dir", need,
                                              "a checkpoint needs"),
                 self.checkpoints.clean_leftovers()), "checking --model_dir")
-        if f.export_dir:
-            need = int(1.1 * checkpoints.nbytes(self.model.variables)) + (1 << 20)
-            self.dist.on_chief(lambda: checkpoints.check_output_dir(
-                f.export_dir, "--export_dir", need, "the export needs"), "checking --export_dir")
+        if f.export_dir:  # its room measured by a trial export (inference.export_bytes)
+            def check_export_dir():
+                checkpoints.check_output_dir(f.export_dir, "--export_dir", 1 << 20,
+                                             "the export needs")
+                need = inference.export_bytes(self.task, self.model, f.export_dir,
+                                              f.export_onnx)
+                checkpoints.check_output_dir(f.export_dir, "--export_dir", need,
+                                             "the export needs")
+            self.dist.on_chief(check_export_dir, "checking --export_dir")
 
     # --- state ----------------------------------------------------------------------------
     @property

@@ -119,4 +119,20 @@ if [ -n "${DRY_RUN:-}" ]; then
   echo
   exit 0
 fi
+if [ "${launch[0]:-}" = mpirun ]; then
+  # mpirun takes SIGTERM as an abort: it signals the ranks, kills them about a second later
+  # and exits 1 whatever they did. SIGUSR1 it forwards to every rank, which main.py takes as a
+  # request to stop at a step they agree on, with a checkpoint (common/graceful_stop.py): the
+  # job then ends with the ranks' exit code, 0 after a graceful stop.
+  "${cmd[@]}" &
+  pid=$!
+  trap 'kill -USR1 "$pid" 2>/dev/null || true' TERM INT
+  rc=0
+  wait "$pid" || rc=$?
+  while kill -0 "$pid" 2>/dev/null; do  # woken by the trap: the job is still stopping
+    rc=0
+    wait "$pid" || rc=$?
+  done
+  exit "$rc"
+fi
 exec "${cmd[@]}"

@@ -106,3 +106,27 @@ def test_index_files_that_cannot_be_written_stop_every_rank_with_one_line(tmp_pa
     assert len(errors) == 2  # both ranks stop, neither waits for the other
     assert errors[0].startswith("main.py: error (rank 0): --dali needs index files in ")
     assert errors[1].endswith("building the DALI index files failed on rank 0 (see its message)")
+
+
+def test_sigterm_to_the_mpirun_launcher_stops_gracefully_and_exits_0(tmp_path):
+    """mpirun takes SIGTERM as an abort (exit 1, ranks killed a second later); scripts/launch.sh
+    turns it into SIGUSR1, which mpirun forwards and the ranks take as a stop request: one
+    step, one checkpoint, exit 0, as a scheduler should record it."""
+    out = tmp_path / "r"
+    log = tmp_path / "log"
+    proc = subprocess.Popen(
+        ["bash", os.path.join(ROOT, "scripts", "launch.sh"),
+         os.path.join(ROOT, "resnet50v1.5", "main.py"), "fp32", "2", "noxla", *TINY,
+         "--mode", "train", "--iter_unit", "batch", "--num_iter", "100000",
+         "--save_checkpoint_steps", "5", "--results_dir", str(out)],
+        stdout=open(log, "w"), stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHON": sys.executable, "LAUNCHER": "mpirun"})
+    deadline = time.time() + 180
+    while time.time() < deadline and "step 20/" not in log.read_text():
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 0, log.read_text()[-3000:]
+    text = log.read_text()
+    assert "Traceback" not in text and text.count("SIGUSR1: stopped at step ") == 1
+    stopped = int(text.split("SIGUSR1: stopped at step ")[1].split(",")[0])
+    assert os.path.exists(out / "checkpoints" / f"ckpt-{stopped}.index")

@@ -367,3 +367,73 @@ def test_prepare_says_when_category_ids_would_make_a_huge_mostly_untrained_head(
     assert lines[-1] == (f"note: category ids reach {top} for {n} categories: the model gets "
                          f"{top + 1} class columns, most of them never trained; renumber the "
                          f"categories (and their annotations) 1..N for a head of N + 1")
+
+
+@pytest.mark.parametrize("onnx", [False, True], ids=["savedmodel", "with-onnx"])
+def test_an_export_dir_too_small_for_the_real_export_is_refused_before_training(
+        tmp_path, capsys, onnx):
+    """The room an export needs is measured by a trial export of the model at start (its graph
+    is 1.6 MB where its variables are a few hundred kB; ONNX adds as much again): a disk that
+    cannot hold it stops the run before step 1, and nothing is left in it."""
+    disk = tmp_path / "disk"
+    with tmpfs(disk, 2600):
+        code, last = _main(capsys, "--mode", "train", "--num_iter", "2", "--export_dir",
+                           str(disk / "exp"), "--results_dir", str(tmp_path / "r"),
+                           *(["--export_onnx"] if onnx else []))
+        left = os.listdir(disk / "exp") if (disk / "exp").exists() else []
+    assert code == 1 and last.startswith(f"main.py: error: --export_dir {disk / 'exp'} "), last
+    assert "the export needs about" in last or "cannot hold the export" in last, last
+    assert trained_steps(tmp_path / "r") == 0 and left == []
+
+
+def test_a_failed_export_leaves_the_previous_one_whole(tmp_path, capsys, monkeypatch):
+    """Every export is written in a staging directory and swapped in whole: an ONNX conversion
+    that fails half-way (here: a file cut short, then an error) leaves the earlier export as it
+    was, and no part of the new one."""
+    from common import onnx_export
+    from common.errors import TrainingError
+    target = tmp_path / "exp"
+    args = ["--mode", "train", "--num_iter", "1", "--export_dir", str(target), "--export_onnx",
+            "--results_dir", str(tmp_path / "r")]
+    code, _ = _main(capsys, *args)
+    assert code == 0
+    before = digests(target)
+    assert any(name.endswith("model.onnx") for name in before)
+
+    def fails_half_way(task, model, export_dir):
+        with open(os.path.join(export_dir, "model.onnx"), "wb") as f:
+            f.write(b"\x08\x07" * 100)  # a cut file, as a full disk leaves
+        raise TrainingError("tf2onnx could not convert (a stand-in failure)")
+    monkeypatch.setattr(onnx_export, "export_task", fails_half_way)
+    code, last = _main(capsys, *[a if a != "1" else "2" for a in args])
+    assert code == 1 and "tf2onnx could not convert" in last
+    assert digests(target) == before  # the earlier export, whole
+    assert not [n for n in os.listdir(target) if n.startswith(".staging-")]
+
+
+def test_sigterm_during_preparation_removes_the_staging_and_keeps_the_previous(tmp_path):
+    """A preparation stopped by SIGTERM (a scheduler's stop) removes its staging directory on
+    the way out, finished shards included, says so in one whole line, and leaves the previous
+    preparation as it was."""
+    import signal
+    import subprocess
+    import time
+    root = tmp_path / "coco"
+    shapes.export(str(root), train=240, val=4, seed=5)
+    out = tmp_path / "out"
+    prepare.prepare(str(root), str(out), 2, 1, log=lambda *_: None)
+    before = digests(out)
+    proc = subprocess.Popen([sys.executable, PREPARE, str(root), str(out), "--train_shards",
+                             "24", "--val_shards", "1"], stderr=subprocess.PIPE, text=True)
+    stage = out / ".preparing"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (stage.exists() and any(
+            p.name.startswith("train-") and not p.name.endswith(".tmp")
+            for p in stage.iterdir())):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines()[-1] == ("prepare_dataset.py: interrupted (SIGTERM); the "
+                                            "previous preparation is unchanged")
+    assert not stage.exists() and digests(out) == before

@@ -30,7 +30,7 @@ class RecordingConverter:
         self.examples = list(input_fn())
 
     def save(self, out_dir):  # the graph as it was: what TensorRT would replace is its business
-        shutil.copytree(self.kwargs["input_saved_model_dir"], out_dir)
+        shutil.copytree(self.kwargs["input_saved_model_dir"], out_dir, dirs_exist_ok=True)
         RecordingConverter.calls.append(self)
 
 
