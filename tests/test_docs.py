@@ -85,18 +85,15 @@ def _commands(text):
             yield line
 
 
-_SCRIPT_FLAGS = {}
-
-
 def _script_flags(script: str) -> set[str]:
-    """The flags a script's --help lists (argparse scripts: learning checks, benchmarks)."""
-    if script not in _SCRIPT_FLAGS:
-        import subprocess
-        import sys
-        out = subprocess.run([sys.executable, os.path.join(ROOT, script), "--help"],
-                             capture_output=True, text=True, timeout=120).stdout
-        _SCRIPT_FLAGS[script] = set(re.findall(r"--([a-z][a-z0-9_]*)", out))
-    return _SCRIPT_FLAGS[script]
+    """The flags an argparse script defines, read from its source (and prepare_cli's shard
+    flags where it uses them): no process, no TensorFlow import."""
+    with open(os.path.join(ROOT, script)) as f:
+        source = f.read()
+    names = set(re.findall(r"""add_argument\(\s*["']--([a-z][a-z0-9_]*)""", source))
+    if "add_shards" in source or script.endswith("prepare_dataset.py"):
+        names |= {"train_shards", "val_shards"}
+    return names | {"help"}
 
 
 def _model_flags():

@@ -276,15 +276,20 @@ def test_an_unusable_export_dir_is_refused_before_training(tmp_path, capsys, kin
     assert trained_steps(tmp_path / "r") == 0
 
 
-def test_predict_draws_each_input_once_and_skips_an_unreadable_file(shapes_records, tmp_path,
-                                                                    capsys):
+def _trained(shapes_records, tmp_path, capsys):
+    """(results_dir of a one-step run, an empty folder for images, the validation images)."""
     out = tmp_path / "r"
     code, _ = _main(capsys, "--mode", "train", "--num_iter", "1", "--results_dir", str(out),
                     "--data_dir", shapes_records)
     assert code == 0
     images = tmp_path / "images"
     images.mkdir()
-    source = sorted((Path(shapes_records).parent / "coco" / "val2017").iterdir())
+    return out, images, sorted((Path(shapes_records).parent / "coco" / "val2017").iterdir())
+
+
+def test_predict_draws_each_input_once_and_skips_an_unreadable_file(shapes_records, tmp_path,
+                                                                    capsys):
+    out, images, source = _trained(shapes_records, tmp_path, capsys)
     shutil.copy(source[0], images / "a.jpg")
     tf.io.write_file(str(images / "a.png"), tf.io.encode_png(tf.io.decode_jpeg(
         tf.io.read_file(str(source[1])))))
@@ -324,14 +329,8 @@ def test_a_backbone_checkpoint_of_another_resnet_is_one_line(tmp_path, capsys):
 def test_predict_onto_a_filling_disk_leaves_no_empty_drawing(shapes_records, tmp_path, capsys):
     """Drawings are written whole or not at all: when the disk fills, the images that did not
     fit are reported and recorded with their error, and no zero-byte or cut PNG stays."""
-    from reliability_helpers import tmpfs
-    out = tmp_path / "r"
-    code, _ = _main(capsys, "--mode", "train", "--num_iter", "1", "--results_dir", str(out),
-                    "--data_dir", shapes_records)
-    assert code == 0
-    images = tmp_path / "images"
-    images.mkdir()
-    for i, src in enumerate(sorted((Path(shapes_records).parent / "coco" / "val2017").iterdir())):
+    out, images, source = _trained(shapes_records, tmp_path, capsys)
+    for i, src in enumerate(source):
         shutil.copy(src, images / f"{i}.jpg")
     with tmpfs(out / "predictions", 24):
         code, _ = _main(capsys, "--mode", "predict", "--to_predict", str(images),
@@ -393,19 +392,19 @@ def test_a_failed_export_leaves_the_previous_one_whole(tmp_path, capsys, monkeyp
     from common import onnx_export
     from common.errors import TrainingError
     target = tmp_path / "exp"
-    args = ["--mode", "train", "--num_iter", "1", "--export_dir", str(target), "--export_onnx",
+    args = ["--mode", "train", "--num_iter", "1", "--export_dir", str(target),
             "--results_dir", str(tmp_path / "r")]
     code, _ = _main(capsys, *args)
     assert code == 0
     before = digests(target)
-    assert any(name.endswith("model.onnx") for name in before)
+    assert any(name.endswith("saved_model.pb") for name in before)
 
     def fails_half_way(task, model, export_dir):
         with open(os.path.join(export_dir, "model.onnx"), "wb") as f:
             f.write(b"\x08\x07" * 100)  # a cut file, as a full disk leaves
         raise TrainingError("tf2onnx could not convert (a stand-in failure)")
     monkeypatch.setattr(onnx_export, "export_task", fails_half_way)
-    code, last = _main(capsys, *[a if a != "1" else "2" for a in args])
+    code, last = _main(capsys, *[a if a != "1" else "2" for a in args], "--export_onnx")
     assert code == 1 and "tf2onnx could not convert" in last
     assert digests(target) == before  # the earlier export, whole
     assert not [n for n in os.listdir(target) if n.startswith(".staging-")]
