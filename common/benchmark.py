@@ -47,14 +47,19 @@ class Windows:
 
     def __init__(self, warmup_steps: int):
         self.warmup_steps, self.timed = warmup_steps, []  # timed: (seconds, steps) per window
+        self.profiled_out = 0  # steps after the warm-up left out because they were profiled
         self.last = None  # the latest window, timed or not
         self._step, self._start = 0, time.perf_counter()
 
-    def close(self, step: int) -> None:
-        """At a sync point, right after the host waited for the device at ``step``."""
+    def close(self, step: int, profiled: bool = False) -> None:
+        """At a sync point, right after the host waited for the device at ``step``; a window
+        with ``profiled`` steps is not timed (the profiler slows them)."""
         self.last = (time.perf_counter() - self._start, step - self._step)
         if self._step >= self.warmup_steps:
-            self.timed.append(self.last)
+            if profiled:
+                self.profiled_out += self.last[1]
+            else:
+                self.timed.append(self.last)
         self._step = step
 
     def reopen(self) -> None:
@@ -66,8 +71,11 @@ class Windows:
         seconds, steps = self.last
         return items_per_step * steps / seconds if seconds > 0 else 0.0
 
-    def summary(self, items_per_step: int, unit: str) -> dict:
-        return from_windows(self.timed, items_per_step, unit)
+    def summary(self, items_per_step: int, unit: str, profile: str | None = None) -> dict:
+        out = from_windows(self.timed, items_per_step, unit)
+        if self.profiled_out:
+            out["throughput_excludes_profiled_steps"] = profile
+        return out
 
 
 def timed_loop(trainer, num_iter: int, dispatch, read, on_sync) -> Windows:
@@ -75,16 +83,20 @@ def timed_loop(trainer, num_iter: int, dispatch, read, on_sync) -> Windows:
     profiler where it starts (``profiler.before``), runs the step without waiting for the
     device and returns what the profiler and ``read`` need (``(fn, args, outputs)``); at a
     sync point (``common.sync``: a logged step, the end of the warm-up, the last step, the
-    profiler's) ``read(outputs)`` waits for the device, the window closes, and
-    ``on_sync(i, outputs, clock)`` checks and logs before the next window opens."""
+    profiler's first and last) ``read(outputs)`` waits for the device, the window closes, and
+    ``on_sync(i, outputs, clock)`` checks and logs before the next window opens. Windows of
+    profiled steps are not timed."""
     f, profiler = trainer.flags, trainer.profiler
     clock = Windows(f.warmup_steps)
+    profiled = False  # the open window holds a profiled step
     for i in range(1, num_iter + 1):
         fn, args, outputs = dispatch(i)
+        profiled = profiled or profiler.active
         if not sync.events(i, f, start=0, total=num_iter, profiler=profiler).sync:
             continue
         outputs = read(outputs)  # the sync point: waits for the device
-        clock.close(i)
+        clock.close(i, profiled)
+        profiled = False
         profiler.after(i, fn, args, final=i == num_iter)
         on_sync(i, outputs, clock)
         clock.reopen()
@@ -121,7 +133,7 @@ def training(trainer) -> dict:
 
     clock = timed_loop(trainer, f.num_iter, dispatch, float, on_sync)
     items_per_step = trainer.global_items(current["micro"])
-    return {**clock.summary(items_per_step, unit), "global_batch_size": items_per_step,
+    return {**clock.summary(items_per_step, unit, f.profile), "global_batch_size": items_per_step,
             **trainer.profiler.report}
 
 
@@ -161,6 +173,6 @@ def inference(trainer) -> dict:
 
     clock = timed_loop(trainer, f.num_iter, dispatch,
                        lambda out: tf.nest.map_structure(lambda t: t.numpy(), out), on_sync)
-    return {**clock.summary(task.items_in(current["batch"]), unit),
+    return {**clock.summary(task.items_in(current["batch"]), unit, f.profile),
             "batch_size": int(tf.nest.flatten(current["inputs"])[0].shape[0]),
             **trainer.profiler.report}

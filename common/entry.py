@@ -4,25 +4,48 @@ an import of ``common`` could not; then the stack check (``versions.require``), 
 script's target: a ``Task`` class for ``main.py`` (run by ``common.runner.main``), a function
 for ``prepare_dataset.py``.
 
-    sys.exit(runpy.run_path(ENTRY)["run"](__file__, "rn50.task:ResNetTask"))
+    sys.exit(runpy.run_path(ENTRY)["run"](__file__, "rn50.task:ResNetTask", "rn50.config"))
+
+``main.py --help`` is answered from the model's config module (its ``define_flags`` and
+``FLAG_DEFAULTS``) without importing TensorFlow. Otherwise TensorFlow is imported and its
+devices found with its start-up lines filtered (``common.quiet_start``): a line that means
+nothing on a healthy machine is not shown, any other is.
 """
 import importlib
 import os
 import sys
 
+HELP = ("-h", "--help", "--helpfull")
 
-def run(script: str, target: str) -> int:
+
+def run(script: str, target: str, flags_module: str | None = None) -> int:
     try:
-        from common import versions
+        from common import quiet_start, versions
     except ModuleNotFoundError:  # the repository is not installed in this Python
         print(f"{os.path.basename(script)}: error: this repository is not installed; run "
               "`bash scripts/install_deps.sh` (or `pip install --no-deps -e .`) at its root",
               file=sys.stderr)
         return 2
-    versions.require(script)  # one line, exit 2, on a stack it cannot use
-    module, name = target.split(":")
-    obj = getattr(importlib.import_module(module), name)
+    if flags_module and any(a in HELP for a in sys.argv[1:]):
+        return _help(flags_module)
+    with quiet_start.filtered_stderr():
+        versions.require(script)  # one line, exit 2, on a stack it cannot use
+        module, name = target.split(":")
+        obj = getattr(importlib.import_module(module), name)
+        import tensorflow as tf
+        tf.config.list_physical_devices()  # where CUDA is initialised, and says so
     if isinstance(obj, type):  # a Task
         from common.runner import main
         return main(obj)
     return obj()
+
+
+def _help(flags_module: str) -> int:
+    """Every flag with its default, from the model's config module (no TensorFlow)."""
+    from common import flags
+    config = importlib.import_module(flags_module)
+    try:
+        flags.parse(flags.build(config.define_flags, config.FLAG_DEFAULTS), sys.argv)
+    except SystemExit as e:  # parse prints the help and exits 0
+        return int(e.code or 0)
+    return 0

@@ -61,6 +61,9 @@ class StepProfiler:
         self.active = False
         self.report: dict = {}
 
+    def starts_after(self, step: int) -> bool:
+        return bool(self.range) and not (self.active or self.report) and step == self.range[0] - 1
+
     def stops_at(self, step: int) -> bool:
         return self.active and step >= self.range[1]
 

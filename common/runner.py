@@ -53,7 +53,12 @@ def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
         tftrt.require(fv.use_tftrt, fv.mode)
     if fv.export_onnx:
         onnx_export.require()
-    profiling.parse_range(fv.profile)  # a malformed range stops here, with one line
+    profiled = profiling.parse_range(fv.profile)  # a malformed range stops here, with one line
+    if (profiled and fv.mode in ("training_benchmark", "inference_benchmark")
+            and profiled[0] <= fv.warmup_steps + 1 and profiled[1] >= fv.num_iter):
+        raise UsageError(f"--profile {fv.profile} covers every timed step "
+                         f"({fv.warmup_steps + 1}..{fv.num_iter}); profiled steps are not timed: "
+                         "profile a part of them, or raise --num_iter")
     dist = distributed.init()
     fv = fv.with_derived(task_cls.derive_settings(fv, dist.size))
     prec = precision.resolve(
@@ -97,6 +102,9 @@ def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
         f"{prec.loss_scale or 'none'}, tf32 {'on' if prec.tf32 else 'off'} "
         f"({prec.sources['tf32']}), xla {'on' if prec.xla else 'off'}"
         + (f", {precision.XLA_ENV}={prec.xla_env_flags}" if prec.xla_env_flags else ""))
+    # TensorFlow's own start-up lines about CUDA are not shown (common/quiet_start.py): this
+    # line says what the process computes on.
+    logger.print(f"device: {machine.describe(dist.devices)}")
     chunks = f" x {fv.batch_chunk} accumulated" if fv.batch_chunk > 1 else ""
     logger.print(f"processes: {dist.size}, batch {fv.batch_size}{chunks} per process, "
                  f"global batch {ctx.global_batch_size}")

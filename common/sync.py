@@ -21,13 +21,15 @@ class Events:
     evaluate: bool  # an evaluation (the last step, epoch ends, --eval_every)
     warmed_up: bool  # the end of the warm-up: throughput is timed from here
     profiled: bool  # the profiler's last step (--profile; rank 0's alone)
+    before_profile: bool  # the step before the profiler's first: the profiled steps' time is
+    #                       then measured from a sync point (and left out of throughput)
     vote: bool  # the ranks agree on a stop request here (an allreduce): a step every rank
     #             knows alike, a sync point other than the profiler's or every STOP_CHECK_EVERY
 
     @property
     def sync(self) -> bool:
         return (self.last or self.display or self.save or self.evaluate or self.warmed_up
-                or self.profiled)
+                or self.profiled or self.before_profile)
 
 
 def events(step: int, flags, *, start: int, total: int, steps_per_epoch: int | None = None,
@@ -45,5 +47,6 @@ def events(step: int, flags, *, start: int, total: int, steps_per_epoch: int | N
     warmed_up = step - start == flags.warmup_steps
     return Events(last=last, display=display, save=save, evaluate=evaluating,
                   warmed_up=warmed_up, profiled=bool(profiler and profiler.stops_at(step)),
+                  before_profile=bool(profiler and profiler.starts_after(step)),
                   vote=display or save or evaluating or warmed_up
                   or step % STOP_CHECK_EVERY == 0)

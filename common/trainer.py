@@ -50,6 +50,19 @@ class _Timer:
     def rate(self) -> float:
         return self.items / self.seconds if self.seconds > 0 else 0.0
 
+    def mark(self) -> tuple:
+        return self, self.items, self.seconds
+
+    def exclude_since(self, mark: tuple) -> int:
+        """Leaves out the items and time counted since ``mark`` (a ``mark()`` of this timer, or
+        of one it replaced: then everything it counted); returns the items left out."""
+        _, items, seconds = mark if mark[0] is self else (self, 0, 0.0)
+        if not self.active:
+            return 0
+        self._excluded += self.seconds - seconds
+        left_out, self.items = self.items - items, items
+        return left_out
+
     @contextlib.contextmanager
     def paused(self):
         t0 = time.perf_counter()
@@ -247,14 +260,22 @@ class Trainer:
         # Throughput: the items and wall time between sync points after the warm-up (all steps
         # when the run is no longer than the warm-up), without the time saves and evaluations
         # take; the display window likewise.
-        timed = _Timer(active=f.warmup_steps == 0 or total_steps - start <= f.warmup_steps)
+        # A run no longer than the warm-up is timed whole, compilation included: its summary
+        # says so. Profiled steps are left out (the profiler's first step follows a sync point).
+        short = 0 < f.warmup_steps and total_steps - start <= f.warmup_steps
+        timed = _Timer(active=f.warmup_steps == 0 or short)
         window = _Timer(active=True)
+        sync_mark = profile_mark = timed.mark()
+        profiled_out = 0  # timed items left out as profiled
         with GracefulStop() as stop:
             for step in range(start + 1, total_steps + 1):
                 if states is None or (step - 1) % spe == 0:  # a run's or an epoch's first step
                     states = self.initial_train_states()
                 micro = self.step_batches(data)
-                self.profiler.before(step)
+                if not self.profiler.active:
+                    self.profiler.before(step)
+                    if self.profiler.active:
+                        profile_mark = sync_mark
                 states_in = states
                 loss, states = step_fn(micro, states)  # no wait for the device here
                 items = self.global_items(micro)
@@ -267,7 +288,11 @@ class Trainer:
                 if not (ev.sync or stopping):
                     continue
                 loss = float(loss)  # the sync point: waits for the device
-                self.profiler.after(step, step_fn, (micro, states_in), final=ev.last or stopping)
+                if self.profiler.active:
+                    self.profiler.after(step, step_fn, (micro, states_in),
+                                        final=ev.last or stopping)
+                    if not self.profiler.active:
+                        profiled_out = timed.exclude_since(profile_mark)
                 self.check_inputs("train")
                 # A run that ends on non-finite steps stops with the error, except under float16
                 # loss scaling, where a skipped step is how the scale finds its level.
@@ -288,6 +313,7 @@ class Trainer:
                 if ev.evaluate:
                     with timed.paused(), window.paused():
                         eval_results = self.evaluate(epoch=epoch)
+                sync_mark = timed.mark()
                 if stopping:  # every rank calls save() once at this step, or none does
                     path = saved if ev.save else self.save()
                     self.log.print(f"{stop.requested_by or 'a signal on another rank'}: stopped at "
@@ -298,8 +324,14 @@ class Trainer:
         if skipped:
             summary["skipped_steps"] = skipped
             self.log.print(f"{skipped} step(s) had non-finite gradients and were not applied")
-        if timed.seconds:
+        if timed.items and timed.seconds:
             summary[f"train_{unit}_per_s"] = timed.rate()
+            if short:
+                summary["throughput_includes_compilation"] = True
+                self.log.print(f"train_{unit}_per_s includes start-up and compilation: the run "
+                               f"has no more steps than --warmup_steps ({f.warmup_steps})")
+        if profiled_out:
+            summary["throughput_excludes_profiled_steps"] = self.flags.profile
         summary.update(eval_results)
         summary.update(self.profiler.report)
         return summary

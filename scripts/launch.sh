@@ -12,7 +12,8 @@
 #   PYTHON=python           the interpreter every process runs
 #   HOSTS=node1:8,node2:8   mpirun/horovodrun across machines (GPUS is then ignored)
 #   SRUN_MPI=pmix           srun's --mpi plugin (pmi2 where the site's Slurm has no PMIx)
-#   CONTAINER=IMAGE         srun only: run in this image (pyxis: --container-image), with
+#   CONTAINER=IMAGE         srun only: run in this image (pyxis: --container-image, written
+#                           [USER@][REGISTRY#]IMAGE[:TAG] or a .sqsh path), with
 #   CONTAINER_WORKDIR       the repository inside it (default /workspace/tf-model-scripts, the
 #   MOUNTS=src:dst,...      Dockerfile's) and these mounts (--container-mounts)
 #   DRY_RUN=1               print the command line instead of running it
@@ -89,6 +90,16 @@ case "${LAUNCHER:-mpirun}" in
       launch+=(--cpus-per-task=$(( cpus / GPUS > 0 ? cpus / GPUS : 1 )) --cpu-bind=none)
     fi
     if [ -n "${CONTAINER:-}" ]; then
+      # pyxis (enroot) reads an image as [USER@][REGISTRY#]IMAGE[:TAG], or a squashfs file's
+      # path: without '#', "registry.example.com/team/img" names an image on Docker Hub.
+      case "$CONTAINER" in
+        /*|./*|../*|*.sqsh|*#*) ;;
+        */*)
+          registry=${CONTAINER%%/*}
+          if [[ "$registry" == *.* || "$registry" == *:* || "$registry" == localhost ]]; then
+            die "CONTAINER=$CONTAINER: pyxis reads images as [USER@][REGISTRY#]IMAGE[:TAG], so this is looked up on Docker Hub; write CONTAINER=$registry#${CONTAINER#*/}"
+          fi ;;
+      esac
       # pyxis splits --container-mounts at commas and each mount at colons: no escaping.
       for v in DATA_DIR RESULTS_DIR; do
         case "${!v:-}" in

@@ -55,11 +55,11 @@ def test_several_machines_through_mpirun_hosts():
 def test_slurm_runs_one_task_per_gpu_in_the_container(model):
     code, cmd, err = dry(f"{model}/scripts/slurm.sbatch", "tf32", "noxla", "--seed", "7",
                          SLURM_JOB_ID="42", SLURM_JOB_NUM_NODES="4",
-                         SLURM_NTASKS_PER_NODE="8", CONTAINER="nvcr.io/me/scripts:1",
+                         SLURM_NTASKS_PER_NODE="8", CONTAINER="nvcr.io#me/scripts:1",
                          DATA_DIR="/lustre/data", MOUNTS="/ckpt:/ckpt")
     assert code == 0, err
     assert cmd[:3] == ["srun", "--mpi=pmix", "--ntasks-per-node=8"]
-    assert "--container-image=nvcr.io/me/scripts:1" in cmd
+    assert "--container-image=nvcr.io#me/scripts:1" in cmd
     assert f"--container-workdir={CONTAINER_ROOT}" in cmd
     results = os.path.join(ROOT, "results", f"{model}-42")
     assert (f"--container-mounts=/ckpt:/ckpt,/lustre/data:/lustre/data,{results}:{results}"
@@ -71,6 +71,15 @@ def test_slurm_runs_one_task_per_gpu_in_the_container(model):
     assert cmd[-2:] == ["--seed", "7"] and "--tf32" in cmd
     # The recipe's sizes are main.py's, for the world it finds (tests/test_recipes.py).
     assert not {"--batch_size", "--batch_chunk", "--num_iter"} & set(cmd)
+
+
+@pytest.mark.parametrize("image", ["nvcr.io#nvidia/tensorflow:25.02-tf2-py3",
+                                   "me@registry.example.com#team/img", "ubuntu:24.04",
+                                   "library/ubuntu", "/shared/images/tf.sqsh", "./tf.sqsh"])
+def test_pyxis_image_forms_are_passed_on(image):
+    code, cmd, err = dry("ssd320/scripts/slurm.sbatch", SLURM_JOB_ID="1", CONTAINER=image)
+    assert code == 0, err
+    assert f"--container-image={image}" in cmd
 
 
 def test_slurm_without_a_container_runs_this_checkout():
@@ -109,6 +118,16 @@ def test_slurm_without_a_container_runs_this_checkout():
      "--container-mounts cannot take"),
     ("transformerxl/scripts/slurm.sbatch", [], {"SLURM_JOB_ID": "1", "SLURM_CPUS_ON_NODE": "x"},
      "launch.sh: error: SLURM_CPUS_ON_NODE is not a number: x"),
+    # pyxis reads "registry.example.com/team/img" as a Docker Hub path: '#' separates a registry.
+    ("ssd320/scripts/slurm.sbatch", [], {"SLURM_JOB_ID": "1",
+                                         "CONTAINER": "registry.example.com/team/img:25.02"},
+     "launch.sh: error: CONTAINER=registry.example.com/team/img:25.02: pyxis reads images as "
+     "[USER@][REGISTRY#]IMAGE[:TAG], so this is looked up on Docker Hub; write "
+     "CONTAINER=registry.example.com#team/img:25.02"),
+    ("ssd320/scripts/slurm.sbatch", [], {"SLURM_JOB_ID": "1", "CONTAINER": "me@localhost:5000/i"},
+     "launch.sh: error: CONTAINER=me@localhost:5000/i: pyxis reads images as "
+     "[USER@][REGISTRY#]IMAGE[:TAG], so this is looked up on Docker Hub; write "
+     "CONTAINER=me@localhost:5000#i"),
 ])
 def test_launcher_errors_are_one_line(script, args, env, message):
     code, _, err = dry(script, *args, **env)

@@ -2,13 +2,16 @@
 """ResNet-50 v1.5 learns real images under FP32 and AMP alike.
 
 scikit-learn's 1,797 handwritten digits (no download) are written as an ImageNet-style folder,
-prepared with prepare_dataset.py, and the full ResNet-50 is trained at 32x32 from the same seed
-under float32 and under AMP (bfloat16 on a CPU). Prints top-1 per epoch and the per-epoch mean
-training loss of both runs.
+prepared with prepare_dataset.py, and the full ResNet-50 is trained at 32x32 under float32 and
+under AMP (bfloat16 on a CPU) from each of several seeds (one seed gives both precisions the same
+initial weights and data order). Prints top-1 per epoch and the per-epoch mean training loss of
+every run: the spread over seeds is the yardstick for the difference between precisions.
 
-    python resnet50v1.5/scripts/learning_check.py --epochs 3 --results_dir results/learning/rn50
+    python resnet50v1.5/scripts/learning_check.py --epochs 3 --seeds 1,2,3 \
+        --results_dir results/learning/resnet50v1.5
 
-With --results_dir the runs are kept (DIR/fp32, DIR/amp) for ``python -m benchtools.report``.
+With --results_dir the runs are kept (DIR/fp32-1, DIR/amp-1, ...) for
+``python -m benchtools.report``.
 """
 import argparse
 import os
@@ -57,33 +60,43 @@ def train(records: str, results: str, precision: str, epochs: int, seed: int) ->
             "epoch_top1": top1}
 
 
-def run(epochs: int = 3, seed: int = 1, workdir: str | None = None) -> dict:
-    """Both precisions' runs; kept under ``workdir`` when it is given (the data is not)."""
+def run(epochs: int = 3, seeds=(1, 2, 3), workdir: str | None = None) -> dict:
+    """Every precision from every seed: {"fp32": {seed: run}, "amp": {...}}; the runs are kept
+    under ``workdir`` (PRECISION-SEED) when it is given (the data is not)."""
     with tempfile.TemporaryDirectory() as tmp:
         records = prepare_digits(tmp)
-        return {p: train(records, os.path.join(workdir or tmp, p), p, epochs, seed)
+        return {p: {seed: train(records, os.path.join(workdir or tmp, f"{p}-{seed}"), p, epochs,
+                                seed) for seed in seeds}
                 for p in PRECISIONS}
 
 
 def report(out: dict) -> str:
-    """The README's table of ``run``'s results."""
-    epochs = len(out["fp32"]["epoch_loss"])
-    lines = ["| precision | " + " | ".join(f"epoch {e + 1} loss / top-1" for e in range(epochs))
-             + " | train images/s |", "|---|" + "---|" * (epochs + 1)]
-    for name, r in out.items():
+    """The README's table of ``run``'s results: a row per run, then each precision's median."""
+    runs = [(p, seed, r) for p, by_seed in out.items() for seed, r in by_seed.items()]
+    epochs = len(runs[0][2]["epoch_loss"])
+    lines = ["| precision | seed | " + " | ".join(f"epoch {e + 1} loss / top-1"
+                                                 for e in range(epochs))
+             + " | train images/s |", "|---|---|" + "---|" * (epochs + 1)]
+    for name, seed, r in runs:
         cells = [f"{loss:.3f} / {t:.1%}" for loss, t in zip(r["epoch_loss"], r["epoch_top1"])]
-        lines.append(f"| {name} ({r['summary']['precision']}) | " + " | ".join(cells)
+        lines.append(f"| {name} ({r['summary']['precision']}) | {seed} | " + " | ".join(cells)
                      + f" | {r['summary']['train_images_per_s']:.0f} |")
+    for name, by_seed in out.items():
+        top1 = [r["epoch_top1"][-1] for r in by_seed.values()]
+        lines.append(f"{name}: final top-1 median {np.median(top1):.1%} over seeds "
+                     f"{', '.join(map(str, by_seed))} (range {min(top1):.1%} to {max(top1):.1%})")
     return "\n".join(lines)
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--results_dir", help="keep the runs here (DIR/fp32, DIR/amp)")
+    p.add_argument("--seeds", default="1,2,3", help="comma-separated; each precision is "
+                   "trained from each")
+    p.add_argument("--results_dir", help="keep the runs here (DIR/fp32-1, DIR/amp-1, ...)")
     args = p.parse_args()
-    print(report(run(args.epochs, args.seed, args.results_dir)))
+    seeds = [int(x) for x in args.seeds.split(",")]
+    print(report(run(args.epochs, seeds, args.results_dir)))
 
 
 if __name__ == "__main__":

@@ -3,17 +3,22 @@
 
 A generated COCO-layout dataset (ssd/shapes.py: four classes of shapes of varied size,
 position and colour on varied backgrounds; 600 train and 100 held-out images) is prepared with
-prepare_dataset.py, then SSD with the tiny ResNet trunk is trained at 128x128 from the same seed
-under float32 and under AMP (bfloat16 on a CPU), evaluating COCO AP on the held-out images after
-every epoch. Prints both AP50 curves.
+prepare_dataset.py, then SSD with the tiny ResNet trunk is trained at 128x128 under float32 and
+under AMP (bfloat16 on a CPU) from each of several seeds, evaluating COCO AP on the held-out
+images after every epoch. Prints the AP50 curves. One seed gives both precisions the same initial
+weights and data order, but their rounding differs from the first step, and a detector's AP after
+a short schedule depends on its trajectory: the spread over seeds is the yardstick for a
+difference between precisions.
 
-    python ssd320/scripts/learning_check.py --steps 1800 --results_dir results/learning/ssd320
+    python ssd320/scripts/learning_check.py --steps 1800 --seeds 1,2,3 \
+        --results_dir results/learning/ssd320
 
-With --results_dir the runs are kept (DIR/fp32, DIR/amp: each run's log.json, TensorBoard
-scalars and checkpoints) for ``python -m benchtools.report``.
+With --results_dir the runs are kept (DIR/fp32-1, DIR/amp-1, ...: each run's log.json,
+TensorBoard scalars and checkpoints) for ``python -m benchtools.report``.
 """
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -52,36 +57,50 @@ def train(records: str, results: str, precision: str, steps: int, seed: int) -> 
             "curve": [(r["step"][1], r["data"]["eval_AP50"]) for r in evals]}
 
 
-def run(steps: int = 1800, seed: int = 1, workdir: str | None = None) -> dict:
-    """Both precisions' runs; kept under ``workdir`` when it is given (the data is not)."""
+def run(steps: int = 1800, seeds=(1, 2, 3), workdir: str | None = None) -> dict:
+    """Every precision from every seed: {"fp32": {seed: run}, "amp": {...}}; the runs are kept
+    under ``workdir`` (PRECISION-SEED) when it is given (the data is not)."""
     with tempfile.TemporaryDirectory() as tmp:
         records = prepare(tmp)
-        return {p: train(records, os.path.join(workdir or tmp, p), p, steps, seed)
+        return {p: {seed: train(records, os.path.join(workdir or tmp, f"{p}-{seed}"), p, steps,
+                                seed) for seed in seeds}
                 for p in PRECISIONS}
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=1800)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--results_dir", help="keep the runs here (DIR/fp32, DIR/amp)")
+    p.add_argument("--seeds", default="1,2,3", help="comma-separated; each precision is "
+                   "trained from each")
+    p.add_argument("--results_dir", help="keep the runs here (DIR/fp32-1, DIR/amp-1, ...)")
     args = p.parse_args()
-    print(report(run(args.steps, args.seed, args.results_dir)))
+    seeds = [int(x) for x in args.seeds.split(",")]
+    print(report(run(args.steps, seeds, args.results_dir)))
+
+
+def median_ap50(runs: dict) -> float:
+    """A precision's median final AP50 over its seeds."""
+    return float(statistics.median(r["summary"]["eval_AP50"] for r in runs.values()))
 
 
 def report(results: dict) -> str:
-    """The README's AP50 table (about every 185 steps) and final figures of ``run``'s results."""
-    lines = ["| step | " + " | ".join(f"{p} AP50" for p in results) + " |",
-             "|---|" + "---|" * len(results)]
-    curves = [dict(r["curve"]) for r in results.values()]
+    """The README's AP50 table (about every 185 steps), each run's final figures and each
+    precision's median of ``run``'s results."""
+    cols = [(p, seed) for p, by_seed in results.items() for seed in by_seed]
+    lines = ["| step | " + " | ".join(f"{p} seed {seed} AP50" for p, seed in cols) + " |",
+             "|---|" + "---|" * len(cols)]
+    curves = [dict(results[p][seed]["curve"]) for p, seed in cols]
     for step in sorted(curves[0]):
         if step % 185 < 37 or step == max(curves[0]):
             lines.append(f"| {step} | "
                          + " | ".join(f"{c.get(step, float('nan')):.3f}" for c in curves) + " |")
-    for p, r in results.items():
-        s = r["summary"]
-        lines.append(f"{p}: AP {s['eval_AP']:.3f}, AP50 {s['eval_AP50']:.3f}, "
+    for p, seed in cols:
+        s = results[p][seed]["summary"]
+        lines.append(f"{p} seed {seed}: AP {s['eval_AP']:.3f}, AP50 {s['eval_AP50']:.3f}, "
                      f"AP75 {s['eval_AP75']:.3f}, train {s['train_images_per_s']:.0f} images/s")
+    for p, by_seed in results.items():
+        lines.append(f"{p}: median final AP50 {median_ap50(by_seed):.3f} over seeds "
+                     f"{', '.join(map(str, by_seed))}")
     return "\n".join(lines)
 
 

@@ -12,16 +12,14 @@ import os
 
 import keras
 import tensorflow as tf
-from absl import flags
 
-from common import flags as common_flags
 from common import schedules, tfrecord_index
 from common.errors import DataError, UsageError
 from common.images import normalize, read_image
 from common.input_errors import DeviceRangeCheck
 from common.task import RecordTask, Repeated, l2_regularization
 from ssd import anchors as anchor_gen
-from ssd import coco_eval, coco_json, losses, postprocess, targets, tfdata_pipeline
+from ssd import coco_eval, coco_json, config, losses, postprocess, targets, tfdata_pipeline
 from ssd.model import ARCHS, build_ssd, decayed_kernels
 
 COCO_TRAIN_IMAGES = 118_287  # the nominal epoch of synthetic data
@@ -37,44 +35,12 @@ def _label_map(data_dir):
     return coco_json.label_map(path)
 
 
-def define_flags(fv: flags.FlagValues) -> None:
-    d = dict(flag_values=fv)
-    flags.DEFINE_enum("arch", "resnet50", list(ARCHS), "Backbone; resnet_tiny is for tests.", **d)
-    flags.DEFINE_integer("num_classes", None, "Largest category id (default: from the data's "
-                         "label_map.json, else COCO's 90).", lower_bound=1, **d)
-    flags.DEFINE_integer("image_size", 320, "Input resolution (square, a multiple of 32).",
-                         lower_bound=64, upper_bound=2048, **d)
-    flags.DEFINE_float("lr_init", 0.16, "Base learning rate at a global batch of 256 "
-                       "(scaled linearly with the global batch).", **d)
-    flags.DEFINE_float("lr_warmup_ratio", 0.43332, "Warm-up starts at this fraction of the "
-                       "base rate.", lower_bound=0, upper_bound=1, **d)
-    flags.DEFINE_integer("lr_warmup_steps", None, "Warm-up steps (default: 1000 x 256 / global "
-                         "batch).", lower_bound=0, **d)
-    flags.DEFINE_float("momentum", 0.9, "SGD momentum.", **d)
-    flags.DEFINE_float("weight_decay", 0.0004, "TF-slim L2 on convolution kernels.",
-                       lower_bound=0, **d)
-    flags.DEFINE_boolean("freeze_bn", False, "Freeze every batch norm (NVIDIA's config asks for "
-                         "this but its code trains them; the default matches the code).", **d)
-    flags.DEFINE_string("backbone_checkpoint", None, "Initialise the trunk from a "
-                        "resnet50v1.5/main.py checkpoint (a prefix or a --model_dir).", **d)
-    flags.DEFINE_float("score_threshold", 0.3, "predict mode: draw and list detections above "
-                       "this score.", lower_bound=0, upper_bound=1, **d)
-    flags.DEFINE_integer("dali_threads", 4, "DALI CPU worker threads per process.",
-                         lower_bound=1, **d)
-    common_flags.require_positive(fv, "lr_init")
-    common_flags.require_fraction(fv, "momentum")
-    flags.register_validator("image_size", lambda v: v % 32 == 0,
-                             message="--image_size must be a multiple of 32", flag_values=fv)
-
-
 class SSDTask(RecordTask):
     name = "ssd320"
     item_unit = "images"
     headline_metric = "AP50"
-    # NVIDIA's recipe evaluates once, after training; --eval_every adds evaluations.
-    flag_defaults = {"batch_size": 32, "num_iter": 12500, "iter_unit": "batch",
-                     "eval_at_epoch_end": False}
-    define_flags = staticmethod(define_flags)
+    flag_defaults = config.FLAG_DEFAULTS
+    define_flags = staticmethod(config.define_flags)
     prepare_script = "ssd320/prepare_dataset.py"
     synthetic_epoch = COCO_TRAIN_IMAGES
     gathers_eval_outputs = True

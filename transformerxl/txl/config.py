@@ -4,6 +4,8 @@
 every test trains (seconds on a CPU); ``small`` is the one the learning check trains on
 Shakespeare's plays. A preset sets the defaults of the flags it names; a flag given on the
 command line wins over it, and the log's PARAMETER record holds the values the run used.
+TensorFlow is not imported here (the model's config class is imported where a model is
+configured): ``main.py --help`` reads the flags from this module alone (``common/entry.py``).
 """
 from __future__ import annotations
 
@@ -11,9 +13,12 @@ from absl import flags
 
 from common import flags as common_flags
 from common.errors import UsageError
-from txl.model import WT103_CUTOFFS, TXLConfig
 
 WT103_VOCAB = 267_735
+WT103_CUTOFFS = (19997, 39997, 199997)  # NVIDIA's adaptive softmax clusters on WikiText-103
+# NVIDIA's base: 40,000 steps, an evaluation every 5,000 (the global batch of 256 rows is
+# TransformerXLTask.derive_settings')
+FLAG_DEFAULTS = {"batch_size": 256, "num_iter": 40000, "iter_unit": "batch", "eval_every": 5000}
 WT103_TRAIN_TOKENS = 103_227_021  # the nominal epoch of synthetic data
 
 
@@ -98,9 +103,10 @@ def preset_values(settings) -> dict:
 
 
 def model_config(fv: flags.FlagValues, vocab_size: int, pad_multiple: int = 1,
-                 static_shapes: bool = False) -> TXLConfig:
+                 static_shapes: bool = False):
     """The model of these flags, its softmax sizes padded to multiples of ``pad_multiple``, its
-    tail clusters scored at fixed row counts when ``static_shapes`` (XLA)."""
+    tail clusters scored at fixed row counts when ``static_shapes`` (XLA): a TXLConfig."""
+    from txl.model import TXLConfig
     given = f"--cutoffs {','.join(fv.cutoffs)}"
     try:
         cutoffs = tuple(int(c) for c in fv.cutoffs)
@@ -125,9 +131,10 @@ def model_config(fv: flags.FlagValues, vocab_size: int, pad_multiple: int = 1,
         static_shapes=static_shapes)
 
 
-def preset_config(name: str, vocab_size: int, **overrides) -> TXLConfig:
+def preset_config(name: str, vocab_size: int, **overrides):
     """The model of preset ``name`` (its model fields over TXLConfig's base values), for code
     that builds the model without flags (tests)."""
+    from txl.model import TXLConfig
     fields = set(TXLConfig.__dataclass_fields__)
     values = {k: v for k, v in PRESETS[name].items() if k in fields}
     if "cutoffs" in values:

@@ -20,9 +20,8 @@ from keras import layers
 from common.bias import Dense
 from txl.adaptive_softmax import AdaptiveSoftmax
 from txl.attention import RelPartialLearnableAttention, attention_mask, positional_embedding
+from txl.config import WT103_CUTOFFS
 from txl.dropout import Dropout
-
-WT103_CUTOFFS = (19997, 39997, 199997)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -37,10 +37,7 @@ class TransformerXLTask(Task):
     name = "transformerxl"
     item_unit = "tokens"
     headline_metric = "ppl"
-    # NVIDIA's base: 40,000 steps, an evaluation every 5,000 (the global batch of 256 rows is
-    # derive_settings')
-    flag_defaults = {"batch_size": 256, "num_iter": 40000, "iter_unit": "batch",
-                     "eval_every": 5000}
+    flag_defaults = config.FLAG_DEFAULTS
     define_flags = staticmethod(config.define_flags)
     # Every weight of its 16-bit layers is read rounded (tests/test_txl_model.py): inference
     # under AMP runs on bfloat16 weights, without casting them every step.

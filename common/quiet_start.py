@@ -1,0 +1,95 @@
+"""TensorFlow's start-up lines that mean nothing on a healthy machine, kept off the console.
+
+Importing TensorFlow and finding its devices writes lines straight to file descriptor 2 from
+C++, before ``TF_CPP_MIN_LOG_LEVEL`` takes effect (TensorFlow 2.21 logs through absl before
+absl's log is initialised): on a CPU machine six of them, among them ``E0000 ... failed call to
+cuInit: ... UNKNOWN ERROR (303)``, which reads as a fault, and every rank of a job repeats them.
+``filtered_stderr`` catches descriptor 2 for the block and then writes back every line except
+those listed in ``BENIGN`` (and, only where no NVIDIA driver is installed, those that say so):
+an unknown line, or a real error, reaches the console in full and in order. The run's own
+device line (``common.runner``) says what was found instead.
+
+Only the standard library is imported here: it runs before TensorFlow.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import tempfile
+
+
+def _line(level: str, message: str) -> re.Pattern:
+    """A C++ log line of ``level`` (I, W, E) whose message starts with ``message``, in absl's
+    form (``E0000 00:00:1795630750.752922 7393 cuda_platform.cc:52] ...``, TensorFlow 2.18 and
+    later) or TensorFlow's own (``2026-11-25 18:25:12.342613: E external/.../cuda_fft.cc:485]
+    ...``, up to 2.17)."""
+    return re.compile(rf"^(?:{level}\d{{4}} [^\]]*\]|\d{{4}}-\d\d-\d\d [\d:.]+: {level} [^\]]*\]) "
+                      + message)
+
+
+# Informational lines of every start, on any machine (TensorFlow 2.17 to 2.21).
+BENIGN = (
+    re.compile(r"^WARNING: All log messages before absl::InitializeLog\(\) is called are "
+               r"written to STDERR$"),
+    _line("I", r"oneDNN custom operations are on\."),
+    _line("I", r"This TensorFlow binary is optimized to use available CPU instructions"),
+    re.compile(r"^To enable the following instructions: .*rebuild TensorFlow with the "
+               r"appropriate compiler flags\.$"),
+    # pip wheels of TensorFlow 2.15-2.17 register the CUDA libraries' factories twice.
+    _line("E", r"Unable to register (cuDNN|cuFFT|cuBLAS) factory: Attempting to register "
+               r"factory for plugin \w+ when one has already been registered$"),
+    _line("W", r"TF-TRT Warning: Could not find TensorRT$"),
+)
+# Lines that are only benign where there is no NVIDIA driver: on a machine with one, they say
+# the GPUs cannot be used, and they are shown.
+NO_DRIVER = (
+    _line("I", r"Could not find cuda drivers on your machine, GPU will not be used\.$"),
+    _line("E", r"failed call to cuInit: .*(UNKNOWN ERROR \(303\)|CUDA_ERROR_NO_DEVICE|"
+               r"no CUDA-capable device)"),
+)
+
+
+def nvidia_driver_present() -> bool:
+    """An NVIDIA kernel driver is loaded (its /proc entry or a device node exists)."""
+    if os.path.exists("/proc/driver/nvidia/version"):
+        return True
+    try:
+        return any(re.fullmatch(r"nvidia\d+", d) for d in os.listdir("/dev"))
+    except OSError:
+        return False
+
+
+def kept(lines, driver: bool):
+    """The lines of ``lines`` that are not known to be benign here."""
+    benign = BENIGN + (() if driver else NO_DRIVER)
+    return [ln for ln in lines if not any(p.search(ln.rstrip("\n")) for p in benign)]
+
+
+@contextlib.contextmanager
+def filtered_stderr():
+    """Descriptor 2 caught for the block, then written back without the benign lines (also when
+    the block raises, so that no error is lost)."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no descriptor 2 (a detached process)
+        yield
+        return
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            try:
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            text = caught.read().decode("utf-8", errors="replace")
+            out = "".join(kept(text.splitlines(keepends=True), nvidia_driver_present()))
+            if out:
+                os.write(2, out.encode("utf-8"))

@@ -1,0 +1,42 @@
+"""ResNet-50 v1.5's flags and recipe defaults, without TensorFlow: ``main.py --help`` reads
+them from here (``common/entry.py``) in a fraction of a second; the task imports them."""
+from __future__ import annotations
+
+from absl import flags
+
+from common import flags as common_flags
+
+ARCH_NAMES = ("resnet50", "resnet_tiny")  # rn50.model.ARCHS: resnet_tiny is for tests
+# NVIDIA's recipe: 90 epochs at 256 images per GPU.
+FLAG_DEFAULTS = {"batch_size": 256, "num_iter": 90, "iter_unit": "epoch"}
+
+
+def define_flags(fv: flags.FlagValues) -> None:
+    d = dict(flag_values=fv)
+    flags.DEFINE_enum("arch", "resnet50", list(ARCH_NAMES), "Network; resnet_tiny is for tests.",
+                      **d)
+    flags.DEFINE_integer("num_classes", 1000, "Classes.", lower_bound=2, **d)
+    flags.DEFINE_integer("image_size", 224, "Input resolution (square).", lower_bound=32,
+                         upper_bound=2048, **d)
+    flags.DEFINE_enum("data_format", "NHWC", ("NHWC", "NCHW"), "Layout inside the model; NCHW "
+                      "needs a GPU.", **d)
+    flags.DEFINE_float("lr_init", 0.256, "Peak learning rate per 256 images of global batch.", **d)
+    flags.DEFINE_float("lr_warmup_epochs", 8, "Linear learning-rate warm-up.", lower_bound=0, **d)
+    flags.DEFINE_enum("lr_schedule", "cosine", ("cosine", "step"), "After warm-up: cosine to 0, "
+                      "or x0.1 at 1/3, 2/3 and 8/9 of training.", **d)
+    flags.DEFINE_float("momentum", 0.875, "SGD momentum.", **d)
+    flags.DEFINE_float("weight_decay", 3.0517578125e-05, "L2 on convolution and dense kernels.",
+                       lower_bound=0, **d)
+    flags.DEFINE_float("label_smoothing", 0.1, "Label smoothing.", lower_bound=0, upper_bound=1,
+                       **d)
+    flags.DEFINE_float("mixup", 0.0, "Mixup alpha (0: off; NVIDIA's 250-epoch recipe: 0.2).",
+                       lower_bound=0, **d)
+    flags.DEFINE_boolean("zero_init_residual", False, "Zero-initialise the last batch-norm gamma "
+                         "of each bottleneck.", **d)
+    flags.DEFINE_float("crop_area_min", 0.08, "Smallest fraction of the image a training crop "
+                       "keeps (raise it for small, low-resolution images).", lower_bound=0.01,
+                       upper_bound=1.0, **d)
+    flags.DEFINE_integer("dali_threads", 4, "DALI CPU worker threads per process.", lower_bound=1,
+                         **d)
+    common_flags.require_positive(fv, "lr_init")
+    common_flags.require_fraction(fv, "momentum")
