@@ -23,8 +23,6 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TextIO
 
-import tensorflow as tf
-
 
 def _jsonable(value):
     if hasattr(value, "numpy"):
@@ -117,7 +115,8 @@ class Logger:
         if json_path:
             os.makedirs(os.path.dirname(os.path.abspath(json_path)), exist_ok=True)
             self._json = _JsonLines(json_path)
-        if tensorboard_dir:
+        if tensorboard_dir:  # TensorFlow only here: read_records serves tools without it
+            import tensorflow as tf
             self._tb = tf.summary.create_file_writer(tensorboard_dir)
 
     # --- DLLogger records -------------------------------------------------------------------
@@ -161,6 +160,7 @@ class Logger:
             self._scalars(data, tb_step, tb_prefix)
 
     def _scalars(self, data: Mapping, step: int, prefix: str) -> None:
+        import tensorflow as tf
         try:
             with self._tb.as_default(step=step):
                 for k, v in data.items():
@@ -195,6 +195,7 @@ class Logger:
             self._json.close()
             self._json = None
         if self._tb is not None:
+            import tensorflow as tf
             try:
                 self._tb.flush()
                 self._tb.close()

@@ -26,6 +26,7 @@ import re
 
 import tensorflow as tf
 
+from common import op_table
 from common.errors import UsageError
 
 # An op's event in the host trace: "<node name>:<op type>" (wrappers such as
@@ -37,7 +38,7 @@ _MATMUL_CONV_KERNEL = re.compile(r"(gemm|convolve|conv2d|conv_|fprop|dgrad|wgrad
                                  r"gmma|winograd)", re.I)
 _GPU_16BIT = re.compile(r"(bf16|f16|fp16|half|h884|h1688|h16816|hmma|bfloat16)", re.I)
 TOP_OPS = 8  # op types the CPU report names, by their share of op time
-_TENSOR_CORE = re.compile(r"(884|1688|16816|xmma|hmma|gmma|tensorop|imma|_tc_)", re.I)
+TENSOR_CORE = re.compile(r"(884|1688|16816|xmma|hmma|gmma|tensorop|imma|_tc_)", re.I)
 
 
 def parse_range(spec: str | None) -> tuple[int, int] | None:
@@ -87,9 +88,21 @@ class StepProfiler:
             self.active = False
             graphs = ([fn.get_concrete_function(*args).graph]
                       if hasattr(fn, "get_concrete_function") else [])
-            self.report = {"profiled_steps": step - self.first + 1,
-                           **summarize(latest_trace(self.logdir), graph_dtypes(graphs))}
-            self.log.print("profile: " + describe(self.report) + f" (trace in {self.logdir})")
+            steps, trace = step - self.first + 1, latest_trace(self.logdir)
+            dtypes = graph_dtypes(graphs)
+            self.report = {"profiled_steps": steps, **summarize(trace, dtypes)}
+            # The per-op table next to the trace (python -m benchtools.profile_diff reads it).
+            rows = op_table.from_trace(
+                trace, steps, dtypes, TENSOR_CORE.search,
+                host_op_us=None if "tensor_core_share" in self.report
+                else self.report["op_seconds"] * 1e6)
+            self.report["op_table"] = os.path.join(os.path.dirname(trace), op_table.FILE)
+            op_table.write(rows, self.report["op_table"])
+            missed = op_table.missed_tensor_cores(rows)
+            if missed:
+                self.report["tensor_core_missed"] = missed
+            self.log.print("profile: " + describe(self.report) + f" (trace in {self.logdir}, "
+                           f"per-op table {self.report['op_table']})")
 
     def close(self) -> None:
         """Stops a trace a failing run left running (no report)."""
@@ -123,19 +136,28 @@ def describe(report: dict) -> str:
                      "cores")
     if "top_op_types" in report:
         parts.append(f"most time in: {report['top_op_types']}")
+    if "tensor_core_missed" in report:
+        parts.append("tensor-core eligible but ran other kernels: "
+                     f"{report['tensor_core_missed']}")
     return ", ".join(parts)
 
 
 def graph_dtypes(graphs) -> dict[str, str]:
-    """Node name -> the type it computes in (its ``T`` or ``dtype``), over ``graphs`` and
-    every function they call."""
+    """Node name -> the type it computes in (its ``T`` or ``dtype``; a cast's
+    ``SrcT->DstT``), over ``graphs`` and every function they call."""
     out: dict[str, str] = {}
+
+    def name(node, key):
+        return tf.dtypes.as_dtype(node.attr[key].type).name
 
     def add(nodes):
         for node in nodes:
+            if "SrcT" in node.attr and "DstT" in node.attr:
+                out.setdefault(node.name, f"{name(node, 'SrcT')}->{name(node, 'DstT')}")
+                continue
             for key in ("T", "dtype"):
                 if key in node.attr and node.attr[key].type:
-                    out.setdefault(node.name, tf.dtypes.as_dtype(node.attr[key].type).name)
+                    out.setdefault(node.name, name(node, key))
                     break
 
     for graph in graphs:
@@ -146,7 +168,7 @@ def graph_dtypes(graphs) -> dict[str, str]:
     return out
 
 
-def _dtype_of(name: str, dtypes: dict[str, str]) -> str | None:
+def dtype_of(name: str, dtypes: dict[str, str]) -> str | None:
     """The node's type; a node inlined from a function has the call's name before its own."""
     parts = name.split("/")
     for i in range(len(parts)):
@@ -172,7 +194,7 @@ def summarize(path: str, dtypes: dict[str, str] | None = None) -> dict:
                     if _MATMUL_CONV_KERNEL.search(kernel):
                         matmul_conv += event.duration_ps
                         sixteen += event.duration_ps * bool(_GPU_16BIT.search(kernel))
-                        tensor_core += event.duration_ps * bool(_TENSOR_CORE.search(kernel))
+                        tensor_core += event.duration_ps * bool(TENSOR_CORE.search(kernel))
     else:
         dtypes = dtypes or {}
         for plane in space.planes:
@@ -187,7 +209,7 @@ def summarize(path: str, dtypes: dict[str, str] | None = None) -> dict:
                     by_type[m.group(2)] = by_type.get(m.group(2), 0) + event.duration_ps
                     if _MATMUL_CONV_OP.search(m.group(2)):
                         matmul_conv += event.duration_ps
-                        dtype = _dtype_of(m.group(1), dtypes)
+                        dtype = dtype_of(m.group(1), dtypes)
                         sixteen += event.duration_ps * (dtype in ("bfloat16", "float16"))
                         unknown += event.duration_ps * (dtype is None)
     report = {"op_seconds": total / 1e12,

@@ -61,16 +61,17 @@ def nvidia_driver_present() -> bool:
         return False
 
 
-def kept(lines, driver: bool):
-    """The lines of ``lines`` that are not known to be benign here."""
-    benign = BENIGN + (() if driver else NO_DRIVER)
+def kept(lines, driver: bool, extra=()):
+    """The lines of ``lines`` that are not known to be benign here (``extra``: more patterns
+    the caller knows to be benign)."""
+    benign = BENIGN + (() if driver else NO_DRIVER) + tuple(extra)
     return [ln for ln in lines if not any(p.search(ln.rstrip("\n")) for p in benign)]
 
 
 @contextlib.contextmanager
-def filtered_stderr():
+def filtered_stderr(extra=()):
     """Descriptor 2 caught for the block, then written back without the benign lines (also when
-    the block raises, so that no error is lost)."""
+    the block raises, so that no error is lost); ``extra``: more patterns of benign lines."""
     try:
         sys.stderr.flush()
         saved = os.dup(2)
@@ -90,6 +91,6 @@ def filtered_stderr():
             os.close(saved)
             caught.seek(0)
             text = caught.read().decode("utf-8", errors="replace")
-            out = "".join(kept(text.splitlines(keepends=True), nvidia_driver_present()))
+            out = "".join(kept(text.splitlines(keepends=True), nvidia_driver_present(), extra))
             if out:
                 os.write(2, out.encode("utf-8"))

@@ -7,7 +7,8 @@ import os
 import pytest
 from conftest import TINY
 
-from common import profiling, runner
+from benchtools import profile_diff
+from common import op_table, profiling, runner
 from rn50.task import ResNetTask
 from txl.task import TransformerXLTask
 
@@ -20,23 +21,52 @@ def _trace(results_dir):
     return path
 
 
-@pytest.mark.parametrize("amp", [False, True])
-def test_training_benchmark_profile_types_the_convolution_time(tmp_path, amp):
-    s = runner.run(ResNetTask, ["main.py", *TINY, "--mode", "training_benchmark", *BENCH,
-                                "--profile", "2:3", "--results_dir", str(tmp_path)]
-                   + (["--amp"] if amp else []))
-    assert os.path.getsize(_trace(tmp_path)) > 0
-    assert s["profiled_steps"] == 2
-    assert 0.2 < s["matmul_conv_share"] <= 1  # a ResNet's time is mostly convolutions
-    assert s.get("matmul_conv_untyped_share", 0) < 0.05
-    top = dict(part.rsplit(" ", 1) for part in s["top_op_types"].split(", "))
-    assert 1 < len(top) <= 8 and any("Conv2D" in name for name in top)
-    shares = [float(v.rstrip("%")) for v in top.values()]
-    assert shares == sorted(shares, reverse=True) and sum(shares) <= 101
-    if amp:
-        assert s["matmul_conv_16bit_share"] > 0.9  # bfloat16, but for float32 logits' matmul
-    else:
-        assert s["matmul_conv_16bit_share"] == 0
+def test_training_benchmark_profile_types_the_convolution_time_and_diffs_per_op(tmp_path,
+                                                                               capsys):
+    """FP32 and AMP runs: the shares, the per-op table next to each trace (xprof's self times,
+    the graph's types) and ``benchtools.profile_diff`` lining the two up."""
+    runs = {}
+    for amp in (False, True):
+        out = tmp_path / ("amp" if amp else "fp32")
+        s = runs[amp] = runner.run(ResNetTask, ["main.py", *TINY, "--mode", "training_benchmark",
+                                                *BENCH, "--profile", "2:3", "--results_dir",
+                                                str(out)] + (["--amp"] if amp else []))
+        assert os.path.getsize(_trace(out)) > 0
+        assert s["profiled_steps"] == 2
+        assert 0.2 < s["matmul_conv_share"] <= 1  # a ResNet's time is mostly convolutions
+        assert s.get("matmul_conv_untyped_share", 0) < 0.05
+        top = dict(part.rsplit(" ", 1) for part in s["top_op_types"].split(", "))
+        assert 1 < len(top) <= 8 and any("Conv2D" in name for name in top)
+        shares = [float(v.rstrip("%")) for v in top.values()]
+        assert shares == sorted(shares, reverse=True) and sum(shares) <= 101
+        # bfloat16, but for the float32 logits' matmul
+        assert (s["matmul_conv_16bit_share"] > 0.9) if amp else s["matmul_conv_16bit_share"] == 0
+        assert os.path.dirname(s["op_table"]) == os.path.dirname(_trace(out))
+        rows = op_table.read(s["op_table"])
+        assert [r["self_us"] for r in rows] == sorted((r["self_us"] for r in rows), reverse=True)
+        assert sum(float(r["share"]) for r in rows) == pytest.approx(1, abs=0.01)
+        assert sum(r["ms_per_step"] for r in rows) == pytest.approx(
+            s["op_seconds"] * 1000 / 2, rel=0.02)
+        convs = [r for r in rows if "Conv2D" in r["op_type"]]
+        assert len(convs) >= 17 and all(r["where"] == "host" for r in convs)
+        assert {r["dtype"] for r in convs} == {"bfloat16" if amp else "float32"}
+        casts = {r["dtype"] for r in rows if r["op_type"] == "Cast"}
+        assert ("float32->bfloat16" in casts) if amp else not any("16" in c for c in casts)
+    capsys.readouterr()
+    code = profile_diff.main([str(tmp_path / "fp32"), str(tmp_path / "amp")])
+    page = capsys.readouterr().out
+    assert code == 0 and page.startswith("A: FP32 (fp32)\nB: AMP (bfloat16) (amp)\n")
+    lines = [ln for ln in page.splitlines() if ln.startswith("| ") and "**" not in ln][2:]
+    deltas = [float(ln.rsplit("|", 2)[1]) for ln in lines if "more |" not in ln]
+    assert deltas == sorted(deltas, reverse=True) and "| **all ops** |" in page
+    assert "B loses most in: " in page or "B gains " in page
+
+
+def test_profile_diff_refuses_a_run_without_a_table_with_one_line(tmp_path, capsys):
+    assert profile_diff.main([str(tmp_path), str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"profile_diff: error: {tmp_path}: no per-op table (ops.csv): run main.py "
+                   "with --profile START:STOP first"]
 
 
 def test_training_loop_and_inference_benchmark_profile(tmp_path, corpus):
@@ -83,6 +113,48 @@ def test_gpu_kernels_are_classed_by_name(tmp_path):
     assert r["matmul_conv_share"] == pytest.approx(80 / 100)
     assert r["matmul_conv_16bit_share"] == pytest.approx(60 / 80)
     assert r["tensor_core_share"] == pytest.approx(70 / 80)
+
+
+def test_gpu_op_table_says_which_eligible_ops_missed_tensor_cores(tmp_path):
+    """A hand-made GPU trace through xprof's own converters: kernels with their op (``tf_op``)
+    and launch details, as CUPTI records them. xprof's own "uses TensorCore" test misses
+    Ampere's ``sm80_xmma`` kernels; the table counts them."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+    kernels = [  # kernel, op, microseconds
+        ("sm80_xmma_fprop_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc_tilesize128x128x32",
+         "model/conv1/Conv2D:Conv2D", 40),
+        ("ampere_sgemm_128x64_nn", "model/dense/MatMul:MatMul", 10),  # float32: no tensor cores
+        ("void Eigen::internal::EigenMetaKernel<Eigen::TensorEvaluator<float>>",
+         "model/relu:Relu", 20)]
+    space = xplane_pb2.XSpace()
+    plane = space.planes.add(name="/device:GPU:0", id=1)
+    stat_ids = {"tf_op": 1, "kernel_details": 2, "correlation_id": 3}
+    for name, i in stat_ids.items():
+        plane.stat_metadata[i].id, plane.stat_metadata[i].name = i, name
+    line = plane.lines.add(id=1, name="Stream #14(Compute)", timestamp_ns=1000)
+    t = 0
+    for i, (kernel, op, us) in enumerate(kernels, 1):
+        plane.event_metadata[i].id, plane.event_metadata[i].name = i, kernel
+        event = line.events.add(metadata_id=i, offset_ps=t, duration_ps=us * 1_000_000)
+        t += (us + 1) * 1_000_000
+        event.stats.add(metadata_id=1, str_value=op)
+        event.stats.add(metadata_id=2, str_value="regs:32 static_shared:0 dynamic_shared:0 "
+                                                 "grid:1,1,1 block:128,1,1 occ_pct:50")
+        event.stats.add(metadata_id=3, uint64_value=i)
+    path = tmp_path / "gpu.xplane.pb"
+    path.write_bytes(space.SerializeToString())
+    rows = op_table.from_trace(str(path), 2, {"model/conv1/Conv2D": "float16"},
+                               profiling.TENSOR_CORE.search)
+    by_name = {r["op_name"]: r for r in rows}
+    assert [r["op_name"] for r in rows] == ["model/conv1/Conv2D", "model/relu",
+                                            "model/dense/MatMul"]
+    conv, dense, relu = (by_name[f"model/{n}"] for n in ("conv1/Conv2D", "dense/MatMul", "relu"))
+    assert conv["where"] == "device" and conv["ms_per_step"] == pytest.approx(0.02)
+    assert conv["share"] == pytest.approx(40 / 70, abs=1e-3) and conv["dtype"] == "float16"
+    assert (conv["tensor_core_eligible"], conv["tensor_core_share"]) == ("yes", 1.0)
+    assert (dense["tensor_core_eligible"], dense["tensor_core_share"]) == ("yes", 0.0)
+    assert relu["tensor_core_eligible"] == "no"
+    assert op_table.missed_tensor_cores(rows) == "model/dense/MatMul (0.01 ms/step)"
 
 
 def test_a_range_a_resumed_run_has_passed_is_said_and_nothing_is_profiled(tmp_path, capsys):
