@@ -55,6 +55,11 @@ def _define_common(fv: flags.FlagValues) -> None:
     flags.DEFINE_boolean("export_onnx", False, "With --export_dir: also write model.onnx "
                          "there (float32, tf2onnx), for TensorRT's trtexec or ONNX Runtime.",
                          **d)
+    flags.DEFINE_boolean("export_onnx_int8", False, "With --export_dir and --data_dir: also an "
+                         "INT8 ONNX beside each ONNX file (model_int8.onnx: explicit Q/DQ "
+                         "quantization calibrated on training images, for trtexec --int8).", **d)
+    flags.DEFINE_integer("calibration_images", 512, "--export_onnx_int8: training images the "
+                         "activation ranges are calibrated on.", lower_bound=1, **d)
     flags.DEFINE_enum("use_tftrt", None, ("FP32", "FP16"), "inference_benchmark: time the "
                       "model converted by TF-TRT at this precision (TensorFlow with TensorRT "
                       "only: NVIDIA's containers).", **d)
@@ -149,8 +154,10 @@ class Settings:
         return self._fv.get_help(**kwargs)
 
 
-def parse(fv: flags.FlagValues, argv: Sequence[str]) -> Settings:
-    """Parses ``argv`` (program name first); raises ``UsageError`` with one line on any problem.
+def parse(fv: flags.FlagValues, argv: Sequence[str], model: str = "the model",
+          int8_export: bool = True) -> Settings:
+    """Parses ``argv`` (program name first); raises ``UsageError`` with one line on any problem
+    (``model`` and whether it has an INT8 export, for that flag's).
     ``--help`` (``-h``, ``--helpfull``) prints every flag with its default and exits 0."""
     if any(a in ("-h", "--help", "--helpfull") for a in argv[1:]):
         prog = os.path.basename(argv[0]) if argv else "main.py"
@@ -162,6 +169,9 @@ def parse(fv: flags.FlagValues, argv: Sequence[str]) -> Settings:
         raise UsageError(str(e).splitlines()[0]) from None
     if len(rest) > 1:
         raise UsageError(f"unexpected positional arguments: {' '.join(rest[1:])}")
+    if fv.export_onnx_int8 and not int8_export:  # before what it would need
+        raise UsageError(f"--export_onnx_int8: {model}'s ONNX is not calibrated for INT8 (the "
+                         "image models are: ResNet-50, SSD320)")
     return Settings(fv, validate(fv))
 
 
@@ -188,6 +198,12 @@ def validate(f: flags.FlagValues) -> dict:
                          "nothing; use --mode inference_benchmark for speed)")
     if f.export_onnx and not f.export_dir:
         raise UsageError("--export_onnx writes model.onnx into --export_dir: give --export_dir")
+    if f.export_onnx_int8 and not f.export_dir:
+        raise UsageError("--export_onnx_int8 writes model_int8.onnx into --export_dir: give "
+                         "--export_dir")
+    if f.export_onnx_int8 and f.data_dir is None:
+        raise UsageError("--export_onnx_int8 calibrates on training images: give --data_dir "
+                         "(ranges from synthetic data would mean nothing)")
     if f.profile and f.mode in ("evaluate", "predict"):
         raise UsageError(f"--profile traces training or benchmark steps; --mode {f.mode} has "
                          "none: profile --mode inference_benchmark instead")

@@ -9,7 +9,7 @@ import tempfile
 import keras
 import tensorflow as tf
 
-from common import checkpoints, onnx_export, precision
+from common import checkpoints, onnx_export, onnx_int8, precision
 from common.errors import DataError, one_line
 
 INFERENCE_MODES = ("evaluate", "predict", "inference_benchmark")  # the runs that only infer
@@ -72,20 +72,25 @@ def predict(task, model: keras.Model, paths, dist, log, results_dir: str) -> dic
     return {"predictions": len(records) - len(failed), "skipped_files": len(failed)}
 
 
-def export(task, model: keras.Model, export_dir: str, with_onnx: bool, log) -> None:
+def export(task, model: keras.Model, export_dir: str, with_onnx: bool, log,
+           int8: bool = False) -> None:
     """The task's SavedModel in ``export_dir``, and its ONNX files beside it (rank 0 only),
-    swapped in only once all of them are written (``checkpoints.staged_dir``): a full disk
-    or a failed conversion leaves no half-written export."""
+    with ``int8`` their INT8 forms too, swapped in only once all of them are written
+    (``checkpoints.staged_dir``): a full disk or a failed conversion leaves no half-written
+    export."""
     with checkpoints.staged_dir(export_dir, "the export") as stage:
         task.export(model, stage)
         onnx = onnx_export.export_task(task, model, stage) if with_onnx else []
+        if int8:
+            onnx += onnx_int8.export_task(task, stage, log.print)
     log.print(f"exported a SavedModel to {export_dir}")
     for path in onnx:
         log.print(f"exported ONNX (opset {onnx_export.OPSET}) to "
                   f"{os.path.join(export_dir, os.path.basename(path))}")
 
 
-def export_bytes(task, model: keras.Model, export_dir: str, with_onnx: bool) -> int:
+def export_bytes(task, model: keras.Model, export_dir: str, with_onnx: bool,
+                 with_int8: bool = False) -> int:
     """What the export will take in ``export_dir``, from a real SavedModel of ``model`` written
     there now and removed (before training: the same graph and weights' size), once more for
     each ONNX file (each holds the float32 weights and the graph, about a SavedModel's size),
@@ -99,5 +104,5 @@ def export_bytes(task, model: keras.Model, export_dir: str, with_onnx: bool) -> 
         why = one_line(getattr(e, "message", None) or e.strerror or str(e))
         raise DataError(f"--export_dir {export_dir} cannot hold the export: a trial export "
                         f"failed ({why})") from None
-    files = 1 + (len(task.onnx_files) if with_onnx else 0)
+    files = 1 + (len(task.onnx_files) if with_onnx else 0) * (2 if with_int8 else 1)
     return int(1.1 * size * files) + (1 << 20)

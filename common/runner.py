@@ -25,6 +25,7 @@ from common import (
     flags,
     machine,
     onnx_export,
+    onnx_int8,
     precision,
     profiling,
     tftrt,
@@ -48,11 +49,14 @@ def _predict_paths(pattern: str) -> list[str]:
 
 def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
     """Flags, Horovod, precision, logs and the model: everything before the mode runs."""
-    fv = flags.parse(flags.build(task_cls.define_flags, task_cls.flag_defaults), argv)
+    fv = flags.parse(flags.build(task_cls.define_flags, task_cls.flag_defaults), argv,
+                     task_cls.name, task_cls.int8_export)
     if fv.use_tftrt:
         tftrt.require(fv.use_tftrt, fv.mode)
-    if fv.export_onnx:
+    if fv.export_onnx or fv.export_onnx_int8:
         onnx_export.require()
+    if fv.export_onnx_int8:
+        onnx_int8.require()
     profiled = profiling.parse_range(fv.profile)  # a malformed range stops here, with one line
     if (profiled and fv.mode in ("training_benchmark", "inference_benchmark")
             and profiled[0] <= fv.warmup_steps + 1 and profiled[1] >= fv.num_iter):

@@ -223,6 +223,26 @@ class Task(abc.ABC):
         be read: the trainer reports it and goes on with the other files)."""
         raise NotImplementedError(f"{self.name} has no predict mode")
 
+    # --export_onnx_int8: whether this model's ONNX is calibrated for INT8 (it then provides
+    # ``calibration_dataset``).
+    int8_export = False
+
+    def calibration_dataset(self) -> tf.data.Dataset:
+        """Batches of model inputs (``inference_inputs``' form, float32) from the training
+        split, preprocessed as for evaluation: what an INT8 export's activation ranges are
+        calibrated on. Read by tf.data on the host, whatever the run's pipeline."""
+        raise NotImplementedError(f"{self.name} has no INT8 calibration data")
+
+    def calibration_batches(self):
+        """``--calibration_images`` images of ``calibration_dataset``, as numpy batches."""
+        left = self.flags.calibration_images
+        for batch in self.calibration_dataset():
+            if left <= 0:
+                return
+            batch = batch.numpy()[:left]
+            left -= len(batch)
+            yield batch
+
     # What --export_onnx writes in --export_dir: file name -> the SavedModel signature in it.
     onnx_files: Mapping[str, str] = {"model.onnx": "serving_default"}
 

@@ -121,7 +121,8 @@ class Trainer:
                 checkpoints.check_output_dir(f.export_dir, "--export_dir", 1 << 20,
                                              "the export needs")
                 need = inference.export_bytes(self.task, self.model, f.export_dir,
-                                              f.export_onnx)
+                                              f.export_onnx or f.export_onnx_int8,
+                                              f.export_onnx_int8)
                 checkpoints.check_output_dir(f.export_dir, "--export_dir", need,
                                              "the export needs")
             self.dist.on_chief(check_export_dir, "checking --export_dir")
@@ -357,4 +358,6 @@ class Trainer:
 
     def export(self, export_dir: str) -> None:
         if self.dist.is_chief:
-            inference.export(self.task, self.model, export_dir, self.flags.export_onnx, self.log)
+            f = self.flags
+            inference.export(self.task, self.model, export_dir, f.export_onnx or f.export_onnx_int8,
+                             self.log, int8=f.export_onnx_int8)

@@ -5,7 +5,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import tensorflow as tf
-from conftest import TINY
+from conftest import TINY, load_script
 
 from common import runner
 from rn50.task import ResNetTask
@@ -48,10 +48,11 @@ def test_resnet_onnx_gives_the_savedmodel_logits(tmp_path, amp):
                 and any(a.i == onnx.TensorProto.BFLOAT16 for a in n.attribute)]
 
 
-def test_ssd_onnx_gives_the_detections_and_what_nms_takes(tmp_path):
+def test_ssd_onnx_gives_the_detections_and_what_nms_takes(tmp_path, shapes_records):
     trainer = runner.setup(SSDTask, ["main.py", "--arch", "resnet_tiny", "--image_size", "128",
                                      "--batch_size", "2", *BENCH, "--results_dir", str(tmp_path),
-                                     "--export_dir", str(tmp_path / "export"), "--export_onnx"])
+                                     "--export_dir", str(tmp_path / "export"), "--export_onnx",
+                                     "--data_dir", shapes_records, "--export_onnx_int8"])
     trainer.log.close()
     # Untrained scores sit within 1e-3 of each other, and which of two near-tied boxes NMS
     # keeps turns on rounding; a random class head with logits of standard deviation 2 gives
@@ -73,9 +74,69 @@ def test_ssd_onnx_gives_the_detections_and_what_nms_takes(tmp_path):
     want, got = _compare(tmp_path / "export", {"images": images}, "decoded",
                          "model_before_nms.onnx")
     assert got["decoded_boxes"].shape == (2, len(trainer.task.anchors), 4)
-    assert got["class_scores"].shape == (2, len(trainer.task.anchors), 90)
+    classes = trainer.flags.num_classes  # from the shapes' label_map.json
+    assert got["class_scores"].shape == (2, len(trainer.task.anchors), classes)
     for key in want:
         np.testing.assert_allclose(got[key], want[key], atol=1e-5)
+    # Both, in INT8 (explicit Q/DQ), and TensorRT's EfficientNMS on the graph before NMS.
+    _check_int8(tmp_path / "export" / "model_int8.onnx", {"images": images}, "boxes")
+    for name in ("model_before_nms.onnx", "model_before_nms_int8.onnx"):
+        _check_efficient_nms(tmp_path / "export" / name, tmp_path / f"nms-{name}")
+
+
+def _check_efficient_nms(src, dst):
+    import onnx
+    nms = load_script("ssd320", "attach_efficient_nms")
+    assert nms.main([str(src), str(dst)]) == 0
+    model = onnx.load(str(dst))
+    onnx.checker.check_model(model, full_check=False)
+    node = model.graph.node[-1]
+    assert (node.op_type, node.domain) == ("EfficientNMS_TRT", "trt.plugins")
+    assert list(node.input) == ["decoded_boxes", "class_scores"]
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    assert attrs == {"plugin_version": b"1", "background_class": -1, "max_output_boxes": 100,
+                     "score_threshold": pytest.approx(1e-8), "iou_threshold": pytest.approx(0.6),
+                     "score_activation": 0, "class_agnostic": 0, "box_coding": 0}
+    shapes = {o.name: ([d.dim_param or d.dim_value for d in o.type.tensor_type.shape.dim],
+                       o.type.tensor_type.elem_type) for o in model.graph.output}
+    batch = shapes["num_detections"][0][0]
+    i32, f32 = onnx.TensorProto.INT32, onnx.TensorProto.FLOAT
+    assert shapes == {"num_detections": ([batch, 1], i32),
+                      "detection_boxes": ([batch, 100, 4], f32),
+                      "detection_scores": ([batch, 100], f32),
+                      "detection_classes": ([batch, 100], i32)}
+    assert isinstance(batch, str)  # any batch size
+    assert {"trt.plugins"} <= {o.domain for o in model.opset_import}
+
+
+def _check_int8(path, feeds, output):
+    """An INT8 ONNX as TensorRT's explicit quantization takes it: Q/DQ pairs with zero points
+    of 0 (symmetric), per-channel weights, only in front of convolutions and matrix products;
+    ONNX Runtime runs it."""
+    import onnx
+    from onnx import numpy_helper
+    model = onnx.load(str(path))
+    init = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    consumers = {}
+    for n in model.graph.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n.op_type)
+    qdq = [n for n in model.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")]
+    assert len(qdq) > 10
+    for n in qdq:
+        zero = init[n.input[2]]
+        assert zero.dtype == np.int8 and not zero.any()
+    weights = [n for n in qdq if n.op_type == "DequantizeLinear" and n.input[0] in init
+               and init[n.input[0]].ndim == 4]
+    assert weights and all(init[n.input[1]].size == init[n.input[0]].shape[0] for n in weights)
+    # Inputs of weighted ops only: no output of a convolution quantized for an Add or a ReLU.
+    # A tensor that also feeds a shape or data-movement op (FPN's upsampling) is shared.
+    dequantized = {o for n in qdq if n.op_type == "DequantizeLinear" for o in n.output}
+    assert all({"Conv", "MatMul", "Gemm"} & set(consumers[t]) for t in dequantized)
+    assert {op for t in dequantized for op in consumers[t]} <= {
+        "Conv", "MatMul", "Gemm", "Shape", "Unsqueeze", "Reshape", "Transpose", "Tile"}
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert session.run([output], feeds)[0].dtype == np.float32
 
 
 def _same_detections(a, b):
@@ -103,6 +164,30 @@ def test_txl_onnx_gives_log_probs_and_memory(tmp_path, corpus):
     np.testing.assert_allclose(got["log_probs"], want["log_probs"], atol=1e-4)
     np.testing.assert_allclose(got["new_mems"], want["new_mems"], atol=1e-4)
     assert np.allclose(np.exp(got["log_probs"]).sum(-1), 1, atol=1e-3)  # a distribution
+
+
+def test_resnet_int8_onnx_is_calibrated_on_training_images(tmp_path, digits_records, capsys):
+    out = tmp_path / "export"
+    runner.run(ResNetTask, ["main.py", *TINY, *BENCH, "--results_dir", str(tmp_path),
+                            "--data_dir", digits_records, "--export_dir", str(out),
+                            "--export_onnx_int8", "--calibration_images", "20"])
+    assert "INT8 calibrated on 20 training images (max)" in capsys.readouterr().out
+    assert (out / "model.onnx").exists()  # the float32 graph it comes from
+    images = np.random.RandomState(0).rand(4, 32, 32, 3).astype(np.float32)
+    _check_int8(out / "model_int8.onnx", {"images": images}, "output_0")
+    float32 = ort.InferenceSession(str(out / "model.onnx")).run(None, {"images": images})[0]
+    int8 = ort.InferenceSession(str(out / "model_int8.onnx")).run(None, {"images": images})[0]
+    assert np.abs(int8 - float32).max() < 0.1 * np.abs(float32).max()
+
+
+@pytest.mark.parametrize("task,args,message", [
+    (ResNetTask, [*TINY], "--export_onnx_int8 calibrates on training images: give --data_dir"),
+    (TransformerXLTask, ["--preset", "tiny"], "--export_onnx_int8: transformerxl's ONNX is not "
+     "calibrated for INT8 (the image models are: ResNet-50, SSD320)")])
+def test_int8_export_is_refused_where_it_cannot_calibrate(tmp_path, task, args, message):
+    with pytest.raises(runner.UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        runner.run(task, ["main.py", *args, *BENCH, "--results_dir", str(tmp_path),
+                          "--export_dir", str(tmp_path / "e"), "--export_onnx_int8"])
 
 
 def test_export_onnx_needs_export_dir(tmp_path):

@@ -137,6 +137,13 @@ class ResNetTask(RecordTask):
     def eval_dataset(self):
         return self._dataset("validation", False)
 
+    int8_export = True
+
+    def calibration_dataset(self):
+        f = self.flags
+        return tfdata_pipeline.dataset(self.record_files("train"), f.batch_size, f.image_size,
+                                       False, num_classes=f.num_classes).map(lambda x, _: x)
+
     # --- inference ----------------------------------------------------------------------
     def predict_file(self, model, path):
         x = tfdata_pipeline.eval_crop(read_image(path), self.flags.image_size)[None]

@@ -184,6 +184,14 @@ class SSDTask(RecordTask):
     def eval_dataset(self):
         return self._dataset("validation", False)
 
+    int8_export = True
+
+    def calibration_dataset(self):
+        f = self.flags
+        return tfdata_pipeline.dataset(self.record_files("train"), f.batch_size, f.image_size,
+                                       False, self.anchors, f.num_classes).map(
+                                           lambda b: b["images"])
+
     def items_in(self, batch):
         return int(batch["images"].shape[0])
 

@@ -1,0 +1,101 @@
+#!/usr/bin/env python
+"""TensorRT's EfficientNMS plugin attached to SSD320's ONNX graph before NMS.
+
+    python ssd320/scripts/attach_efficient_nms.py EXPORT/model_before_nms.onnx \
+        EXPORT/model_efficient_nms.onnx
+    trtexec --onnx=EXPORT/model_efficient_nms.onnx --fp16 --saveEngine=ssd320.plan ...
+
+``--export_onnx`` writes ``model_before_nms.onnx`` (and ``--export_onnx_int8`` its INT8 form,
+``model_before_nms_int8.onnx``): every anchor's decoded box ``decoded_boxes`` (N, A, 4),
+normalised (ymin, xmin, ymax, xmax) and clipped, and its class scores ``class_scores`` (N, A, C)
+after the sigmoid, background excluded. This script adds one ``EfficientNMS_TRT`` node on them
+with SSD320's post-processing (``ssd/postprocess.py``: IoU 0.6, score above 1e-8, 100
+detections per image; per-class NMS) in standard mode (boxes already decoded: ``box_coding``
+0, corners, which covers (y, x) order; ``score_activation`` 0: the scores are sigmoids), and
+makes its four outputs the graph's: ``num_detections`` (N, 1) int32, ``detection_boxes``
+(N, 100, 4), ``detection_scores`` (N, 100) and ``detection_classes`` (N, 100) int32. A class
+index k is category id k + 1 (the background column is not in the scores).
+
+The node is in the ``trt.plugins`` domain: ONNX's checker accepts an op of a custom domain
+(an unknown op in the default domain fails it), and TensorRT's ONNX parser imports any op it
+has no importer for from its plugin registry by the op's name, whatever the domain. The
+graph then runs in TensorRT only (ONNX Runtime has no such op); ``model.onnx`` keeps ONNX's own
+NonMaxSuppression for ONNX Runtime.
+
+A score threshold under about 0.01 makes the plugin sort far more candidates (its README's
+performance notes): 1e-8 is what the COCO evaluation uses; a deployment that reads only
+confident detections passes ``--score_threshold 0.05`` or so.
+"""
+import argparse
+import os
+import sys
+
+import numpy as np
+
+from common import quiet_start
+
+with quiet_start.filtered_stderr():  # TensorFlow's start-up lines (ssd.postprocess imports it)
+    from ssd import postprocess
+
+DOMAIN = "trt.plugins"
+OUTPUTS = ("num_detections", "detection_boxes", "detection_scores", "detection_classes")
+
+
+def attach(src: str, dst: str, score_threshold: float = postprocess.SCORE_THRESHOLD,
+           iou_threshold: float = postprocess.IOU_THRESHOLD,
+           max_detections: int = postprocess.MAX_TOTAL) -> dict:
+    """Writes ``dst``: ``src`` with the plugin node as its end; returns the node's attributes."""
+    import onnx
+    import onnx_graphsurgeon as gs
+
+    graph = gs.import_onnx(onnx.load(src))
+    by_name = {t.name: t for t in graph.outputs}
+    missing = {"decoded_boxes", "class_scores"} - set(by_name)
+    if missing:
+        raise ValueError(f"{src} has no output {', '.join(sorted(missing))}: give the "
+                         "model_before_nms.onnx that --export_onnx writes")
+    boxes, scores = by_name["decoded_boxes"], by_name["class_scores"]
+    batch = boxes.shape[0] if boxes.shape and boxes.shape[0] not in (None, -1) else "batch"
+    attrs = {"plugin_version": "1", "background_class": -1, "max_output_boxes": max_detections,
+             "score_threshold": float(score_threshold), "iou_threshold": float(iou_threshold),
+             "score_activation": 0, "class_agnostic": 0, "box_coding": 0}
+    outputs = [gs.Variable("num_detections", np.int32, [batch, 1]),
+               gs.Variable("detection_boxes", np.float32, [batch, max_detections, 4]),
+               gs.Variable("detection_scores", np.float32, [batch, max_detections]),
+               gs.Variable("detection_classes", np.int32, [batch, max_detections])]
+    graph.nodes.append(gs.Node(op="EfficientNMS_TRT", name="efficient_nms", attrs=attrs,
+                               inputs=[boxes, scores], outputs=outputs, domain=DOMAIN))
+    graph.outputs = outputs
+    graph.cleanup().toposort()
+    model = gs.export_onnx(graph)
+    if not any(o.domain == DOMAIN for o in model.opset_import):
+        model.opset_import.append(onnx.helper.make_opsetid(DOMAIN, 1))
+    onnx.checker.check_model(model)
+    onnx.save(model, dst)
+    return attrs
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("src", help="model_before_nms.onnx (or model_before_nms_int8.onnx)")
+    p.add_argument("dst", help="where the graph with EfficientNMS_TRT goes")
+    p.add_argument("--score_threshold", type=float, default=postprocess.SCORE_THRESHOLD)
+    p.add_argument("--iou_threshold", type=float, default=postprocess.IOU_THRESHOLD)
+    p.add_argument("--max_detections", type=int, default=postprocess.MAX_TOTAL)
+    args = p.parse_args(argv)
+    if not os.path.isfile(args.src):
+        print(f"attach_efficient_nms.py: error: {args.src} does not exist", file=sys.stderr)
+        return 2
+    try:
+        attrs = attach(args.src, args.dst, args.score_threshold, args.iou_threshold,
+                       args.max_detections)
+    except ValueError as e:
+        print(f"attach_efficient_nms.py: error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.dst}: EfficientNMS_TRT ({', '.join(f'{k}={v}' for k, v in attrs.items())})"
+          f" -> {', '.join(OUTPUTS)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
