@@ -51,8 +51,10 @@ pytest-slow:
 ngc-stack:
 	bash scripts/ngc_stack.sh "$(NGC_VENV)"
 
+# With the image's pins in PIP_CONSTRAINT, as NGC containers may set them (Keras 3.3.2 among
+# them: install_deps.sh lifts that one pin and says so).
 ngc-deps: ngc-stack
-	$(NGC_MAKE) deps
+	PIP_CONSTRAINT="$(NGC_VENV)/pip-constraint.txt" $(NGC_MAKE) deps
 	bash scripts/ngc_stack.sh --check "$(NGC_VENV)"
 
 test-ngc: ngc-deps test-deps

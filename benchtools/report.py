@@ -6,11 +6,14 @@ the speed-ups of a sweep, the pictures NVIDIA's model-script pages show.
 Every argument is a run directory (one that holds its log.json) or a directory whose
 subdirectories are runs, which is what the learning checks' --results_dir and benchtools.sweep
 leave. Training runs of a model make one chart: training loss and the model's headline
-evaluation metric against step, one line per run, labelled by what differs between the runs
-(precision, seed, ...). Benchmark runs of a model and mode make one grouped bar chart:
-throughput for each batch size, GPU count and XLA setting, a bar per precision, each labelled
-with its speed-up against FP32 at the same setting. Writes OUT/report.md with the PNGs beside
-it. matplotlib draws headless (Agg).
+evaluation metric against step, one line per run, labelled by what differs between the runs in
+what was trained (precision, seed, ...; not where the output went). Benchmark runs of a model
+and mode make one grouped bar chart: throughput for each batch size, process count and XLA
+setting, a bar per precision at the median of its rounds (runs of the same setting), with a
+whisker from the slowest to the fastest round, each labelled with its speed-up against FP32 at
+the same setting. Every title, axis and table names the device the runs were measured on as
+their logs record it ("CPU: 2 x AMD EPYC ..." or "8 x NVIDIA A100 ..."): a CPU figure is never
+labelled GPU. Writes OUT/report.md with the PNGs beside it. matplotlib draws headless (Agg).
 """
 from __future__ import annotations
 
@@ -26,13 +29,17 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 
 from common.dllogger import read_records, step_logs  # noqa: E402
 
 BENCHMARK_MODES = ("training_benchmark", "inference_benchmark")
-# Settings that name files or where a value came from, never what was trained.
+# Settings that name files, say where output goes or how often it is written, or where a value
+# came from: never what was trained, so never in a legend.
 _IGNORED = {"results_dir", "model_dir", "data_dir", "data_idx_dir", "log_filename",
-            "export_dir", "to_predict", "display_every", "TF_XLA_FLAGS"}
+            "export_dir", "export_onnx", "export_onnx_int8", "calibration_images", "to_predict",
+            "display_every", "save_checkpoint_steps", "keep_checkpoints", "profile",
+            "max_bad_steps", "TF_XLA_FLAGS"}
 # Settings that the precision label already says.
 _PRECISION_KEYS = {"amp", "amp_dtype", "dtype_policy", "loss_scale", "static_loss_scale", "tf32",
                    "no_tf32", "xla"}
@@ -72,6 +79,19 @@ class Run:
     @property
     def label(self) -> str:
         return self.precision + (" + XLA" if self.params.get("xla") else "")
+
+    @property
+    def on_gpu(self) -> bool:
+        return "no GPU" not in self.params.get("machine", "no GPU")
+
+    @property
+    def device(self) -> str:
+        """What the run computed on, as its log records it: "CPU: 2 x AMD EPYC ..." or
+        "8 x NVIDIA A100-SXM4-80GB" (its processes times the GPU model)."""
+        machine = self.params.get("machine", "unknown machine")
+        if not self.on_gpu:
+            return "CPU: " + machine.removesuffix(", no GPU")
+        return f"{self.params.get('world_size', 1)} x {machine.split(' (GPU ')[0]}"
 
     def series(self, key: str) -> list[tuple[int, float]]:
         return [(r["step"][1], r["data"][key]) for r in self.steps if key in r["data"]]
@@ -132,6 +152,10 @@ def _metric_key(runs) -> str | None:
     return keys[0] if keys else None
 
 
+def _devices(runs) -> str:
+    return "; ".join(sorted({r.device for r in runs}))
+
+
 def _log_scale_if_wide(ax, values) -> None:
     values = [v for v in values if v == v]  # NaN-free
     # Perplexities fall by orders of magnitude; fractions (accuracy, AP) read best linear.
@@ -165,12 +189,14 @@ def learning_chart(model: str, runs, out_dir: str) -> tuple[str, str]:
                             color=colour, lw=1.2, label=label)
     loss_ax.set(title=f"{model}: training loss", xlabel="step", ylabel="loss (running mean)"
                 if any(len(r.series("loss")) >= 80 for r in runs) else "loss")
+    fig.suptitle(_devices(runs), fontsize=8)
     _log_scale_if_wide(loss_ax, [v for r in runs for _, v in r.series("loss")])
     if metric:
         axes[0][1].set(title=f"{model}: {metric} (held out)", xlabel="step", ylabel=metric)
         _log_scale_if_wide(axes[0][1], [v for r in runs for _, v in r.series(metric)])
     for ax in axes[0]:
         ax.grid(alpha=0.3)
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))  # steps
     axes[0][-1].legend(fontsize=8)
     fig.tight_layout()
     name = f"{model}_learning.png"
@@ -179,7 +205,8 @@ def learning_chart(model: str, runs, out_dir: str) -> tuple[str, str]:
 
     unit = next((k for k in runs[0].summary if k.startswith("train_") and k.endswith("_per_s")),
                 None)
-    rows = [f"| run | steps | final loss | {metric or 'metric'} | "
+    rows = [f"Measured on {_devices(runs)}.", "",
+            f"| run | steps | final loss | {metric or 'metric'} | "
             f"{unit or 'throughput'} |", "|---|---|---|---|---|"]
     for run, label in zip(runs, labels):
         loss = run.series("loss")
@@ -202,9 +229,12 @@ def _throughput_key(summary) -> str | None:
 
 
 def benchmark_chart(model: str, mode: str, runs, out_dir: str) -> tuple[str, str]:
-    """A grouped bar chart of throughput (bars: precision; groups: batch, GPUs, XLA)."""
+    """A grouped bar chart of throughput (bars: precision, at the median of its rounds;
+    whiskers: the slowest and fastest round; groups: batch, processes, XLA)."""
     key = _throughput_key(runs[0].summary)
     unit = key.removeprefix("throughput_").removesuffix("_per_s")
+    gpu = any(r.on_gpu for r in runs)
+    per = "GPU" if gpu else "process"
 
     def setting(r):
         return (r.params.get("batch_size"), r.params.get("world_size", 1),
@@ -212,29 +242,48 @@ def benchmark_chart(model: str, mode: str, runs, out_dir: str) -> tuple[str, str
 
     settings = sorted({setting(r) for r in runs})
     precisions = [p for p in _COLOURS if any(r.precision == p for r in runs)]
-    value = {(setting(r), r.precision): r.summary.get(key) for r in runs}
+    rounds: dict[tuple, list[float]] = {}
+    latency: dict[tuple, list[float]] = {}
+    for r in runs:
+        if r.summary.get(key) is not None:
+            rounds.setdefault((setting(r), r.precision), []).append(r.summary[key])
+            if r.summary.get("latency_p50_ms") is not None:
+                latency.setdefault((setting(r), r.precision), []).append(
+                    r.summary["latency_p50_ms"])
+    median = {k: statistics.median(v) for k, v in rounds.items()}
     width = 0.8 / len(precisions)
     fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(settings) + 2), 3.8))
     rows = []
-    latency = {(setting(r), r.precision): r.summary.get("latency_p50_ms") for r in runs}
     for i, p in enumerate(precisions):
-        xs, heights = [], []
+        xs, heights, spread = [], [], [[], []]
         for j, s in enumerate(settings):
-            v = value.get((s, p))
+            v = median.get((s, p))
             if v is None:
                 continue
             xs.append(j + (i - (len(precisions) - 1) / 2) * width)
             heights.append(v)
-            base = value.get((s, "FP32"))
+            spread[0].append(v - min(rounds[(s, p)]))
+            spread[1].append(max(rounds[(s, p)]) - v)
+            base = median.get((s, "FP32"))
             speedup = f"{v / base:.2f}x" if base else ""
-            ax.text(xs[-1], v, speedup, ha="center", va="bottom", fontsize=8)
+            ax.text(xs[-1], max(rounds[(s, p)]), speedup, ha="center", va="bottom", fontsize=8)
+            n = len(rounds[(s, p)])
+            spread_text = (f"{min(rounds[(s, p)]):.1f}-{max(rounds[(s, p)]):.1f}" if n > 1
+                           else "-")
+            lat = latency.get((s, p))
             rows.append((j, i, f"| {s[0]} | {s[1]} | {'on' if s[2] else 'off'} | {p} | {v:.1f} "
-                               f"| {speedup or '-'} | {_num(latency.get((s, p)))} |"))
-        ax.bar(xs, heights, width, color=_COLOURS[p], label=p)
+                               f"| {spread_text} | {n} | {speedup or '-'} | "
+                               f"{_num(statistics.median(lat)) if lat else '-'} |"))
+        ax.bar(xs, heights, width, color=_COLOURS[p], label=p,
+               yerr=spread if any(map(any, spread)) else None, capsize=3,
+               error_kw={"elinewidth": 0.8})
     ax.set_xticks(range(len(settings)),
-                  [f"batch {b}\n{g} GPU{'s' if g > 1 else ''}{', XLA' if x else ''}"
+                  [f"batch {b}/{per}\n{g} {per}{'es' if g > 1 and not gpu else ''}"
+                   f"{'s' if g > 1 and gpu else ''}{', XLA' if x else ''}"
                    for b, g, x in settings], fontsize=8)
-    ax.set(title=f"{model}: {mode.replace('_', ' ')}", ylabel=f"{unit}/s")
+    ax.set(title=f"{model}: {mode.replace('_', ' ')}\n{_devices(runs)}",
+           ylabel=f"{unit}/s (median of rounds)")
+    ax.title.set_fontsize(9)
     ax.margins(y=0.15)
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
@@ -242,8 +291,10 @@ def benchmark_chart(model: str, mode: str, runs, out_dir: str) -> tuple[str, str
     name = f"{model}_{mode}.png"
     fig.savefig(os.path.join(out_dir, name), dpi=90)
     plt.close(fig)
-    head = [f"| batch/GPU | GPUs | XLA | precision | {unit}/s | vs FP32 | latency p50 ms |",
-            "|---|---|---|---|---|---|---|"]
+    head = [f"Measured on {_devices(runs)}.", "",
+            f"| batch/{per} | {per}es | XLA | precision | {unit}/s (median) | range over rounds | "
+            "rounds | vs FP32 | latency p50 ms |".replace("GPUes", "GPUs"),
+            "|---|---|---|---|---|---|---|---|---|"]
     return name, "\n".join(head + [row for _, _, row in sorted(rows)])
 
 

@@ -167,6 +167,67 @@ def describe() -> str:
     return ", ".join(parts)
 
 
+def _name(requirement: str) -> str:
+    """The normalised project name a requirement or constraint line starts with."""
+    m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+    return re.sub(r"[-_.]+", "-", m.group(1)).lower() if m else ""
+
+
+def lifted_constraints(lines: list[str], requirements_txt: str) -> tuple[list[str], list[str]]:
+    """The lines of an inherited pip constraints file (NGC images set ``PIP_CONSTRAINT``) that
+    install_deps.sh keeps, and a note for each it lifts: a pin that excludes what these scripts
+    install (a Keras below ``REQUIREMENTS``' minimum, which install_deps.sh replaces by its pin;
+    a version outside requirements.txt's range). Every other pin is kept, those of what
+    TensorFlow was built against above all."""
+    import importlib.metadata as md
+    try:
+        from packaging.requirements import InvalidRequirement
+        from packaging.requirements import Requirement as Spec
+        from packaging.version import Version
+    except ModuleNotFoundError:  # a bare Python before TensorFlow: pip's own copy
+        from pip._vendor.packaging.requirements import InvalidRequirement
+        from pip._vendor.packaging.requirements import Requirement as Spec
+        from pip._vendor.packaging.version import Version
+
+    needs = {}  # name -> the version install_deps.sh installs, or a requirements.txt range
+    for r in REQUIREMENTS:
+        try:  # what pip recorded: no import of TensorFlow here
+            below = parse(md.version(r.package)) < parse(r.minimum)
+        except md.PackageNotFoundError:
+            below = True
+        if below:
+            needs[_name(r.package)] = Version(r.pin)
+    with open(requirements_txt) as f:
+        for line in f:
+            line = line.split("#")[0].strip()
+            if line:
+                spec = Spec(line)
+                needs.setdefault(_name(spec.name), spec.specifier)
+    kept, notes = [], []
+    for line in lines:
+        text = line.split("#")[0].strip()
+        name = _name(text)
+        need = needs.get(name)
+        if not text or need is None or text.startswith("-"):
+            kept.append(line.rstrip("\n"))
+            continue
+        try:
+            pinned = Spec(text).specifier
+        except InvalidRequirement:
+            kept.append(line.rstrip("\n"))
+            continue
+        if isinstance(need, Version):
+            clash = not pinned.contains(need, prereleases=True)
+        else:  # a range: the pin's exact versions must fall inside it
+            exact = [Version(s.version) for s in pinned if s.operator == "=="]
+            clash = bool(exact) and not any(need.contains(v, prereleases=True) for v in exact)
+        if clash:
+            notes.append(f"{text} (these scripts install {need})")
+        else:
+            kept.append(line.rstrip("\n"))
+    return kept, notes
+
+
 def _main(argv: list[str]) -> int:
     if len(argv) == 3 and argv[1] == "--pin":
         pins = {r.package: r.pin for r in REQUIREMENTS}
@@ -180,9 +241,20 @@ def _main(argv: list[str]) -> int:
         req = {r.package: r for r in REQUIREMENTS}[argv[2]]
         have = installed_quietly(req.package)
         return 0 if parse(have) >= parse(req.minimum) else 1
+    if len(argv) >= 3 and argv[1] == "--lift-pins":
+        # --lift-pins REQUIREMENTS_TXT FILE...: the kept lines on stdout, what is lifted on stderr
+        lines = []
+        for path in argv[3:]:
+            with open(path) as f:
+                lines += f.readlines()
+        kept, notes = lifted_constraints(lines, argv[2])
+        print("\n".join(kept))
+        for note in notes:
+            print(f"lifted {note}", file=sys.stderr)
+        return 0
     if len(argv) != 1:
-        print("usage: python -m common.versions [--pin PACKAGE | --satisfied PACKAGE]",
-              file=sys.stderr)
+        print("usage: python -m common.versions [--pin PACKAGE | --satisfied PACKAGE | "
+              "--lift-pins REQUIREMENTS_TXT CONSTRAINTS...]", file=sys.stderr)
         return 2
     require(__file__)
     print(describe())

