@@ -22,6 +22,7 @@ _FIGURES = (
     ("throughput_images_per_s", "{:.0f} img/s"), ("throughput_tokens_per_s", "{:.0f} tok/s"),
     ("gpu_memory_peak_mib", "peak {} MiB"),
     ("tensor_core_share", "tensor cores {:.0%} of matmul/conv"),
+    ("tensor_core_missed", "eligible, not on tensor cores: {}"),
     ("matmul_conv_16bit_share", "16-bit {:.0%}"),
     ("eval_images_per_s", "eval {:.1f} img/s"), ("eval_AP", "AP {:.3f}"),
 )

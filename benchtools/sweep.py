@@ -5,8 +5,12 @@
         -- --iter_unit batch --num_iter 200 --warmup_steps 50
 
 Each configuration is a fresh process (mpirun when --gpus > 1) whose DLLogger summary is read
-back, so every figure comes from the same code path as a normal run. Speed-ups are against FP32
-at the same batch size and XLA setting, measured in this same sweep.
+back, so every figure comes from the same code path as a normal run. With ``--rounds N`` every
+configuration runs N times, the configurations alternating within each round (a machine's
+drift falls on all of them alike); the table gives each one's median and range, and
+``benchtools.report`` draws the median with the range as a whisker. Speed-ups are against FP32
+at the same batch size and XLA setting, measured in this same sweep. The table names the device
+the runs recorded (a CPU's batch is per process, a GPU's per GPU).
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import argparse
 import itertools
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -27,9 +32,13 @@ LAUNCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 
 
 def _summary(results_dir: str) -> dict:
+    """The run's summary, with the machine its PARAMETER record names."""
     path = os.path.join(results_dir, "log.json")
-    finals = [r for r in read_records(path) if r.get("step") == []] if os.path.exists(path) else []
-    return finals[-1]["data"] if finals else {}
+    records = read_records(path) if os.path.exists(path) else []
+    finals = [r for r in records if r.get("step") == []]
+    machine = next((r["data"].get("machine") for r in records if r.get("step") == "PARAMETER"),
+                   None)
+    return {**(finals[-1]["data"] if finals else {}), "machine": machine}
 
 
 def run_one(main_py, mode, batch, precision, xla, gpus, results_dir, extra) -> dict:
@@ -47,20 +56,39 @@ def run_one(main_py, mode, batch, precision, xla, gpus, results_dir, extra) -> d
 
 
 def table(rows, unit: str) -> str:
+    """One line per configuration: the median of its rounds, their range, the speed-up of the
+    medians against FP32, and the medians of the latencies."""
     key = f"throughput_{unit}_per_s"
-    base = {(r["batch_size"], r["xla"]): r.get(key) for r in rows if r["precision"] == "fp32"}
-    out = [f"| precision | XLA | batch/GPU | GPUs | {unit}/s | vs FP32 | latency p50 ms | "
-           "p99 ms |", "|---|---|---|---|---|---|---|---|"]
+    groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        if "error" in r:
-            out.append(f"| {r['precision']} | {r['xla']} | {r['batch_size']} | {r['gpus']} | "
-                       f"failed: {r['error']} | | | |")
+        groups.setdefault((r["precision"], r["xla"], r["batch_size"], r["gpus"]), []).append(r)
+    machines = sorted({r["machine"] for r in rows if r.get("machine")})
+    gpu = any("no GPU" not in m for m in machines)
+    per = "GPU" if gpu else "process"
+
+    def median(group, k):
+        values = [r[k] for r in group if "error" not in r and r.get(k) is not None]
+        return statistics.median(values) if values else None
+
+    base = {(b, x): median(g, key) for (p, x, b, _), g in groups.items() if p == "fp32"}
+    out = [f"Measured on {'; '.join(machines) or 'an unknown machine'}.", "",
+           f"| precision | XLA | batch/{per} | {per}{'s' if gpu else 'es'} | {unit}/s (median) | "
+           "range | rounds | vs FP32 | latency p50 ms | p99 ms |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for (p, x, b, g), group in groups.items():
+        failed = [r for r in group if "error" in r]
+        v = median(group, key)
+        if v is None:
+            out.append(f"| {p} | {'on' if x else 'off'} | {b} | {g} | failed: "
+                       f"{failed[0]['error']} | | | | | |")
             continue
-        b = base.get((r["batch_size"], r["xla"]))
-        speedup = f"{r[key] / b:.2f}x" if b else "-"
-        out.append(f"| {r['precision']} | {'on' if r['xla'] else 'off'} | {r['batch_size']} | "
-                   f"{r['gpus']} | {r[key]:.1f} | {speedup} | {r['latency_p50_ms']:.1f} | "
-                   f"{r['latency_p99_ms']:.1f} |")
+        values = [r[key] for r in group if "error" not in r]
+        spread = f"{min(values):.1f}-{max(values):.1f}" if len(values) > 1 else "-"
+        speedup = f"{v / base[(b, x)]:.2f}x" if base.get((b, x)) else "-"
+        rounds = f"{len(values)}" + (f" ({len(failed)} failed)" if failed else "")
+        out.append(f"| {p} | {'on' if x else 'off'} | {b} | {g} | {v:.1f} | {spread} | "
+                   f"{rounds} | {speedup} | {median(group, 'latency_p50_ms'):.1f} | "
+                   f"{median(group, 'latency_p99_ms'):.1f} |")
     return "\n".join(out)
 
 
@@ -74,6 +102,8 @@ def main(argv=None) -> int:
     p.add_argument("--xla", default="off", choices=("off", "on", "both"))
     p.add_argument("--gpus", type=int, default=1)
     p.add_argument("--unit", default="images", help="the throughput unit of the model")
+    p.add_argument("--rounds", type=int, default=1, help="runs of every configuration, "
+                   "alternating (each in NAME_rK)")
     p.add_argument("--results_dir", default="./results/sweep")
     argv = list(sys.argv[1:] if argv is None else argv)
     split = argv.index("--") if "--" in argv else len(argv)
@@ -84,12 +114,15 @@ def main(argv=None) -> int:
         p.error(f"unknown precision {sorted(unknown)[0]}: choose from fp32, tf32, amp")
     xlas = {"off": [False], "on": [True], "both": [False, True]}[args.xla]
     rows = []
-    for batch, xla, precision in itertools.product(
-            [int(b) for b in args.batch_sizes.split(",")], xlas, precisions):
-        name = f"{precision}{'_xla' if xla else ''}_bs{batch}_gpu{args.gpus}"
-        print(f"sweep: {name} ...", flush=True)
-        rows.append(run_one(args.main_py, args.mode, batch, precision, xla, args.gpus,
-                            os.path.join(args.results_dir, name), extra))
+    configs = list(itertools.product([int(b) for b in args.batch_sizes.split(",")], xlas,
+                                     precisions))
+    for k in range(1, args.rounds + 1):
+        for batch, xla, precision in configs:
+            name = (f"{precision}{'_xla' if xla else ''}_bs{batch}_gpu{args.gpus}"
+                    + (f"_r{k}" if args.rounds > 1 else ""))
+            print(f"sweep: {name} ...", flush=True)
+            rows.append(run_one(args.main_py, args.mode, batch, precision, xla, args.gpus,
+                                os.path.join(args.results_dir, name), extra))
     os.makedirs(args.results_dir, exist_ok=True)
     with open(os.path.join(args.results_dir, "sweep.json"), "w") as f:
         json.dump(rows, f, indent=1)

@@ -1,6 +1,7 @@
 """ResNet-50 v1.5: exact size, dtypes, pipelines, and every mode end to end on real images."""
 import json
 import os
+import re
 import sys
 
 import keras
@@ -133,18 +134,25 @@ def test_amp_environment_variable_through_main(tmp_path):
 
 
 def test_sweep_prints_a_table_with_speedups_against_fp32(tmp_path, capsys):
+    """Two rounds, the configurations alternating; a line each: median, range, rounds, and the
+    device the runs recorded (a CPU's batch is per process)."""
     from benchtools import sweep
     code = sweep.main([os.path.join(RN50, "main.py"), "--mode", "inference_benchmark",
-                       "--batch_sizes", "4", "--precisions", "fp32,amp", "--results_dir",
-                       str(tmp_path), "--", "--arch", "resnet_tiny", "--image_size", "32",
-                       "--iter_unit", "batch", "--num_iter", "3", "--warmup_steps", "1"])
+                       "--batch_sizes", "4", "--precisions", "fp32,amp", "--rounds", "2",
+                       "--results_dir", str(tmp_path), "--", "--arch", "resnet_tiny",
+                       "--image_size", "32", "--iter_unit", "batch", "--num_iter", "3",
+                       "--warmup_steps", "1"])
     out = capsys.readouterr().out
     assert code == 0, out
     rows = [ln for ln in out.splitlines() if ln.startswith("| fp32") or ln.startswith("| amp")]
     assert len(rows) == 2 and "| 1.00x |" in rows[0] and "x |" in rows[1]
+    assert all(re.search(r"\| [\d.]+-[\d.]+ \| 2 \|", row) for row in rows)
+    assert "| batch/process | processes |" in out and "Measured on " in out and "no GPU" in out
     saved = json.load(open(tmp_path / "sweep.json"))
-    assert [r["precision"] for r in saved] == ["fp32", "amp"]
+    assert [r["precision"] for r in saved] == ["fp32", "amp", "fp32", "amp"]  # alternating
     assert saved[1]["throughput_images_per_s"] > 0
+    assert sorted(os.listdir(tmp_path)) == ["amp_bs4_gpu1_r1", "amp_bs4_gpu1_r2",
+                                            "fp32_bs4_gpu1_r1", "fp32_bs4_gpu1_r2", "sweep.json"]
 
 
 def test_dali_builds_missing_index_files_or_stops_with_one_line(tmp_path, digits_records):

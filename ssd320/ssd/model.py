@@ -86,38 +86,44 @@ def _fpn(c3, c4, c5, depth):
     return [p3, p4, p5, p6, p7]
 
 
-def _predictor(features, depth, tower_layers, num_outputs, name, bias_init):
-    """One tower + head applied to every level with shared convolutions; (N, sum H*W*6, K)."""
+def _predictor(features, depth, tower_layers, num_outputs, name, bias_init,
+               float32_head: bool = False):
+    """One tower + head applied to every level with shared convolutions; (N, sum H*W*6, K).
+    ``float32_head``: the head convolution computes in float32 (its input cast up), whatever
+    the policy."""
     convs = [Conv2D(depth, 3, padding="same", use_bias=False,
                     kernel_initializer=_head_init(), name=f"{name}_tower_conv{i}")
              for i in range(tower_layers)]
-    import os as _os  # EXPERIMENT
-    _f32 = _os.environ.get("SSD_F32_HEADS", "")
     head = Conv2D(anchors.ANCHORS_PER_LOCATION * num_outputs, 3, padding="same",
                   kernel_initializer=_head_init(), bias_initializer=bias_init, name=f"{name}_head",
-                  **({"dtype": "float32"} if name in _f32 or _f32 == "both" else {}))
+                  **({"dtype": "float32"} if float32_head else {}))
     outputs = []
     for level, x in zip(range(anchors.MIN_LEVEL, anchors.MAX_LEVEL + 1), features):
         for i, conv in enumerate(convs):
             x = _bn_relu6(conv(x), f"{name}_tower{i}_p{level}")  # batch norm per level
         x = head(x)  # (N, H, W, 6 * K)
-        outputs.append(layers.Reshape((-1, num_outputs), name=f"{name}_p{level}")(x))
+        # A float32 head's output stays float32 (a Reshape of the policy would round it).
+        outputs.append(layers.Reshape((-1, num_outputs), name=f"{name}_p{level}",
+                                      **({"dtype": "float32"} if float32_head else {}))(x))
     return layers.Concatenate(axis=1, dtype="float32", name=name)(outputs)  # float32 always
 
 
 def build_ssd(arch: str = "resnet50", num_classes: int = 90, image_size: int = 320,
-              freeze_bn: bool = False) -> keras.Model:
+              freeze_bn: bool = False, float32_heads: bool = False) -> keras.Model:
     """Normalised images (N, S, S, 3) -> {"cls_logits": (N, A, classes + 1), "box_codes":
     (N, A, 4)}, float32. ``image_size`` must be a multiple of 32 (the FPN adds C4 to upsampled
-    C5, and so on)."""
+    C5, and so on). ``float32_heads``: the two head convolutions compute in float32 under a
+    16-bit policy (``devices.Capabilities.float32_heads``: under bfloat16)."""
     cfg = ARCHS[arch]
     inputs = keras.Input((image_size, image_size, 3), name="images")
     _, c3, c4, c5 = resnet_trunk(inputs, cfg.trunk)
     features = _fpn(c3, c4, c5, cfg.depth)
     model = keras.Model(inputs, {
         "cls_logits": _predictor(features, cfg.depth, cfg.tower_layers, num_classes + 1,
-                                 "class", keras.initializers.Constant(CLASS_BIAS)),
-        "box_codes": _predictor(features, cfg.depth, cfg.tower_layers, 4, "box", "zeros"),
+                                 "class", keras.initializers.Constant(CLASS_BIAS),
+                                 float32_heads),
+        "box_codes": _predictor(features, cfg.depth, cfg.tower_layers, 4, "box", "zeros",
+                                float32_heads),
     }, name=f"ssd_{arch}")
     if freeze_bn:  # Keras 3: a non-trainable batch norm also runs in inference mode
         for layer in model.layers:
