@@ -83,14 +83,14 @@ class Capabilities:
         return self.gpu
 
     @property
-    def float32_heads(self) -> bool:
-        """A detector's head convolutions (SSD320's class logits and box codes) compute in
-        float32 under bfloat16. bfloat16 keeps 8 significant bits: a class logit near the
-        1% prior (-4.6) moves in steps of 1/32, and the focal loss of the many background
-        anchors is computed on those rounded logits. With the heads in bfloat16, two of three
-        seeds of SSD320's learning check ended 0.11 and 0.25 AP50 below FP32; with them in
-        float32, as FP32 (ssd320/README.md). float16's 11 bits hold such logits to 1/256,
-        and the heads keep their tensor cores."""
+    def float32_fpn(self) -> bool:
+        """SSD320's feature pyramid computes in float32 under bfloat16 (its trunk, towers and
+        heads stay bfloat16). With it in bfloat16, SSD320 trained slower in every seed tried
+        and its learning check ended 0.10 AP50 below FP32 in two seeds of three; with it in
+        float32, as FP32 (ssd320/README.md, "Learning"). Its top-down path has no
+        normalisation (lateral 1x1 convolutions, their sums, P5 taken as it is), which
+        bfloat16's 8 significant bits round at every level. float16 keeps 11: a GPU keeps it
+        in float16, on tensor cores."""
         return self.compute_dtype == "bfloat16"
 
     @property

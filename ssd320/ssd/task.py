@@ -90,7 +90,7 @@ class SSDTask(RecordTask):
     def build_model(self):
         f = self.flags
         model = build_ssd(f.arch, f.num_classes, f.image_size, f.freeze_bn,
-                          float32_heads=self.ctx.capabilities.float32_heads)
+                          float32_fpn=self.ctx.capabilities.float32_fpn)
         if f.backbone_checkpoint:
             from ssd.backbone import load_trunk
             n = load_trunk(model, f.backbone_checkpoint, ARCHS[f.arch].trunk)
