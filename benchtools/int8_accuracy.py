@@ -125,7 +125,7 @@ def accuracy(model: str, records: str, export_dir: str, recipe: list[str]) -> di
         for name, f in files.items():
             s = _session(os.path.join(export_dir, f))
             logits = np.concatenate([s.run(None, {"images": x})[0] for x, _ in batches])
-            labels = np.concatenate([y for _, y in batches]) - 1  # records hold 1..N
+            labels = np.concatenate([y for _, y in batches])  # 0-based, as the pipeline gives
             order = np.argsort(-logits, axis=1)
             top[name] = order[:, 0]
             out[name] = {"top1": float(np.mean(order[:, 0] == labels)),
