@@ -14,6 +14,7 @@ Only the standard library is imported here: it runs before TensorFlow.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import os
 import re
 import sys
@@ -71,18 +72,28 @@ def kept(lines, driver: bool, extra=()):
 @contextlib.contextmanager
 def filtered_stderr(extra=()):
     """Descriptor 2 caught for the block, then written back without the benign lines (also when
-    the block raises, so that no error is lost); ``extra``: more patterns of benign lines."""
+    the block raises, so that no error is lost); ``extra``: more patterns of benign lines. A
+    process that dies inside the block (TensorFlow aborts on a CPU without the instructions it
+    was built for) cannot write back what it caught: Python's fault handler then reports the
+    fatal signal and where it struck on the real descriptor 2."""
     try:
         sys.stderr.flush()
         saved = os.dup(2)
     except (OSError, ValueError, AttributeError):  # no descriptor 2 (a detached process)
         yield
         return
+    ours = not faulthandler.is_enabled()  # one a caller enabled (pytest's) is left as it is
+    if ours:
+        real = os.fdopen(os.dup(saved), "w")
+        faulthandler.enable(file=real)
     with tempfile.TemporaryFile() as caught:
         os.dup2(caught.fileno(), 2)
         try:
             yield
         finally:
+            if ours:
+                faulthandler.disable()
+                real.close()
             try:
                 sys.stderr.flush()
             except (OSError, ValueError):

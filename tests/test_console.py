@@ -57,6 +57,18 @@ def test_filtered_stderr_replays_everything_else_in_order_even_on_an_exception(t
     assert proc.stderr.splitlines() == ["E0000 real error from C++", "python warning", "after"]
 
 
+def test_a_process_that_dies_while_filtered_says_so_on_the_real_stderr():
+    """TensorFlow aborts on a CPU without the instructions it was built for: what it wrote is
+    caught, but the fatal signal and where it struck reach the console."""
+    code = ("import os\nfrom common import quiet_start\n"
+            "with quiet_start.filtered_stderr():\n"
+            "    os.write(2, b'The TensorFlow library was compiled to use AVX instructions\\n')\n"
+            "    os.abort()\n")
+    proc = run_cli([sys.executable, "-c", code], timeout=60)
+    assert proc.returncode != 0
+    assert "Fatal Python error: Aborted" in proc.stderr and "<string>" in proc.stderr
+
+
 @pytest.mark.parametrize("model", list(MAINS))
 def test_help_lists_the_flags_without_importing_tensorflow(tmp_path, model):
     """A tensorflow package that fails to import comes first on the path: --help must not
