@@ -7,7 +7,7 @@ ARG FROM_IMAGE_NAME=nvcr.io/nvidia/tensorflow:25.02-tf2-py3
 FROM ${FROM_IMAGE_NAME}
 
 WORKDIR /workspace/tf-model-scripts
-COPY requirements.txt ./
+COPY requirements.txt requirements.lock requirements-cuda.lock ./
 COPY common/__init__.py common/versions.py common/
 COPY scripts/install_deps.sh scripts/
 # The stack in a layer of its own (code changes do not redo it), then this repository, editable.

@@ -72,3 +72,20 @@ def test_inherited_pins_are_kept_but_those_that_exclude_what_is_installed(tmp_pa
                     "keras-nlp"]
     assert lifted == ["Keras==3.3.2 (these scripts install 99.0.1)",
                       "onnx==1.15.0 (these scripts install >=1.16)"]
+
+
+@pytest.mark.parametrize("dockerfile", ["Dockerfile", "docker/Dockerfile.cuda"])
+def test_the_images_stack_layer_has_every_file_install_deps_reads(dockerfile):
+    """The stack is installed in a layer of its own, before `COPY . .`: every file of the
+    repository that install_deps.sh reads must be copied before it (the CUDA image installs
+    from requirements-cuda.lock there)."""
+    text = open(os.path.join(ROOT, dockerfile)).read()
+    stack_layer = text.split("COPY . .")[0]
+    copied = set()
+    for line in stack_layer.splitlines():
+        if line.startswith("COPY "):
+            *sources, dest = line.split()[1:]
+            copied |= {s if "/" in s or dest == "./" else dest + s for s in sources}
+    script = open(os.path.join(ROOT, "scripts", "install_deps.sh")).read()
+    read = set(re.findall(r'"\$here/([^"$]+)"', script)) | {"common/versions.py"}
+    assert read <= copied, read - copied
