@@ -52,7 +52,8 @@ def test_ssd_onnx_gives_the_detections_and_what_nms_takes(tmp_path, shapes_recor
     trainer = runner.setup(SSDTask, ["main.py", "--arch", "resnet_tiny", "--image_size", "128",
                                      "--batch_size", "2", *BENCH, "--results_dir", str(tmp_path),
                                      "--export_dir", str(tmp_path / "export"), "--export_onnx",
-                                     "--data_dir", shapes_records, "--export_onnx_int8"])
+                                     "--data_dir", shapes_records, "--export_onnx_int8",
+                                     "--calibration_images", "8"])
     trainer.log.close()
     # Untrained scores sit within 1e-3 of each other, and which of two near-tied boxes NMS
     # keeps turns on rounding; a random class head with logits of standard deviation 2 gives
