@@ -13,15 +13,17 @@
   resumes any of the others (the loss scale starts afresh when the checkpoint had none).
 * A save that fails (a full disk) removes its own partial files, keeps every earlier
   checkpoint and ends the run with one line; leftovers of a killed save are removed at start.
+* A checkpoint may hold weights only (``write_weights``: an imported or a fine-tuning start
+  point, no optimizer state): it restores the model and step, and the optimizer starts afresh.
+* ``load_weights`` copies a checkpoint's weights into another model of the same layers (a
+  fine-tuning run's), starting afresh the layers a task names when their shapes differ.
 """
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -65,89 +67,6 @@ def nbytes(variables) -> int:
     return int(sum(np.prod(v.shape) * tf.as_dtype(v.dtype).size for v in variables))
 
 
-def check_output_dir(path: str, flag: str, need_bytes: int = 64 << 10,
-                     purpose: str = "the logs need") -> None:
-    """Stops with one line unless ``path`` is (or can be made) a writable directory with room."""
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise DataError(f"{flag} {path} is a file, not a directory")
-    blocker = _file_above(path)
-    if blocker:
-        raise DataError(f"{flag} {path} cannot be made: {blocker} is a file, not a directory")
-    try:
-        os.makedirs(path, exist_ok=True)
-        probe = os.path.join(path, f".write_probe.{os.getpid()}")
-        try:
-            with open(probe, "wb") as f:
-                f.write(b"\0" * 4096)
-                f.flush()
-                os.fsync(f.fileno())
-        finally:
-            if os.path.exists(probe):
-                os.remove(probe)
-    except OSError as e:
-        raise DataError(f"{flag} {path} is not writable ({e.strerror})") from None
-    st = os.statvfs(path)
-    free = st.f_bavail * st.f_frsize
-    if free < need_bytes:
-        raise DataError(f"{flag} {path} has {free / 2**20:.1f} MiB free; {purpose} about "
-                        f"{need_bytes / 2**20:.1f} MiB")
-
-
-def _file_above(path: str) -> str | None:
-    """The nearest existing ancestor of ``path`` when it is not a directory."""
-    parent = os.path.dirname(os.path.abspath(path))
-    while not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    return None if os.path.isdir(parent) else parent
-
-
-def write_atomically(path: str, text: str | bytes) -> None:
-    """``path`` holds ``text`` (or bytes) in full or keeps what it held: written beside it,
-    then renamed; a failure (a full disk) leaves no partial file."""
-    tmp = f"{path}.tmp.{os.getpid()}"
-    try:
-        with open(tmp, "wb" if isinstance(text, bytes) else "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        raise DataError(f"cannot write {path} ({e.strerror or e})") from None
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
-@contextlib.contextmanager
-def staged_dir(target: str, what: str):
-    """A directory whose contents replace ``target``'s entries of the same names only once they
-    are complete: written in ``<target>/.staging-*`` (the same file system, whatever is
-    mounted where), then renamed into place. A failure (a full disk) removes the staging and
-    leaves ``target`` as it was, with one line. For exports: SavedModel, ONNX, TF-TRT."""
-    os.makedirs(target, exist_ok=True)
-    stage = tempfile.mkdtemp(prefix=".staging-", dir=target)
-    try:
-        yield stage
-        for name in os.listdir(stage):
-            old = os.path.join(target, name)
-            if os.path.isdir(old) and not os.path.islink(old):
-                shutil.rmtree(old)
-            elif os.path.lexists(old):
-                os.remove(old)
-            os.rename(os.path.join(stage, name), old)
-    except (OSError, tf.errors.OpError) as e:
-        why = one_line(getattr(e, "message", None) or e.strerror or str(e))
-        raise DataError(f"cannot write {what} in {target} ({why}); nothing of it was kept "
-                        "there") from None
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
-
-
-def tree_bytes(path: str) -> int:
-    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path)
-               for f in files)
-
-
 class CheckpointStore:
     """Saves and restores ``objects`` (model, optimizer, step) plus optional loss-scale state."""
 
@@ -155,6 +74,8 @@ class CheckpointStore:
                  keep: int, log: Callable[[str], None]):
         self.model_dir, self.keep, self.log = model_dir, keep, log
         self._required = tf.train.Checkpoint(**objects)
+        self._weights = tf.train.Checkpoint(
+            **{k: v for k, v in objects.items() if k in ("model", "global_step")})
         self._loss_scale = tf.train.Checkpoint(**loss_scale) if loss_scale else None
         self._all = tf.train.Checkpoint(
             **objects, **({"loss_scale": self._loss_scale} if loss_scale else {}))
@@ -217,8 +138,9 @@ class CheckpointStore:
 
     def _restore_from(self, prefix: str) -> None:
         mismatch = None
+        weights_only = not holds_optimizer(prefix)
         try:
-            status = self._required.restore(prefix)
+            status = (self._weights if weights_only else self._required).restore(prefix)
             status.expect_partial()  # silence TensorFlow's warnings about the optional parts
             status.assert_existing_objects_matched()
         except (AssertionError, ValueError, tf.errors.OpError) as e:
@@ -228,6 +150,10 @@ class CheckpointStore:
             raise DataError(f"checkpoint {prefix} does not fit this model ({mismatch}): "
                             "resume with the flags it was trained with, or use another "
                             "--model_dir")
+        if weights_only:
+            self.log(f"{os.path.basename(prefix)} holds weights only (no optimizer state); the "
+                     "optimizer starts afresh")
+            return
         if self._loss_scale is not None:
             if any(n.startswith("loss_scale/") for n, _ in tf.train.list_variables(prefix)):
                 tf.train.Checkpoint(loss_scale=self._loss_scale).restore(prefix).expect_partial()
@@ -284,6 +210,72 @@ class CheckpointStore:
                                 f"checkpoints are kept (latest: {self.latest})") from None
         self.latest = path
         return path
+
+
+def holds_optimizer(prefix: str) -> bool:
+    """Whether the checkpoint holds an optimizer's state (a training run's does; a weights-only
+    one, ``write_weights``, does not)."""
+    return any(n.startswith("optimizer/") for n, _ in tf.train.list_variables(prefix))
+
+
+def resolve(path: str, flag: str) -> str:
+    """The checkpoint prefix ``path`` names: a prefix, or a directory's newest ``ckpt-N``."""
+    if os.path.isdir(path):
+        steps = on_disk(path)
+        if not steps:
+            raise DataError(f"{flag} {path} holds no {PREFIX}-N checkpoint")
+        return os.path.join(path, f"{PREFIX}-{steps[0]}")
+    if not os.path.exists(path + ".index"):
+        raise DataError(f"{flag} {path} is neither a checkpoint prefix (DIR/{PREFIX}-N) nor a "
+                        "directory of checkpoints")
+    return path
+
+
+def write_weights(model_dir: str, model, step: int = 0) -> str:
+    """A weights-only checkpoint of ``model`` at ``step`` as ``model_dir/ckpt-<step>`` (with
+    TensorFlow's state file): what an importer writes, and what evaluate, predict, export,
+    fine-tuning and resuming read like any other."""
+    os.makedirs(model_dir, exist_ok=True)
+    ckpt = tf.train.Checkpoint(model=model, global_step=tf.Variable(step, dtype=tf.int64))
+    manager = tf.train.CheckpointManager(ckpt, model_dir, max_to_keep=None,
+                                         checkpoint_name=PREFIX)
+    return manager.save(checkpoint_number=step)
+
+
+def load_weights(model, source, prefix: str, flag: str, replaceable=(),
+                 log: Callable[[str], None] = print) -> list[str]:
+    """Restores the checkpoint at ``prefix`` into ``source`` (a model built as the checkpoint
+    was: ``Task.build_model_like``), then copies it into ``model`` weight by weight; a weight
+    of a layer in ``replaceable`` whose shape differs keeps ``model``'s fresh value (the layers
+    so started are returned); any other difference stops with one line naming ``flag``."""
+    reason = unreadable(prefix)
+    if reason:
+        raise DataError(f"{flag} {prefix} cannot be read ({reason})")
+    failure = None
+    try:
+        status = tf.train.Checkpoint(model=source).restore(prefix)
+        status.expect_partial()
+        status.assert_existing_objects_matched()
+    except (AssertionError, ValueError, tf.errors.OpError) as e:
+        failure = _first_line(e)
+    if failure:
+        _collect_quietly()
+        raise DataError(f"{flag} {prefix} does not fit this model ({failure})")
+    if len(source.weights) != len(model.weights):
+        raise DataError(f"{flag} {prefix} holds {len(source.weights)} weights; this model has "
+                        f"{len(model.weights)}")
+    fresh = []
+    for src, dst in zip(source.weights, model.weights):
+        if tuple(src.shape) == tuple(dst.shape):
+            dst.assign(src)
+            continue
+        layer = dst.path.split("/")[0]
+        if layer not in replaceable:
+            raise DataError(f"{flag} {prefix}: {dst.path} is {tuple(src.shape)} there, "
+                            f"{tuple(dst.shape)} here")
+        if layer not in fresh:
+            fresh.append(layer)
+    return fresh
 
 
 def _collect_quietly() -> None:

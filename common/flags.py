@@ -48,6 +48,10 @@ def _define_common(fv: flags.FlagValues) -> None:
     flags.DEFINE_boolean("dali_cpu", False, "With --dali on a GPU: decode and augment on the CPU "
                          "(batches still reach the GPU from DALI), for GPUs short of memory.",
                          **d)
+    flags.DEFINE_string("finetune_checkpoint", None, "Start training from the weights of this "
+                        "checkpoint (a prefix or a directory of this repository's checkpoints, "
+                        "imported ones included) with a fresh step counter, optimizer and "
+                        "schedule. A --model_dir that holds checkpoints is resumed instead.", **d)
     flags.DEFINE_string("export_dir", None, "Export a SavedModel here after the run.", **d)
     flags.DEFINE_string("profile", None, "START:STOP: a TensorFlow profiler trace of those "
                         "steps in <results_dir>/tensorboard, and the share of time in matmuls and "
@@ -123,11 +127,15 @@ def build(define_model_flags: Callable[[flags.FlagValues], None] | None = None,
 class Settings:
     """The flags as a run uses them: the command line's values, with what was derived from them
     in place of the defaults. Read like the flags; ``given(name)`` says whether the command
-    line set a flag; ``derived`` is what differs from the flags. Read-only."""
+    line set a flag, or a checkpoint did (``adopted``: what a checkpoint's settings record
+    fixes, which a preset's or a recipe's default must not replace); ``derived`` is what
+    differs from the flags. Read-only."""
 
-    def __init__(self, fv: flags.FlagValues, derived: Mapping | None = None):
+    def __init__(self, fv: flags.FlagValues, derived: Mapping | None = None,
+                 adopted: Mapping | None = None):
         object.__setattr__(self, "_fv", fv)
         object.__setattr__(self, "derived", dict(derived or {}))
+        object.__setattr__(self, "adopted", dict(adopted or {}))
 
     def __getattr__(self, name):
         derived = object.__getattribute__(self, "derived")
@@ -142,10 +150,14 @@ class Settings:
         return self._fv[name]
 
     def given(self, name: str) -> bool:
-        return bool(self._fv[name].present)
+        return bool(self._fv[name].present) or name in self.adopted
 
     def with_derived(self, values: Mapping) -> Settings:
-        return Settings(self._fv, {**self.derived, **values})
+        return Settings(self._fv, {**self.derived, **values}, self.adopted)
+
+    def with_adopted(self, values: Mapping) -> Settings:
+        """``values`` taken from a checkpoint: used, and counted as given."""
+        return Settings(self._fv, {**self.derived, **values}, {**self.adopted, **values})
 
     def flag_values_dict(self) -> dict:
         return {**self._fv.flag_values_dict(), **self.derived}
@@ -207,6 +219,13 @@ def validate(f: flags.FlagValues) -> dict:
     if f.profile and f.mode in ("evaluate", "predict"):
         raise UsageError(f"--profile traces training or benchmark steps; --mode {f.mode} has "
                          "none: profile --mode inference_benchmark instead")
+    if f.finetune_checkpoint and f.mode not in ("train", "train_and_evaluate"):
+        raise UsageError(f"--finetune_checkpoint starts a training run from its weights; --mode "
+                         f"{f.mode} reads a checkpoint from --model_dir instead")
+    if f.finetune_checkpoint and not (os.path.isdir(f.finetune_checkpoint)
+                                      or os.path.exists(f.finetune_checkpoint + ".index")):
+        raise DataError(f"--finetune_checkpoint {f.finetune_checkpoint} is neither a checkpoint "
+                        "prefix (DIR/ckpt-N) nor a directory of checkpoints")
     if f.mode == "predict" and not f.to_predict:
         raise UsageError("--mode predict needs --to_predict (a file, a directory or a glob)")
     if f.mode in ("training_benchmark", "inference_benchmark"):

@@ -9,7 +9,7 @@ import tempfile
 import keras
 import tensorflow as tf
 
-from common import checkpoints, onnx_export, onnx_int8, precision
+from common import files, onnx_export, onnx_int8, precision
 from common.errors import DataError, one_line
 
 INFERENCE_MODES = ("evaluate", "predict", "inference_benchmark")  # the runs that only infer
@@ -66,7 +66,7 @@ def predict(task, model: keras.Model, paths, dist, log, results_dir: str) -> dic
                         f"none of the {len(paths)} files could be read (first: {failed[0]})")
     if dist.is_chief:
         out = os.path.join(results_dir, "predictions.json")
-        checkpoints.write_atomically(out, json.dumps(records, indent=1))
+        files.write_atomically(out, json.dumps(records, indent=1))
         log.print(f"wrote {len(records) - len(failed)} predictions to {out}"
                   + (f" ({len(failed)} file(s) skipped)" if failed else ""))
     return {"predictions": len(records) - len(failed), "skipped_files": len(failed)}
@@ -76,9 +76,9 @@ def export(task, model: keras.Model, export_dir: str, with_onnx: bool, log,
            int8: bool = False) -> None:
     """The task's SavedModel in ``export_dir``, and its ONNX files beside it (rank 0 only),
     with ``int8`` their INT8 forms too, swapped in only once all of them are written
-    (``checkpoints.staged_dir``): a full disk or a failed conversion leaves no half-written
+    (``files.staged_dir``): a full disk or a failed conversion leaves no half-written
     export."""
-    with checkpoints.staged_dir(export_dir, "the export") as stage:
+    with files.staged_dir(export_dir, "the export") as stage:
         task.export(model, stage)
         onnx = onnx_export.export_task(task, model, stage) if with_onnx else []
         if int8:
@@ -99,10 +99,10 @@ def export_bytes(task, model: keras.Model, export_dir: str, with_onnx: bool,
     try:
         with tempfile.TemporaryDirectory(prefix=".size-probe-", dir=export_dir) as tmp:
             task.export(model, tmp)
-            size = checkpoints.tree_bytes(tmp)
+            size = files.tree_bytes(tmp)
     except (OSError, tf.errors.OpError) as e:
         why = one_line(getattr(e, "message", None) or e.strerror or str(e))
         raise DataError(f"--export_dir {export_dir} cannot hold the export: a trial export "
                         f"failed ({why})") from None
-    files = 1 + (len(task.onnx_files) if with_onnx else 0) * (2 if with_int8 else 1)
-    return int(1.1 * size * files) + (1 << 20)
+    copies = 1 + (len(task.onnx_files) if with_onnx else 0) * (2 if with_int8 else 1)
+    return int(1.1 * size * copies) + (1 << 20)

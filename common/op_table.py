@@ -107,7 +107,7 @@ def missed_tensor_cores(rows, top: int = 5) -> str:
 
 
 def write(rows, path: str) -> None:
-    from common.checkpoints import write_atomically
+    from common.files import write_atomically
     lines = [",".join(COLUMNS)]
     for r in rows:
         lines.append(",".join(_csv_field(r[c]) for c in COLUMNS))

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import tensorflow as tf
 
-from common import checkpoints, tfrecord_writer
+from common import files, tfrecord_writer
 from common.errors import DataError, one_line
 
 STAGE = ".preparing"  # inside the output directory: the same file system, so renames are atomic
@@ -35,7 +35,7 @@ def staged(out_dir: str, log=print) -> Iterator[str]:
     of its prefix, with their index files); when it fails (bad data, a full or read-only disk,
     Ctrl-C), the staging directory goes and ``out_dir`` is left exactly as it was. The disk
     must hold both preparations for the moment of the swap."""
-    checkpoints.check_output_dir(out_dir, "the output directory", purpose="the output needs")
+    files.check_output_dir(out_dir, "the output directory", purpose="the output needs")
     stage = os.path.join(out_dir, STAGE)
     shutil.rmtree(stage, ignore_errors=True)  # a killed run's leftovers
     try:
@@ -84,10 +84,10 @@ def _swap_in(stage: str, out_dir: str, log) -> None:
     prefixes = {m.group("prefix") for m in map(_SHARD.match, os.listdir(stage)) if m}
     for prefix in sorted(prefixes):
         tfrecord_writer.remove_stale(out_dir, prefix, log)
-    for d, _, files in os.walk(stage):
+    for d, _, names in os.walk(stage):
         target = os.path.join(out_dir, os.path.relpath(d, stage))
         os.makedirs(target, exist_ok=True)
-        for f in files:
+        for f in names:
             os.replace(os.path.join(d, f), os.path.join(target, f))
 
 

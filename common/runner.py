@@ -19,9 +19,11 @@ import numpy as np
 import tensorflow as tf
 
 from common import (
+    checkpoint_settings,
     checkpoints,
     devices,
     distributed,
+    files,
     flags,
     machine,
     onnx_export,
@@ -47,6 +49,25 @@ def _predict_paths(pattern: str) -> list[str]:
     return paths
 
 
+def adopted_settings(task_cls: type[Task], fv: flags.Settings) -> tuple[dict, str] | None:
+    """What the run takes from the checkpoint it starts from (``common/checkpoint_settings``),
+    and that checkpoint's name: the one in --model_dir when the mode restores it, else a
+    training run's --finetune_checkpoint (only the settings its weights need). A flag that
+    contradicts the checkpoint stops here, before a model is built."""
+    if fv.mode in ("train", "train_and_evaluate", "evaluate", "predict") and \
+            checkpoints.on_disk(fv.model_dir):
+        source, names = f"the checkpoint in --model_dir {fv.model_dir}", task_cls.checkpoint_flags
+        found = checkpoint_settings.read(fv.model_dir)
+    elif fv.finetune_checkpoint:
+        source, names = f"--finetune_checkpoint {fv.finetune_checkpoint}", task_cls.finetune_flags
+        found = checkpoint_settings.read(fv.finetune_checkpoint)
+    else:
+        return None
+    if found is None:
+        return None
+    return checkpoint_settings.adopt(fv, found, names, source, task_cls.name), source
+
+
 def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
     """Flags, Horovod, precision, logs and the model: everything before the mode runs."""
     fv = flags.parse(flags.build(task_cls.define_flags, task_cls.flag_defaults), argv,
@@ -64,6 +85,9 @@ def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
                          f"({fv.warmup_steps + 1}..{fv.num_iter}); profiled steps are not timed: "
                          "profile a part of them, or raise --num_iter")
     dist = distributed.init()
+    adopted = dist.broadcast_object(dist.on_chief(lambda: adopted_settings(task_cls, fv),
+                                                  "reading the checkpoint's settings"))
+    fv = fv.with_adopted(adopted[0]) if adopted and adopted[0] else fv
     fv = fv.with_derived(task_cls.derive_settings(fv, dist.size))
     prec = precision.resolve(
         amp=fv.amp, amp_dtype=fv.amp_dtype, static_loss_scale=fv.static_loss_scale, tf32=fv.tf32,
@@ -74,8 +98,8 @@ def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
     tensorboard_dir = os.path.join(fv.results_dir, "tensorboard", fv.mode)
 
     def check_results_dir():
-        checkpoints.check_output_dir(fv.results_dir, "--results_dir")
-        checkpoints.check_output_dir(tensorboard_dir, "--results_dir's TensorBoard directory")
+        files.check_output_dir(fv.results_dir, "--results_dir")
+        files.check_output_dir(tensorboard_dir, "--results_dir's TensorBoard directory")
     dist.on_chief(check_results_dir, "checking --results_dir")
     if fv.seed is not None:
         keras.utils.set_random_seed(fv.seed)  # same on every rank: rank 0's weights win anyway
@@ -109,6 +133,10 @@ def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
     # TensorFlow's own start-up lines about CUDA are not shown (common/quiet_start.py): this
     # line says what the process computes on.
     logger.print(f"device: {machine.describe(dist.devices)}")
+    if adopted and adopted[0]:
+        logger.print(f"from {adopted[1]}: " + ", ".join(
+            f"--{k} {','.join(map(str, v)) if isinstance(v, list) else v}"
+            for k, v in sorted(adopted[0].items())))
     chunks = f" x {fv.batch_chunk} accumulated" if fv.batch_chunk > 1 else ""
     logger.print(f"processes: {dist.size}, batch {fv.batch_size}{chunks} per process, "
                  f"global batch {ctx.global_batch_size}")

@@ -65,6 +65,39 @@ class Task(abc.ABC):
         flags' own values in the log's PARAMETER record. Called after ``build_model``."""
         return {}
 
+    # --- what a checkpoint is (common/checkpoint_settings.py) -------------------------------
+    # The flags that shape the model's variables or what they compute: recorded beside every
+    # checkpoint; a run that restores one takes them from it when omitted and refuses a flag
+    # that contradicts them.
+    checkpoint_flags: Sequence[str] = ()
+    # Those of them a fine-tuning run takes from its --finetune_checkpoint (the ones the
+    # weights cannot do without: the architecture, not the classes or the image size).
+    finetune_flags: Sequence[str] = ()
+    # Layers a fine-tuning run starts afresh, with a line, when the checkpoint's differ in
+    # shape (a classifier for another number of classes).
+    finetune_heads: Sequence[str] = ()
+
+    def checkpoint_facts(self) -> dict:
+        """Settings that come from the data and shape the model (a vocabulary's hash): recorded
+        beside every checkpoint, and a run whose data differ from a checkpoint's is refused."""
+        return {}
+
+    def checkpoint_fact_sources(self) -> dict[str, str]:
+        """Where each of ``checkpoint_facts`` comes from, for the error line ("vocab.txt in
+        --data_dir D")."""
+        return {}
+
+    def checkpoint_assets(self) -> dict[str, str]:
+        """Files copied beside every checkpoint, by name -> path (the data's class names), so
+        that predict and export find them without the data."""
+        return {}
+
+    def build_model_like(self, recorded: Mapping) -> keras.Model:
+        """The model a checkpoint recorded with these settings holds (its own number of
+        classes, say), to restore before a fine-tuning run copies its weights; the default is
+        this run's model."""
+        return self.build_model()
+
     # --- model and optimisation ---------------------------------------------------------
     @abc.abstractmethod
     def build_model(self) -> keras.Model:

@@ -15,7 +15,7 @@ import os
 
 import tensorflow as tf
 
-from common import checkpoints
+from common import files
 from common import precision as precision_lib
 from common.errors import UsageError
 
@@ -83,7 +83,7 @@ def convert(saved_model: str, out_dir: str, precision: str, signature_key: str, 
     log(f"tftrt: converting {saved_model} at {precision}")
     converter.convert()
     converter.build(input_fn=lambda: iter([example]))
-    with checkpoints.staged_dir(out_dir, "the TF-TRT conversion") as stage:
+    with files.staged_dir(out_dir, "the TF-TRT conversion") as stage:
         converter.save(stage)
     log(f"tftrt: saved the converted model to {out_dir}")
     return out_dir
@@ -111,7 +111,7 @@ def benchmark_infer(task, model, results_dir: str, precision: str, inputs, state
     key, example = task.serving_call(inputs, state)
     # TF-TRT converts what it is given: an AMP graph's float16 casts would make "FP32" mean
     # float16 in places. The model is exported in float32 and TF-TRT sets the precision.
-    with checkpoints.staged_dir(saved, "the SavedModel for TF-TRT") as stage:
+    with files.staged_dir(saved, "the SavedModel for TF-TRT") as stage:
         task.export(precision_lib.float32_model(task.build_model, model), stage)
     convert(saved, converted, precision, key,
             serving_arguments(load_serving(saved, key), example), log=log)

@@ -17,7 +17,17 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from common import benchmark, checkpoints, inference, precision, profiling, sync, train_step
+from common import (
+    benchmark,
+    checkpoint_settings,
+    checkpoints,
+    files,
+    inference,
+    precision,
+    profiling,
+    sync,
+    train_step,
+)
 from common.errors import DataError, TrainingError
 from common.evaluation import Evaluator
 from common.graceful_stop import GracefulStop
@@ -113,17 +123,17 @@ class Trainer:
         if f.mode in ("train", "train_and_evaluate"):
             need = int(1.1 * checkpoints.nbytes(self.state())) + (1 << 20)
             self.dist.on_chief(lambda: (
-                checkpoints.check_output_dir(f.model_dir, "--model_dir", need,
+                files.check_output_dir(f.model_dir, "--model_dir", need,
                                              "a checkpoint needs"),
                 self.checkpoints.clean_leftovers()), "checking --model_dir")
         if f.export_dir:  # its room measured by a trial export (inference.export_bytes)
             def check_export_dir():
-                checkpoints.check_output_dir(f.export_dir, "--export_dir", 1 << 20,
+                files.check_output_dir(f.export_dir, "--export_dir", 1 << 20,
                                              "the export needs")
                 need = inference.export_bytes(self.task, self.model, f.export_dir,
                                               f.export_onnx or f.export_onnx_int8,
                                               f.export_onnx_int8)
-                checkpoints.check_output_dir(f.export_dir, "--export_dir", need,
+                files.check_output_dir(f.export_dir, "--export_dir", need,
                                              "the export needs")
             self.dist.on_chief(check_export_dir, "checking --export_dir")
 
@@ -137,10 +147,21 @@ class Trainer:
 
     def restore(self, required: bool = False) -> str | None:
         """Rank 0 restores the newest readable checkpoint; then every rank takes rank 0's state.
-        A training run moves unreadable newer checkpoints aside (common/checkpoints.py)."""
+        A training run moves unreadable newer checkpoints aside (common/checkpoints.py). A
+        training run with nothing to resume starts from --finetune_checkpoint's weights."""
         training = self.flags.mode in ("train", "train_and_evaluate")
-        path = self.dist.on_chief(lambda: self.checkpoints.restore(required, quarantine=training),
-                                  "restoring the checkpoint")
+
+        def restore():
+            self._check_facts(self.flags.model_dir, f"the checkpoint in --model_dir "
+                                                    f"{self.flags.model_dir}")
+            path = self.checkpoints.restore(required, quarantine=training)
+            if path is None and training and self.flags.finetune_checkpoint:
+                self._finetune(self.flags.finetune_checkpoint)
+            elif path and self.flags.finetune_checkpoint:
+                self.log.print(f"--finetune_checkpoint {self.flags.finetune_checkpoint} not "
+                               f"read: resuming the run in {self.flags.model_dir}")
+            return path
+        path = self.dist.on_chief(restore, "restoring the checkpoint")
         if path:
             bad = first_non_finite(self.state())
             if bad:
@@ -151,15 +172,55 @@ class Trainer:
         return path
 
     def save(self) -> str | None:
-        """Rank 0 saves, unless a weight is not finite; a failed save (a full disk) stops every
-        rank with one line."""
+        """Rank 0 saves, unless a weight is not finite, with what the checkpoint is beside it
+        (``record_settings``); a failed save (a full disk) stops every rank with one line."""
         def save():
             bad = first_non_finite(self.state())
             if bad:
                 raise TrainingError(f"{bad} is not finite at step {self.step}; stopped without "
                                     f"saving (last checkpoint: {self.checkpoints.latest})")
-            return self.checkpoints.save(self.step)
+            path = self.checkpoints.save(self.step)
+            self.record_settings(self.flags.model_dir)
+            return path
         return self.dist.on_chief(save, "saving a checkpoint")
+
+    def record_settings(self, directory: str) -> None:
+        """``settings.json`` (``common/checkpoint_settings.py``) and the task's assets (its
+        class names) in a checkpoint directory."""
+        values = {name: getattr(self.flags, name) for name in self.task.checkpoint_flags}
+        checkpoint_settings.write(directory, self.task.name,
+                                  {**values, **self.task.checkpoint_facts()})
+        for name, source in self.task.checkpoint_assets().items():
+            target = os.path.join(directory, name)
+            with open(source, "rb") as f:
+                data = f.read()
+            if not os.path.exists(target) or open(target, "rb").read() != data:
+                files.write_atomically(target, data)
+
+    def _check_facts(self, path: str, source: str) -> None:
+        """The data-derived settings (a vocabulary) against those of the checkpoint at
+        ``path``, when it has a record."""
+        found = checkpoint_settings.read(path) if checkpoints.on_disk(
+            checkpoint_settings.directory_of(path)) else None
+        if found:
+            checkpoint_settings.compare(found, self.task.checkpoint_facts(), source,
+                                        self.task.checkpoint_fact_sources())
+
+    def _finetune(self, path: str) -> None:
+        """The model's weights from the checkpoint at ``path``; step, optimizer and schedule
+        start afresh, and so do the task's heads whose shapes differ (with a line)."""
+        flag = f"--finetune_checkpoint {path}"
+        prefix = checkpoints.resolve(path, "--finetune_checkpoint")
+        found = checkpoint_settings.read(prefix)
+        self._check_facts(prefix, flag)
+        source = self.task.build_model_like(found["settings"] if found else {})
+        fresh = checkpoints.load_weights(self.model, source, prefix, flag,
+                                         self.task.finetune_heads, self.log.print)
+        self.log.print(f"fine-tuning from {prefix}: its weights, step 0, a fresh optimizer and "
+                       "schedule")
+        for layer in fresh:
+            self.log.print(f"{layer} starts afresh: its shape in the checkpoint differs (another "
+                           "number of classes)")
 
     # --- what the loops share -------------------------------------------------------------
     def build_train_step(self):

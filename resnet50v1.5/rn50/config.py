@@ -15,9 +15,15 @@ def define_flags(fv: flags.FlagValues) -> None:
     d = dict(flag_values=fv)
     flags.DEFINE_enum("arch", "resnet50", list(ARCH_NAMES), "Network; resnet_tiny is for tests.",
                       **d)
-    flags.DEFINE_integer("num_classes", 1000, "Classes.", lower_bound=2, **d)
+    flags.DEFINE_integer("num_classes", None, "Classes (default: as many as labels.txt in "
+                         "--data_dir lists, else the checkpoint's, else ImageNet's 1000).",
+                         lower_bound=2, **d)
     flags.DEFINE_integer("image_size", 224, "Input resolution (square).", lower_bound=32,
                          upper_bound=2048, **d)
+    flags.DEFINE_enum("padding", "same", ("same", "symmetric"), "How strided convolutions and "
+                      "the stem's max-pool pad: TensorFlow's same (NVIDIA's), or symmetric as "
+                      "PyTorch's (torchvision's and timm's weights; import_weights.py records "
+                      "it in the checkpoint).", **d)
     flags.DEFINE_enum("data_format", "NHWC", ("NHWC", "NCHW"), "Layout inside the model; NCHW "
                       "needs a GPU.", **d)
     flags.DEFINE_float("lr_init", 0.256, "Peak learning rate per 256 images of global batch.", **d)

@@ -22,6 +22,18 @@ from rn50 import config, tfdata_pipeline
 from rn50.model import build_resnet, decayed_kernels
 
 IMAGENET_TRAIN_IMAGES = 1_281_167  # the nominal epoch of synthetic data
+IMAGENET_CLASSES = 1000
+LABELS = "labels.txt"  # the class names, one a line, in label order (prepare_dataset.py)
+
+
+def read_labels(directory: str | None) -> list[str] | None:
+    """The class names of ``directory``'s labels.txt (a dataset's, or a checkpoint
+    directory's), or None where there is none."""
+    path = os.path.join(directory or "", LABELS)
+    if not directory or not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as fh:
+        return [line.strip() for line in fh if line.strip()]
 
 
 class ResNetTask(RecordTask):
@@ -33,32 +45,56 @@ class ResNetTask(RecordTask):
     prepare_script = "resnet50v1.5/prepare_dataset.py"
     synthetic_epoch = IMAGENET_TRAIN_IMAGES
 
+    # What a checkpoint is (common/checkpoint_settings.py): padding changes what the same
+    # weights compute, so it is recorded with the shapes' settings.
+    checkpoint_flags = ("arch", "num_classes", "image_size", "padding")
+    finetune_flags = ("arch", "padding")
+    finetune_heads = ("logits",)
+
+    @classmethod
+    def derive_settings(cls, settings, world):
+        """``num_classes``: labels.txt's count in --data_dir, else the checkpoint's (when it is
+        read, ``settings.given``), else ImageNet's 1000; a count that contradicts labels.txt
+        stops here."""
+        names = read_labels(settings.data_dir)
+        if names is None:
+            return {} if settings.num_classes else {"num_classes": IMAGENET_CLASSES}
+        if settings.num_classes is None:
+            return {"num_classes": len(names)}
+        if settings.num_classes != len(names):
+            whose = ("--num_classes" if settings["num_classes"].present
+                     else "the checkpoint's number of classes")
+            raise UsageError(f"{os.path.join(settings.data_dir, LABELS)} lists {len(names)} "
+                             f"classes but {whose} is {settings.num_classes}")
+        return {}
+
     def __init__(self, ctx):
         super().__init__(ctx)
         f = self.flags
         if f.data_format == "NCHW" and not ctx.capabilities.gpu:
             raise UsageError("--data_format NCHW needs a GPU (TensorFlow's CPU kernels are NHWC)")
-        self.class_names = self._read_class_names()
+        # The data's class names, else those kept beside the checkpoint (predict needs no data).
+        self.class_names = read_labels(f.data_dir) or read_labels(f.model_dir)
+        if self.class_names and len(self.class_names) != f.num_classes:
+            self.class_names = None  # another model's names: numbers are shown instead
         # Labels are checked where the batch is (DALI leaves it on the GPU): 1-based, as the
         # records hold them and the tf.data pipeline's own check names them.
         self.label_check = DeviceRangeCheck("label", 1, f.num_classes, shift=1)
 
-    def _read_class_names(self):
-        path = os.path.join(self.flags.data_dir or "", "labels.txt")
-        if not self.flags.data_dir or not os.path.exists(path):
-            return None
-        with open(path) as fh:
-            names = [line.strip() for line in fh if line.strip()]
-        if len(names) != self.flags.num_classes:
-            raise UsageError(f"{path} lists {len(names)} classes but --num_classes is "
-                             f"{self.flags.num_classes}")
-        return names
+    def checkpoint_assets(self):
+        path = os.path.join(self.flags.data_dir or "", LABELS)
+        return {LABELS: path} if self.flags.data_dir and os.path.exists(path) else {}
 
     # --- model and optimisation ---------------------------------------------------------
     def build_model(self):
         f = self.flags
         return build_resnet(f.arch, f.num_classes, f.image_size, f.data_format,
-                            f.zero_init_residual)
+                            f.zero_init_residual, f.padding)
+
+    def build_model_like(self, recorded):
+        f = self.flags
+        return build_resnet(f.arch, recorded.get("num_classes", f.num_classes), f.image_size,
+                            f.data_format, padding=f.padding)
 
     def build_optimizer(self, steps_per_epoch, total_steps):
         f = self.flags

@@ -7,6 +7,7 @@ from absl import flags
 from common import flags as common_flags
 
 ARCH_NAMES = ("resnet50", "resnet_tiny")  # ssd.model.ARCHS: resnet_tiny is for tests and demos
+TRUNKS = ("resnet_v1", "resnet_v1.5")  # ssd.model.TRUNKS
 # NVIDIA's recipe evaluates once, after training; --eval_every adds evaluations.
 FLAG_DEFAULTS = {"batch_size": 32, "num_iter": 12500, "iter_unit": "batch",
                  "eval_at_epoch_end": False}
@@ -16,6 +17,13 @@ def define_flags(fv: flags.FlagValues) -> None:
     d = dict(flag_values=fv)
     flags.DEFINE_enum("arch", "resnet50", list(ARCH_NAMES), "Backbone; resnet_tiny is for tests.",
                       **d)
+    flags.DEFINE_enum("trunk", "resnet_v1", list(TRUNKS), "The ResNet-50 the FPN stands on: "
+                      "resnet_v1 is TF-slim's resnet_v1_50 as NVIDIA's SSD320 uses it (TF-slim's "
+                      "ImageNet checkpoint initialises it); resnet_v1.5 is this repository's "
+                      "(a resnet50v1.5/main.py or import_weights.py checkpoint initialises it).",
+                      **d)
+    flags.DEFINE_enum("padding", "same", ("same", "symmetric"), "The resnet_v1.5 trunk's "
+                      "padding (default: its --backbone_checkpoint's).", **d)
     flags.DEFINE_integer("num_classes", None, "Largest category id (default: from the data's "
                          "label_map.json, else COCO's 90).", lower_bound=1, **d)
     flags.DEFINE_integer("image_size", 320, "Input resolution (square, a multiple of 32).",
@@ -31,8 +39,10 @@ def define_flags(fv: flags.FlagValues) -> None:
                        lower_bound=0, **d)
     flags.DEFINE_boolean("freeze_bn", False, "Freeze every batch norm (NVIDIA's config asks for "
                          "this but its code trains them; the default matches the code).", **d)
-    flags.DEFINE_string("backbone_checkpoint", None, "Initialise the trunk from a "
-                        "resnet50v1.5/main.py checkpoint (a prefix or a --model_dir).", **d)
+    flags.DEFINE_string("backbone_checkpoint", None, "Initialise the trunk from an ImageNet "
+                        "classifier, as NVIDIA's recipe does: TF-slim's resnet_v1_50 checkpoint "
+                        "(e.g. resnet_v1_50.ckpt) for --trunk resnet_v1, a resnet50v1.5 "
+                        "checkpoint (a prefix or a --model_dir) for --trunk resnet_v1.5.", **d)
     flags.DEFINE_float("score_threshold", 0.3, "predict mode: draw and list detections above "
                        "this score.", lower_bound=0, upper_bound=1, **d)
     flags.DEFINE_integer("dali_threads", 4, "DALI CPU worker threads per process.",

@@ -9,12 +9,12 @@ _COLOURS = [(230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 1
 
 def draw_detections(image: np.ndarray, record: dict, path: str) -> None:
     """``path``: a PNG of ``image`` with its detections, written whole or not at all (a full
-    disk leaves no empty drawing behind: ``checkpoints.write_atomically``)."""
+    disk leaves no empty drawing behind: ``files.write_atomically``)."""
     import io
 
     from PIL import Image, ImageDraw
 
-    from common.checkpoints import write_atomically
+    from common.files import write_atomically
 
     im = Image.fromarray(image.astype(np.uint8))
     draw = ImageDraw.Draw(im)

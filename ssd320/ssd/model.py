@@ -1,14 +1,14 @@
-"""SSD320 v1.2: ResNet-50 v1.5 trunk, FPN P3-P7, weight-shared box and class towers.
+"""SSD320 v1.2: a ResNet-50 trunk, FPN P3-P7, weight-shared box and class towers.
 
 As NVIDIA's TF-OD config builds it (``ssd_resnet50_v1_fpn`` + ``weight_shared_convolutional_box_
-predictor``), except for the trunk, which is this repository's ResNet-50 v1.5 so that a
-``resnet50v1.5/main.py`` checkpoint initialises it:
+predictor``):
 
-* Trunk differences from NVIDIA's TF-slim ``resnet_v1_50``: stride on the 3x3 convolution of
-  the first block of a stage (slim: on the last block's 3x3), ``same`` padding instead of slim's
-  explicit symmetric padding, ReLU instead of the ReLU6 that NVIDIA's hyperparameter override
-  puts in the bottlenecks, and batch norm momentum 0.9 (slim: 0.997). C3, C4, C5 are the outputs
-  of stages 2, 3, 4 (strides 8, 16, 32: 40, 20, 10 at 320).
+* Trunk (``--trunk``): ``resnet_v1`` (the default) is TF-slim's ``resnet_v1_50`` as TF-OD calls
+  it, NVIDIA's own, which TF-slim's public ImageNet checkpoint initialises
+  (``ssd/slim_trunk.py``); ``resnet_v1.5`` is this repository's ResNet-50 v1.5
+  (``rn50/model.py``, batch norm momentum 0.9), which a ``resnet50v1.5/main.py`` checkpoint or
+  an imported torchvision / NVIDIA ResNet-50 initialises. C3, C4, C5 are the trunk's stride 8,
+  16 and 32 feature maps (40, 20, 10 at 320); both trunks have the same variables' shapes.
 * FPN (depth 256): 1x1 laterals with bias and no batch norm or activation; top-down nearest x2
   upsampling plus addition; a 3x3 smoothing convolution (batch norm + ReLU6, no bias) on the
   merged P4 and P3 only; P5 is the lateral of C5 as it is; P6 and P7 are 3x3 stride-2
@@ -32,22 +32,24 @@ from keras import layers
 from common.conv2d import Conv2D
 from common.fused_batch_norm import FusedBatchNormalization
 from rn50.model import resnet_trunk
-from ssd import anchors
+from ssd import anchors, config
+from ssd.slim_trunk import slim_trunk
 
 CLASS_BIAS = -math.log((1 - 0.01) / 0.01)  # -4.595: every class starts at probability 0.01
 
 
 @dataclasses.dataclass(frozen=True)
 class SSDConfig:
-    trunk: str  # an architecture of rn50.model.ARCHS
+    resnet: str  # the trunk's size: an architecture of rn50.model.ARCHS
     depth: int  # FPN and tower width
     tower_layers: int = 4
 
 
 ARCHS = {
-    "resnet50": SSDConfig(trunk="resnet50", depth=256),
-    "resnet_tiny": SSDConfig(trunk="resnet_tiny", depth=32),  # tests and demos
+    "resnet50": SSDConfig(resnet="resnet50", depth=256),
+    "resnet_tiny": SSDConfig(resnet="resnet_tiny", depth=32),  # tests and demos
 }
+TRUNKS = config.TRUNKS  # TF-slim's resnet_v1 (NVIDIA's), this repository's ResNet-50 v1.5
 
 _BN = dict(momentum=0.997, epsilon=1e-3)
 
@@ -109,14 +111,22 @@ def _predictor(features, depth, tower_layers, num_outputs, name, bias_init):
 
 
 def build_ssd(arch: str = "resnet50", num_classes: int = 90, image_size: int = 320,
-              freeze_bn: bool = False, float32_fpn: bool = False) -> keras.Model:
+              freeze_bn: bool = False, float32_fpn: bool = False, trunk: str = "resnet_v1",
+              padding: str = "same") -> keras.Model:
     """Normalised images (N, S, S, 3) -> {"cls_logits": (N, A, classes + 1), "box_codes":
     (N, A, 4)}, float32. ``image_size`` must be a multiple of 32 (the FPN adds C4 to upsampled
     C5, and so on). ``float32_fpn``: the FPN computes in float32 under a 16-bit policy
-    (``devices.Capabilities.float32_fpn``: under bfloat16)."""
+    (``devices.Capabilities.float32_fpn``: under bfloat16). ``trunk``: one of ``TRUNKS``;
+    ``padding``: the v1.5 trunk's (``rn50.model.PADDINGS``, that of the checkpoint it starts
+    from)."""
     cfg = ARCHS[arch]
     inputs = keras.Input((image_size, image_size, 3), name="images")
-    _, c3, c4, c5 = resnet_trunk(inputs, cfg.trunk)
+    if trunk == "resnet_v1":
+        _, c3, c4, c5 = slim_trunk(inputs, cfg.resnet)
+    elif trunk == "resnet_v1.5":
+        _, c3, c4, c5 = resnet_trunk(inputs, cfg.resnet, padding=padding)
+    else:
+        raise ValueError(f"trunk must be one of {TRUNKS}, not {trunk!r}")
     features = _fpn(c3, c4, c5, cfg.depth, float32_fpn)
     model = keras.Model(inputs, {
         "cls_logits": _predictor(features, cfg.depth, cfg.tower_layers, num_classes + 1,

@@ -13,7 +13,7 @@ import os
 import keras
 import tensorflow as tf
 
-from common import schedules, tfrecord_index
+from common import checkpoint_settings, checkpoints, schedules, tfrecord_index
 from common.errors import DataError, UsageError
 from common.images import normalize, read_image
 from common.input_errors import DeviceRangeCheck
@@ -45,12 +45,30 @@ class SSDTask(RecordTask):
     synthetic_epoch = COCO_TRAIN_IMAGES
     gathers_eval_outputs = True
 
+    # What a checkpoint is (common/checkpoint_settings.py).
+    checkpoint_flags = ("arch", "num_classes", "image_size", "trunk", "padding")
+    finetune_flags = ("arch", "trunk", "padding")
+    finetune_heads = ("class_head",)
+
     @classmethod
     def derive_settings(cls, settings, world):
         """``num_classes`` from the data's label_map.json (COCO's 90 without one), and, unless
         --num_iter is given, NVIDIA's 3.2 M training images as steps of this run's global batch
-        (12,500 at 8 x 32; 100,000 on 1 GPU and 25,000 on 4, as its 1- and 4-GPU configs)."""
+        (12,500 at 8 x 32; 100,000 on 1 GPU and 25,000 on 4, as its 1- and 4-GPU configs); the
+        v1.5 trunk's padding from its --backbone_checkpoint's settings."""
         out = {}
+        if settings.backbone_checkpoint and settings.finetune_checkpoint:
+            raise UsageError("--backbone_checkpoint and --finetune_checkpoint both give the "
+                             "trunk's weights: fine-tuning takes the whole detector's")
+        if settings.backbone_checkpoint and settings.trunk == "resnet_v1.5":
+            found = checkpoint_settings.read(settings.backbone_checkpoint)
+            padding = (found or {}).get("settings", {}).get("padding")
+            if padding and settings.given("padding") and padding != settings.padding:
+                raise UsageError(f"--padding {settings.padding} contradicts --backbone_checkpoint "
+                                 f"{settings.backbone_checkpoint}, written with --padding "
+                                 f"{padding}: drop the flag")
+            if padding and not settings.given("padding"):
+                out["padding"] = padding
         label_map = _label_map(settings.data_dir)
         if settings.num_classes is None:
             out["num_classes"] = label_map["num_classes"] if label_map else 90
@@ -70,7 +88,9 @@ class SSDTask(RecordTask):
         # Class ids of batches DALI leaves on the device, checked there (the tf.data pipeline
         # checks its own as it parses them).
         self.class_check = DeviceRangeCheck("class", 1, f.num_classes)
-        self.names = {c["id"]: c["name"] for c in (self.label_map or {}).get("categories", [])}
+        # Category names for predict: the data's, else those kept beside the checkpoint.
+        names = self.label_map or _label_map(f.model_dir)
+        self.names = {c["id"]: c["name"] for c in (names or {}).get("categories", [])}
         self._gt = None
         self._detect = None  # predict's compiled detection, made at its first file
 
@@ -89,13 +109,30 @@ class SSDTask(RecordTask):
     # --- model and optimisation ---------------------------------------------------------
     def build_model(self):
         f = self.flags
-        model = build_ssd(f.arch, f.num_classes, f.image_size, f.freeze_bn,
-                          float32_fpn=self.ctx.capabilities.float32_fpn)
+        model = self._build(f.num_classes)
         if f.backbone_checkpoint:
             from ssd.backbone import load_trunk
-            n = load_trunk(model, f.backbone_checkpoint, ARCHS[f.arch].trunk)
-            self.ctx.logger.print(f"initialised {n} trunk layers from {f.backbone_checkpoint}")
+            self.ctx.logger.print(load_trunk(model, f.backbone_checkpoint, ARCHS[f.arch].resnet,
+                                             f.trunk, f.padding))
+        elif (f.mode in ("train", "train_and_evaluate") and not f.finetune_checkpoint
+              and not checkpoints.on_disk(f.model_dir)):
+            self.ctx.logger.print("note: no --backbone_checkpoint: the trunk starts from random "
+                                  "weights (NVIDIA's recipe starts from TF-slim's ImageNet "
+                                  "resnet_v1_50: ssd320/README.md, Quick start)")
         return model
+
+    def _build(self, num_classes):
+        f = self.flags
+        return build_ssd(f.arch, num_classes, f.image_size, f.freeze_bn,
+                         float32_fpn=self.ctx.capabilities.float32_fpn, trunk=f.trunk,
+                         padding=f.padding)
+
+    def build_model_like(self, recorded):
+        return self._build(recorded.get("num_classes", self.flags.num_classes))
+
+    def checkpoint_assets(self):
+        path = os.path.join(self.flags.data_dir or "", "label_map.json")
+        return {"label_map.json": path} if self.label_map else {}
 
     def build_optimizer(self, steps_per_epoch, total_steps):
         f, batch = self.flags, self.ctx.global_batch_size

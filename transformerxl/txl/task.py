@@ -14,6 +14,7 @@ it). The memory is the per-run state that ``common/trainer.py`` carries from ste
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 
@@ -162,6 +163,24 @@ class TransformerXLTask(Task):
         # pass, seconds of every run's start on a CPU.
         model(tf.zeros((1, 2), tf.int32), model.initial_mems(1), tf.zeros((1, 2), tf.int32))
         return model
+
+    # What a checkpoint is (common/checkpoint_settings.py): the model's shape and its preset;
+    # the vocabulary (its size and a hash of its words in order) is checked against the data.
+    checkpoint_flags = ("preset", "n_layer", "d_model", "n_head", "d_head", "d_inner", "div_val",
+                        "cutoffs")
+    finetune_flags = checkpoint_flags
+
+    def checkpoint_facts(self):
+        facts = {"vocab_size": self.cfg.vocab_size}
+        if self.vocab:
+            text = "\n".join(self.vocab).encode("utf-8")
+            facts["vocab_sha256"] = hashlib.sha256(text).hexdigest()[:16]
+        return facts
+
+    def checkpoint_fact_sources(self):
+        where = (f"vocab.txt in --data_dir {self.flags.data_dir}" if self.vocab
+                 else "--vocab_size (synthetic data)")
+        return {"vocab_size": where, "vocab_sha256": where}
 
     def effective_settings(self):
         # vocab.txt's size with --data_dir, and the cutoffs that fit it

@@ -1,0 +1,110 @@
+"""What a checkpoint is: the settings that shape its variables and what they compute
+(architecture, classes, image size, trunk, padding, vocabulary), recorded beside it in
+``settings.json`` when it is written, and read back by every run that starts from it.
+
+A run that restores a checkpoint directory (resume, evaluate, predict, and the export that
+follows them) takes an omitted setting from it and refuses a flag that contradicts it, with one
+line naming the flag and the checkpoint's value; a fine-tuning run takes the settings that make
+the weights fit (``Task.finetune_flags``). Without this, a model built from the wrong flags only
+found out at the restore, in TensorFlow's words ("does not fit this model"), after a screen of
+warnings. Checkpoints written before this file existed have none: they are read as before.
+
+No TensorFlow here: the settings are read before the model is built.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+
+from common.errors import DataError, UsageError
+
+FILE = "settings.json"
+VERSION = 1
+
+
+def directory_of(path: str) -> str:
+    """The directory of a checkpoint given as a directory or as a prefix (``DIR/ckpt-N``)."""
+    return path if os.path.isdir(path) else os.path.dirname(path) or "."
+
+
+def read(path: str) -> dict | None:
+    """The record beside the checkpoint at ``path`` (a directory or a prefix):
+    ``{"model": ..., "settings": {...}}``, or None where there is none."""
+    file = os.path.join(directory_of(path), FILE)
+    if not os.path.exists(file):
+        return None
+    try:
+        with open(file, encoding="utf-8") as f:
+            record = json.load(f)
+    except (OSError, ValueError) as e:
+        raise DataError(f"{file} cannot be read ({e}); it says what the checkpoint beside it is: "
+                        "restore it from a copy, or delete it to read the checkpoint without it"
+                        ) from None
+    if (not isinstance(record, dict) or not isinstance(record.get("settings"), dict)
+            or not isinstance(record.get("model"), str)):
+        raise DataError(f"{file} is not a checkpoint settings record (no model and settings)")
+    return record
+
+
+def record(model: str, settings: Mapping) -> dict:
+    return {"format": VERSION, "model": model, "settings": dict(sorted(settings.items()))}
+
+
+def write(directory: str, model: str, settings: Mapping) -> None:
+    """Writes the record into ``directory`` (atomically) unless it already holds this one."""
+    new = record(model, settings)
+    file = os.path.join(directory, FILE)
+    try:
+        with open(file, encoding="utf-8") as f:
+            if json.load(f) == new:
+                return
+    except (OSError, ValueError):
+        pass
+    from common.files import write_atomically
+    write_atomically(file, json.dumps(new, indent=1) + "\n")
+
+
+def _show(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return [str(x) for x in (a or [])] == [str(x) for x in (b or [])]
+    return a == b
+
+
+def adopt(settings, found: Mapping, names: Iterable[str], source: str, model: str) -> dict:
+    """The settings of ``names`` that ``found`` (a ``read`` record) holds, to be used where the
+    command line did not give them; a given flag that differs raises ``UsageError`` naming both
+    values. ``source`` names the checkpoint in the message."""
+    if found["model"] != model:
+        raise UsageError(f"{source} holds a {found['model']} checkpoint, not {model}'s "
+                         f"({FILE}): point the flag at a {model} checkpoint")
+    recorded, out = found["settings"], {}
+    for name in names:
+        if name not in recorded:
+            continue
+        value = recorded[name]
+        if settings.given(name):
+            if not _same(getattr(settings, name), value):
+                raise UsageError(f"--{name} {_show(getattr(settings, name))} contradicts "
+                                 f"{source}, written with --{name} {_show(value)}: drop the "
+                                 "flag (it is taken from the checkpoint) or use another "
+                                 "checkpoint")
+        else:
+            out[name] = value
+    return out
+
+
+def compare(found: Mapping, values: Mapping, source: str, explain: Mapping[str, str]) -> None:
+    """Raises ``DataError`` when a setting derived from the data (``values``: a vocabulary's
+    hash, say) differs from the checkpoint's; ``explain`` says where each value came from."""
+    for name, value in values.items():
+        recorded = found["settings"].get(name)
+        if recorded is not None and not _same(recorded, value):
+            raise DataError(f"{explain.get(name, name)} ({name} {_show(value)}) is not what "
+                            f"{source} was trained on ({name} {_show(recorded)})")
