@@ -5,6 +5,8 @@
 #   requirements.lock       TensorFlow and Keras (common/versions.py's pins), DALI, requirements.txt
 #   requirements-cuda.lock  the same with tensorflow[and-cuda] (CUDA and cuDNN from pip)
 # Run it after changing a pin or requirements.txt; tests/test_lock.py checks that they agree.
+# The versions already locked are kept (uv prefers what its output file pins), so adding a
+# requirement changes only what it brings; LOCK_UPGRADE=1 takes the newest of everything.
 # Needs uv (pip install uv); reads the package index, installs nothing.
 #   bash scripts/lock.sh
 set -euo pipefail
@@ -21,8 +23,11 @@ for variant in "" cuda; do
   printf 'tensorflow%s==%s\nkeras==%s\nnvidia-dali-cuda120==%s\n' "$extra" "$tf" "$keras" \
     "$dali" >"$work/pins.in"
   out=requirements${variant:+-$variant}.lock
+  upgrade=()
+  if [ "${LOCK_UPGRADE:-0}" = 1 ]; then upgrade=(--upgrade)
+  elif [ -f "$out" ]; then cp "$out" "$work/$out"; fi  # uv keeps the versions it finds there
   uv pip compile "$work/pins.in" requirements.txt --universal --python-version 3.11 \
-    --generate-hashes --no-header --no-annotate --quiet -o "$work/$out"
+    --generate-hashes --no-header --no-annotate --quiet "${upgrade[@]}" -o "$work/$out"
   { echo "# The pip stack, locked by scripts/lock.sh (uv pip compile --universal --generate-hashes)"
     echo "# from tensorflow$extra==$tf, keras==$keras, nvidia-dali-cuda120==$dali and requirements.txt."
     echo "# scripts/install_deps.sh installs it with pip install --require-hashes where no"

@@ -32,6 +32,7 @@ from common.conv2d import Conv2D
 from common.fused_batch_norm import FusedBatchNormalization
 
 _BN = dict(momentum=0.997, epsilon=1e-5)
+ROOT_DEPTH = 64  # slim's resnet_v1 builds its root with 64 filters whatever its blocks are
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,11 +80,11 @@ def slim_trunk(x, arch: str = "resnet50") -> list:
     """Normalised images (N, S, S, 3) -> [C2, C3, C4, C5], the non-strided outputs of blocks
     1-4 (strides 4, 8, 16, 32)."""
     x = layers.ZeroPadding2D(3, name="conv1_pad")(x)  # conv2d_same: 3 before and after
-    x = Conv2D(blocks(arch)[0].base_depth, 7, strides=2, padding="valid", use_bias=False,
-               name="conv1")(x)  # (N, S/2, S/2, w)
+    x = Conv2D(ROOT_DEPTH, 7, strides=2, padding="valid", use_bias=False,
+               name="conv1")(x)  # (N, S/2, S/2, 64)
     x = FusedBatchNormalization(name="conv1_bn", **_BN)(x)
     x = layers.ReLU(max_value=6.0, name="conv1_relu6")(x)
-    x = layers.MaxPool2D(3, strides=2, padding="same", name="pool1")(x)  # (N, S/4, S/4, w)
+    x = layers.MaxPool2D(3, strides=2, padding="same", name="pool1")(x)  # (N, S/4, S/4, 64)
     outputs = []
     for block in blocks(arch):
         for unit in range(1, block.units + 1):

@@ -1,0 +1,368 @@
+"""ImageNet weights users already have, as a checkpoint of this repository's ResNet-50 v1.5
+(``resnet50v1.5/import_weights.py``): weights only (``common.checkpoints.write_weights``) with
+its ``settings.json``, which evaluate, predict, export, ``--finetune_checkpoint`` and SSD320's
+``--trunk resnet_v1.5 --backbone_checkpoint`` read like any other checkpoint.
+
+Sources, each by its own names and layouts:
+
+* ``torchvision`` / ``timm``: a ``resnet50`` state dict (``.safetensors``, or ``.pth`` / ``.pt``
+  / ``.bin`` where PyTorch is installed): ``conv1.weight``, ``bn1.running_mean``,
+  ``layer1.0.downsample.0.weight``, ``fc.weight`` ... (timm's ResNet-50 has torchvision's
+  names). The same network as this one: convolutions OIHW -> HWIO, the classifier transposed,
+  and PyTorch's symmetric padding recorded (``--padding symmetric``), so the logits are
+  torchvision's. Their input normalisation differs from NVIDIA's by under 0.01 standard
+  deviations in two channels (means 116.28 and 103.53 against 116.78 and 103.94).
+* ``nvidia``: NVIDIA's TensorFlow ResNet-50 v1.5 checkpoints from NGC, by the names of
+  DeepLearningExamples' ``TensorFlow/Classification/ConvNets/model/resnet.py``:
+  ``resnet50/conv2d/conv2d/kernel``, ``resnet50/btlnck_block_0_0/bottleneck_1/BatchNorm/gamma``,
+  ``resnet50/btlnck_block_0_0/shortcut/conv2d/conv2d/kernel``, ``resnet50/output/dense/kernel``
+  .... The same network and padding (TensorFlow's ``same``); NVIDIA's classifier has 1001
+  outputs, the first for a background class its records never use: it is dropped. Optimizer
+  slots, ``global_step`` and loss-scale variables are left.
+* ``keras``: ``keras.applications.ResNet50`` weight files (``.h5``, with or without the top).
+  That is ResNet-50 v1: the stride of a downsampling block is on its first 1x1 convolution, not
+  on the 3x3, so the imported model is an initialisation for fine-tuning, not the same function
+  (the importer says so). Its convolutions' biases are folded into the batch norms that follow
+  them, its epsilon 1.001e-5 into the variances, and its caffe input (BGR, less the mean, not
+  divided by the standard deviation) into the first convolution.
+
+Every source tensor is used and every variable of the model set, or the import stops with one
+line naming what is missing, left over or mis-shaped. A classifier for another number of
+classes than ``--num_classes`` (or none, a ``notop`` file) leaves the classifier fresh, and the
+importer says so.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+
+import numpy as np
+
+from common import checkpoint_settings
+from common.errors import DataError, UsageError, one_line
+from common.images import STD
+
+SOURCES = ("torchvision", "timm", "nvidia", "keras")
+BN = ("gamma", "beta", "moving_mean", "moving_variance")
+
+
+@dataclasses.dataclass
+class Imported:
+    """What a source gave: weights by (our layer, its weight), the classifier's classes in the
+    source (0 without one), the padding its network computes with, and notes to print."""
+    weights: dict
+    classes: int
+    padding: str
+    notes: list
+
+
+def _blocks(arch: str):
+    """(stage 1..4, block 1..n) of the architecture, as rn50.model builds it."""
+    from rn50.model import ARCHS
+    for s, n in enumerate(ARCHS[arch].blocks, 1):
+        for b in range(1, n + 1):
+            yield s, b
+
+
+def _conv(w_oihw):
+    return np.transpose(w_oihw, (2, 3, 1, 0))  # PyTorch OIHW -> TensorFlow HWIO
+
+
+def _take(source: dict, key: str, used: set, where: str):
+    if key not in source:
+        raise DataError(f"{where} has no {key}: not a ResNet-50 of this architecture")
+    used.add(key)
+    return np.asarray(source[key], np.float32)
+
+
+def _leftovers(source, used, where, ignore=lambda k: False):
+    extra = sorted(k for k in source if k not in used and not ignore(k))
+    if extra:
+        raise DataError(f"{where} holds {len(extra)} tensors this ResNet-50 does not have "
+                        f"(first: {extra[0]}): another network's weights?")
+
+
+# --- PyTorch: torchvision and timm ----------------------------------------------------------
+def read_state_dict(path: str) -> dict:
+    """A PyTorch state dict as numpy arrays: ``.safetensors`` (the safetensors package), or a
+    pickled one (``.pth``, ``.pt``, ``.bin``: PyTorch, with ``weights_only``)."""
+    if path.endswith(".safetensors"):
+        from safetensors import SafetensorError
+        from safetensors.numpy import load_file
+        try:
+            return load_file(path)
+        except (SafetensorError, OSError, ValueError) as e:
+            raise DataError(f"{path} is not a readable .safetensors file ({one_line(str(e))})"
+                            ) from None
+    try:
+        import torch
+    except ImportError:
+        raise DataError(f"{path}: reading a pickled PyTorch file needs PyTorch; without it, "
+                        "save the state dict as .safetensors (safetensors.torch.save_file)"
+                        ) from None
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises many types for a file it cannot read
+        raise DataError(f"{path} is not a readable PyTorch file ({one_line(str(e))})") from None
+    for key in ("state_dict", "model", "model_state_dict"):  # training checkpoints wrap it
+        if isinstance(obj, dict) and isinstance(obj.get(key), dict):
+            obj = obj[key]
+    if not isinstance(obj, dict):
+        raise DataError(f"{path} holds a {type(obj).__name__}, not a state dict")
+    return {k: v.float().numpy() for k, v in obj.items() if hasattr(v, "numpy")}
+
+
+def from_torch(sd: dict, arch: str, where: str) -> Imported:
+    sd = {k.removeprefix("module."): v for k, v in sd.items()}  # DistributedDataParallel's
+    used, out = set(), {}
+
+    def conv_bn(ours, conv, bn):
+        out[(f"{ours}_conv", "kernel")] = _conv(_take(sd, f"{conv}.weight", used, where))
+        for w, t in zip(BN, ("weight", "bias", "running_mean", "running_var")):
+            out[(f"{ours}_bn", w)] = _take(sd, f"{bn}.{t}", used, where)
+        used.add(f"{bn}.num_batches_tracked")  # a counter, not a weight
+
+    conv_bn("stem", "conv1", "bn1")
+    for s, b in _blocks(arch):
+        torch_block = f"layer{s}.{b - 1}"
+        for k in (1, 2, 3):
+            conv_bn(f"stage{s}_block{b}_{k}", f"{torch_block}.conv{k}", f"{torch_block}.bn{k}")
+        if b == 1:
+            conv_bn(f"stage{s}_block{b}_proj", f"{torch_block}.downsample.0",
+                    f"{torch_block}.downsample.1")
+    classes = 0
+    if "fc.weight" in sd:
+        out[("logits", "kernel")] = _take(sd, "fc.weight", used, where).T
+        out[("logits", "bias")] = _take(sd, "fc.bias", used, where)
+        classes = out[("logits", "bias")].shape[0]
+    _leftovers(sd, used, where, ignore=lambda k: k.endswith("num_batches_tracked"))
+    return Imported(out, classes, "symmetric", [])
+
+
+# --- NVIDIA's TensorFlow checkpoints (DeepLearningExamples' names) --------------------------
+_NV_SCOPE = "resnet50"
+_NV_BN = ("gamma", "beta", "moving_mean", "moving_variance")
+
+
+def from_nvidia(path: str, arch: str) -> Imported:
+    import tensorflow as tf
+    try:
+        reader = tf.train.load_checkpoint(path)
+    except (tf.errors.OpError, ValueError) as e:
+        raise DataError(f"{path} is not a readable TensorFlow checkpoint prefix "
+                        f"({one_line(getattr(e, 'message', str(e)))[:200]})") from None
+    names = reader.get_variable_to_shape_map()
+    source = _LazyReader(reader, names)
+    used, out = set(), {}
+    s0 = _NV_SCOPE
+
+    def conv_bn(ours, conv_kernel, bn_scope):
+        out[(f"{ours}_conv", "kernel")] = _take(source, conv_kernel, used, path)
+        for w in _NV_BN:
+            out[(f"{ours}_bn", w)] = _take(source, f"{bn_scope}/BatchNorm/{w}", used, path)
+
+    conv_bn("stem", f"{s0}/conv2d/conv2d/kernel", f"{s0}/conv2d")
+    for s, b in _blocks(arch):
+        block = f"{s0}/btlnck_block_{s - 1}_{b - 1}"
+        for k in (1, 2, 3):
+            conv_bn(f"stage{s}_block{b}_{k}", f"{block}/bottleneck_{k}/conv2d/kernel",
+                    f"{block}/bottleneck_{k}")
+        if b == 1:
+            conv_bn(f"stage{s}_block{b}_proj", f"{block}/shortcut/conv2d/conv2d/kernel",
+                    f"{block}/shortcut/conv2d")
+    notes, classes = [], 0
+    if f"{s0}/output/dense/kernel" in names:
+        kernel = _take(source, f"{s0}/output/dense/kernel", used, path)
+        bias = _take(source, f"{s0}/output/dense/bias", used, path)
+        if kernel.shape[1] == 1001:  # NVIDIA's background class 0, never a label
+            kernel, bias = kernel[:, 1:], bias[1:]
+            notes.append("NVIDIA's classifier has 1001 outputs; the first (a background class "
+                         "its ImageNet records never use) was dropped: 1000 classes")
+        out[("logits", "kernel")], out[("logits", "bias")] = kernel, bias
+        classes = bias.shape[0]
+    # The model's tensors are under its scope; an optimizer slot extends a model tensor's name.
+    _leftovers({k: None for k in names if k.startswith(s0 + "/")}, used, path,
+               ignore=lambda k: any(k.startswith(u + "/") for u in used))
+    others = [k for k in names if not k.startswith(s0 + "/")]
+    if others:
+        notes.append(f"left {len(others)} training-state tensors outside {s0}/ "
+                     f"({', '.join(sorted(others)[:3])}{', ...' if len(others) > 3 else ''})")
+    return Imported(out, classes, "same", notes)
+
+
+class _LazyReader(dict):
+    """A checkpoint reader as a mapping (tensors read when taken)."""
+
+    def __init__(self, reader, names):
+        super().__init__({k: None for k in names})
+        self.reader = reader
+
+    def __getitem__(self, key):
+        return self.reader.get_tensor(key)
+
+
+# --- keras.applications.ResNet50 ------------------------------------------------------------
+KERAS_EPSILON = 1.001e-5
+
+
+def from_keras(path: str, arch: str) -> Imported:
+    if arch != "resnet50":
+        raise UsageError("--from keras: keras.applications has ResNet50 only (--arch resnet50)")
+    import keras
+    app, errors = None, []
+    for top in (True, False):
+        candidate = keras.applications.ResNet50(weights=None, include_top=top)
+        try:
+            candidate.load_weights(path)
+            app = candidate
+            break
+        except Exception as e:  # Keras raises ValueError, KeyError, OSError for a bad file
+            errors.append(one_line(str(e))[:200])
+    if app is None:
+        raise DataError(f"{path} does not fit keras.applications.ResNet50 with or without its "
+                        f"top ({errors[0]})")
+    out = {}
+
+    def conv_bn(ours, theirs, first=False):
+        kernel, bias = (np.asarray(w, np.float32) for w in app.get_layer(f"{theirs}_conv")
+                        .get_weights())
+        gamma, beta, mean, var = (np.asarray(w, np.float32) for w in app.get_layer(f"{theirs}_bn")
+                                  .get_weights())
+        if first:  # caffe input: BGR less the mean; ours RGB (less the mean) / std
+            kernel = kernel[:, :, ::-1, :] * np.asarray(STD, np.float32)[None, None, :, None]
+        out[(f"{ours}_conv", "kernel")] = kernel
+        out[(f"{ours}_bn", "gamma")], out[(f"{ours}_bn", "beta")] = gamma, beta
+        out[(f"{ours}_bn", "moving_mean")] = mean - bias  # BN(conv + b) = BN'(conv)
+        out[(f"{ours}_bn", "moving_variance")] = var + (KERAS_EPSILON - 1e-5)
+
+    conv_bn("stem", "conv1", first=True)
+    for s, b in _blocks(arch):
+        theirs = f"conv{s + 1}_block{b}"
+        for k in (1, 2, 3):
+            conv_bn(f"stage{s}_block{b}_{k}", f"{theirs}_{k}")
+        if b == 1:
+            conv_bn(f"stage{s}_block{b}_proj", f"{theirs}_0")
+    classes = 0
+    if any(layer.name == "predictions" for layer in app.layers):
+        kernel, bias = app.get_layer("predictions").get_weights()
+        out[("logits", "kernel")], out[("logits", "bias")] = kernel, bias
+        classes = bias.shape[0]
+    notes = ["keras.applications.ResNet50 is ResNet-50 v1 (a downsampling block's stride on its "
+             "first 1x1 convolution): these weights initialise this v1.5 network for "
+             "fine-tuning; they do not compute what they computed there"]
+    return Imported(out, classes, "symmetric", notes)
+
+
+# --- the checkpoint -------------------------------------------------------------------------
+def read(source: str, path: str, arch: str) -> Imported:
+    if source in ("torchvision", "timm"):
+        return from_torch(read_state_dict(path), arch, path)
+    if source == "nvidia":
+        return from_nvidia(path, arch)
+    if source == "keras":
+        return from_keras(path, arch)
+    raise UsageError(f"--from must be one of {', '.join(SOURCES)}")
+
+
+def build(imported: Imported, arch: str, num_classes: int | None, image_size: int):
+    """Our model with the imported weights (``num_classes``: the source's when None); returns
+    (model, its settings, notes)."""
+    from rn50.model import build_resnet
+    notes = list(imported.notes)
+    classes = num_classes or imported.classes or 1000
+    weights = dict(imported.weights)
+    if imported.classes != classes:
+        weights = {k: v for k, v in weights.items() if k[0] != "logits"}
+        notes.append(f"the classifier starts fresh: the source has "
+                     f"{imported.classes or 'no'} classes, the model {classes}; the trunk is "
+                     "imported")
+    model = build_resnet(arch, classes, image_size, padding=imported.padding)
+    targets = {(layer.name, w.path.split("/")[-1]): w for layer in model.layers
+               for w in layer.weights}
+    unset = sorted(set(targets) - set(weights)
+                   - ({k for k in targets if k[0] == "logits"} if imported.classes != classes
+                      else set()))
+    if unset:
+        raise DataError(f"the source sets no value for {len(unset)} of the model's weights "
+                        f"(first: {'/'.join(unset[0])})")
+    for key, value in weights.items():
+        if key not in targets:
+            raise DataError(f"the model has no weight {'/'.join(key)} (--arch {arch}?)")
+        if tuple(targets[key].shape) != tuple(value.shape):
+            raise DataError(f"{'/'.join(key)}: the source's is {tuple(value.shape)}, the "
+                            f"model's {tuple(targets[key].shape)} (--arch {arch}?)")
+        targets[key].assign(value)
+    settings = {"arch": arch, "num_classes": classes, "image_size": image_size,
+                "padding": imported.padding}
+    return model, settings, notes
+
+
+def write(model, settings: dict, out_dir: str, labels: str | None) -> str:
+    """The weights-only checkpoint, settings.json and labels.txt, moved into ``out_dir`` once
+    complete; returns the checkpoint's prefix."""
+    from common import checkpoints
+    if checkpoints.on_disk(out_dir):
+        raise DataError(f"{out_dir} already holds checkpoints: import into an empty directory")
+    names = None
+    if labels:
+        with open(labels, encoding="utf-8") as f:
+            names = [line.strip() for line in f if line.strip()]
+        if len(names) != settings["num_classes"]:
+            raise DataError(f"{labels} lists {len(names)} classes; the model has "
+                            f"{settings['num_classes']}")
+    os.makedirs(out_dir, exist_ok=True)
+    stage = tempfile.mkdtemp(prefix=".import-", dir=out_dir)
+    try:
+        prefix = checkpoints.write_weights(stage, model, step=0)
+        checkpoint_settings.write(stage, "resnet50v1.5", settings)
+        if names:
+            with open(os.path.join(stage, "labels.txt"), "w", encoding="utf-8") as f:
+                f.write("".join(n + "\n" for n in names))
+        for name in os.listdir(stage):
+            os.replace(os.path.join(stage, name), os.path.join(out_dir, name))
+    except OSError as e:
+        raise DataError(f"cannot write the checkpoint in {out_dir} ({e.strerror or e})") from None
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return os.path.join(out_dir, os.path.basename(prefix))
+
+
+def main(argv=None) -> int:
+    """``import_weights.py SRC OUT --from SOURCE``: one line on stderr for a bad input."""
+    import argparse
+    import sys
+    p = argparse.ArgumentParser(
+        prog="import_weights.py",
+        description="Writes a ResNet-50 v1.5 checkpoint of this repository from torchvision, "
+                    "timm, NVIDIA (NGC TensorFlow) or keras.applications ImageNet weights.")
+    p.add_argument("src", help="the weights: a .safetensors/.pth state dict (torchvision, timm), "
+                   "a TensorFlow checkpoint prefix (nvidia), a .h5 file (keras)")
+    p.add_argument("out_dir", help="an empty directory: the checkpoint and its settings.json")
+    p.add_argument("--from", dest="source", required=True, choices=SOURCES)
+    p.add_argument("--arch", default="resnet50", choices=("resnet50", "resnet_tiny"))
+    p.add_argument("--num_classes", type=int, help="classes of the model (default: the "
+                   "source's); another number keeps the trunk and starts the classifier fresh")
+    p.add_argument("--image_size", type=int, default=224, help="recorded as the model's input "
+                   "size (default: 224)")
+    p.add_argument("--labels", help="a file of class names, one a line, kept beside the "
+                   "checkpoint as labels.txt (predict names its classes)")
+    args = p.parse_args(argv)
+    try:
+        imported = read(args.source, args.src, args.arch)
+        model, settings, notes = build(imported, args.arch, args.num_classes, args.image_size)
+        prefix = write(model, settings, args.out_dir, args.labels)
+    except UsageError as e:
+        print(f"import_weights.py: error: {e}", file=sys.stderr)
+        return 2
+    except DataError as e:
+        print(f"import_weights.py: error: {e}", file=sys.stderr)
+        return 1
+    for note in notes:
+        print(f"note: {note}")
+    print(f"imported {len(imported.weights)} tensors of {args.source}'s ResNet-50 into {prefix} "
+          f"({settings['num_classes']} classes, --padding {settings['padding']}); use it with "
+          f"--model_dir {args.out_dir} (evaluate, predict, export), --finetune_checkpoint "
+          f"{args.out_dir}, or SSD320's --trunk resnet_v1.5 --backbone_checkpoint {args.out_dir}")
+    return 0
