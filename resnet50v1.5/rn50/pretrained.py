@@ -42,7 +42,10 @@ import numpy as np
 
 from common import checkpoint_settings
 from common.errors import DataError, UsageError, one_line
-from common.images import STD
+
+# NVIDIA's ImageNet standard deviations (common/images.py), here so that the state-dict reader
+# imports without TensorFlow (the tests run it beside PyTorch alone).
+STD = (58.395, 57.12, 57.375)
 
 SOURCES = ("torchvision", "timm", "nvidia", "keras")
 BN = ("gamma", "beta", "moving_mean", "moving_variance")

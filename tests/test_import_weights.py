@@ -1,0 +1,284 @@
+"""ResNet-50 v1.5 from the weights users already have (``resnet50v1.5/import_weights.py``,
+``rn50/pretrained.py``): torchvision's and timm's own models with random weights give the same
+logits once imported; NVIDIA's NGC TensorFlow names and keras.applications' weight files import;
+a file with a missing, extra or mis-shaped tensor is refused with one line; the checkpoint
+written serves evaluate/predict (with class names) and says what it is."""
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import ROOT, run_cli
+from PIL import Image
+from safetensors.numpy import load_file, save_file
+
+from common import checkpoint_settings, images, runner
+from rn50 import pretrained
+from rn50.model import build_resnet
+from rn50.task import ResNetTask
+
+TORCH_ENV = os.path.join(ROOT, "tests", "torch_env.sh")
+
+
+@pytest.fixture(scope="module")
+def torch_python():
+    """tests/torch_env.sh's python (PyTorch, torchvision, timm: made at first use)."""
+    proc = run_cli(["bash", TORCH_ENV], timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def torch_files(torch_python, tmp_path_factory):
+    """torchvision's and timm's resnet50, random weights: state dicts, inputs, logits."""
+    out = tmp_path_factory.mktemp("torch")
+    proc = run_cli([torch_python, os.path.join(ROOT, "tests", "torch_reference.py"), str(out)],
+                   timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def _logits(model, x):
+    return model(x, training=False).numpy()
+
+
+def _imported(source, path, arch="resnet50", num_classes=None):
+    imp = pretrained.read(source, str(path), arch)
+    return pretrained.build(imp, arch, num_classes, 224)
+
+
+@pytest.mark.parametrize("source", ["torchvision", "timm"])
+def test_logits_equal_the_source_frameworks_own(torch_files, source):
+    model, settings, notes = _imported(source, torch_files / f"{source}.safetensors")
+    assert settings == {"arch": "resnet50", "num_classes": 1000, "image_size": 224,
+                        "padding": "symmetric"} and notes == []
+    x = np.load(torch_files / "images.npy")
+    theirs = np.load(torch_files / f"{source}_logits.npy")
+    ours = _logits(model, x)
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-4 * np.abs(theirs).max())
+    assert (ours.argmax(1) == theirs.argmax(1)).all()
+
+
+def test_pth_files_read_as_the_safetensors_beside_them(torch_python, torch_files, capsys):
+    """With PyTorch (its environment): the .pth state dict is the .safetensors one. Without it
+    (TensorFlow's): one line saying what to do."""
+    check = ("import sys, numpy as np; from safetensors.numpy import load_file; "
+             "from rn50.pretrained import read_state_dict; "
+             "a = read_state_dict(sys.argv[1]); b = load_file(sys.argv[2]); "
+             "assert set(a) == set(b), set(a) ^ set(b); "
+             "assert all(np.array_equal(a[k], b[k].astype(np.float32)) for k in a); print(len(a))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.path.join(ROOT, "resnet50v1.5")])}
+    proc = subprocess.run([torch_python, "-c", check, str(torch_files / "torchvision.pth"),
+                           str(torch_files / "torchvision.safetensors")], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "320", proc.stderr[-2000:]
+    if "torch" in sys.modules or _has_torch():
+        pytest.skip("PyTorch is installed beside TensorFlow here")
+    assert pretrained.main([str(torch_files / "torchvision.pth"), "/nonexistent-out",
+                            "--from", "torchvision"]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"import_weights.py: error: {torch_files / 'torchvision.pth'}: reading a pickled PyTorch "
+        "file needs PyTorch; without it, save the state dict as .safetensors "
+        "(safetensors.torch.save_file)")
+
+
+def _has_torch():
+    import importlib.util
+    return importlib.util.find_spec("torch") is not None
+
+
+def test_the_imported_checkpoint_predicts_with_names_and_says_what_it_is(torch_files, tmp_path,
+                                                                          capsys):
+    labels = tmp_path / "names.txt"
+    labels.write_text("".join(f"class {i}\n" for i in range(1000)))
+    out = tmp_path / "rn50-tv"
+    assert pretrained.main([str(torch_files / "torchvision.safetensors"), str(out), "--from",
+                            "torchvision", "--labels", str(labels)]) == 0
+    said = capsys.readouterr().out
+    assert f"into {out}/ckpt-0 (1000 classes, --padding symmetric)" in said
+    found = checkpoint_settings.read(str(out))
+    assert found["model"] == "resnet50v1.5" and found["settings"]["padding"] == "symmetric"
+    image = tmp_path / "photo.png"
+    pixels = np.random.default_rng(1).integers(0, 255, (256, 256, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(image)
+    runner.run(ResNetTask, ["main.py", "--mode", "predict", "--model_dir", str(out),
+                            "--to_predict", str(image), "--results_dir", str(tmp_path / "p")])
+    import json
+    record = json.load(open(tmp_path / "p" / "predictions.json"))[0]
+    # What the model computes on the evaluation crop, named from labels.txt.
+    from rn50 import tfdata_pipeline
+    model, _, _ = _imported("torchvision", torch_files / "torchvision.safetensors")
+    x = tfdata_pipeline.eval_crop(tf.constant(pixels), 224)[None]
+    top = np.argsort(-_logits(model, x)[0])[:5]
+    assert record["top5_classes"] == [int(c) for c in top]
+    assert record["top5_names"] == [f"class {c}" for c in top]
+    # A flag that contradicts the checkpoint: one line naming it, exit 2.
+    assert runner.main(ResNetTask, ["main.py", "--mode", "predict", "--model_dir", str(out),
+                                    "--padding", "same", "--to_predict", str(image),
+                                    "--results_dir", str(tmp_path / "q")]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"main.py: error: --padding same contradicts the checkpoint in --model_dir {out}, "
+        "written with --padding symmetric: drop the flag (it is taken from the checkpoint) or "
+        "use another checkpoint")
+    # Importing over it is refused.
+    assert pretrained.main([str(torch_files / "torchvision.safetensors"), str(out), "--from",
+                            "torchvision"]) == 1
+    assert "already holds checkpoints" in capsys.readouterr().err
+
+
+# --- NVIDIA's NGC checkpoints: DeepLearningExamples' names -------------------------------------
+def _nvidia_names(sd: dict) -> dict:
+    """A torchvision state dict under the names DeepLearningExamples' TensorFlow ResNet-50
+    gives its variables (model/resnet.py, blocks/, layers/: tf.layers.conv2d kernels HWIO,
+    tf.contrib.layers.batch_norm's BatchNorm scope, a 1001-way dense)."""
+    out = {}
+
+    def conv_bn(tf_conv, tf_bn, t_conv, t_bn):
+        out[tf_conv] = np.transpose(sd[f"{t_conv}.weight"], (2, 3, 1, 0))
+        for ours, theirs in zip(("gamma", "beta", "moving_mean", "moving_variance"),
+                                ("weight", "bias", "running_mean", "running_var")):
+            out[f"{tf_bn}/BatchNorm/{ours}"] = sd[f"{t_bn}.{theirs}"]
+
+    conv_bn("resnet50/conv2d/conv2d/kernel", "resnet50/conv2d", "conv1", "bn1")
+    for s, n in enumerate((3, 4, 6, 3)):
+        for b in range(n):
+            block = f"resnet50/btlnck_block_{s}_{b}"
+            for k in (1, 2, 3):
+                conv_bn(f"{block}/bottleneck_{k}/conv2d/kernel", f"{block}/bottleneck_{k}",
+                        f"layer{s + 1}.{b}.conv{k}", f"layer{s + 1}.{b}.bn{k}")
+            if b == 0:
+                conv_bn(f"{block}/shortcut/conv2d/conv2d/kernel", f"{block}/shortcut/conv2d",
+                        f"layer{s + 1}.{b}.downsample.0", f"layer{s + 1}.{b}.downsample.1")
+    background = np.full((2048, 1), 7.0, np.float32)  # class 0, never a label: dropped
+    out["resnet50/output/dense/kernel"] = np.concatenate([background, sd["fc.weight"].T], 1)
+    out["resnet50/output/dense/bias"] = np.concatenate([[7.0], sd["fc.bias"]]).astype(np.float32)
+    return out
+
+
+def _write_tf1_checkpoint(prefix: str, tensors: dict) -> None:
+    graph = tf.Graph()
+    with graph.as_default():
+        variables = [tf.compat.v1.Variable(v, name=k) for k, v in tensors.items()]
+        with tf.compat.v1.Session(graph=graph) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            tf.compat.v1.train.Saver(variables).save(session, prefix, write_meta_graph=False)
+
+
+def test_nvidia_ngc_checkpoint_imports_as_the_same_network(torch_files, tmp_path):
+    sd = {k: v.astype(np.float32) for k, v in
+          load_file(str(torch_files / "torchvision.safetensors")).items()}
+    tensors = _nvidia_names(sd)
+    # What an NGC training checkpoint also holds: momentum slots, the step, the loss scale.
+    tensors.update({f"{k}/Momentum": np.zeros_like(v) for k, v in list(tensors.items())[:5]})
+    tensors["global_step"] = np.int64(112603)
+    tensors["current_loss_scale"] = np.float32(128)
+    prefix = str(tmp_path / "nvidia_rn50_tf_amp" / "model.ckpt-112603")
+    _write_tf1_checkpoint(prefix, tensors)
+    model, settings, notes = _imported("nvidia", prefix)
+    assert settings["padding"] == "same" and settings["num_classes"] == 1000
+    assert any("1001 outputs" in n for n in notes) and any("2 training-state" in n for n in notes)
+    # The same weights in the same network (TensorFlow's padding) as torchvision's import.
+    reference, _, _ = _imported("torchvision", torch_files / "torchvision.safetensors")
+    same = build_resnet("resnet50", 1000, 224, padding="same")
+    same.set_weights(reference.get_weights())
+    x = np.load(torch_files / "images.npy")
+    np.testing.assert_allclose(_logits(model, x), _logits(same, x), rtol=0, atol=1e-5)
+    # A tensor missing: one line.
+    del tensors["resnet50/btlnck_block_2_3/bottleneck_2/BatchNorm/moving_mean"]
+    broken = str(tmp_path / "broken" / "model.ckpt-1")
+    _write_tf1_checkpoint(broken, tensors)
+    with pytest.raises(pretrained.DataError, match="has no resnet50/btlnck_block_2_3/bottleneck_2/"
+                       "BatchNorm/moving_mean: not a ResNet-50 of this architecture"):
+        pretrained.read("nvidia", broken, "resnet50")
+
+
+# --- keras.applications.ResNet50 --------------------------------------------------------------
+def _keras_resnet50(include_top=True):
+    model = keras.applications.ResNet50(weights=None, include_top=include_top)
+    rng = np.random.default_rng(2)
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            n = layer.gamma.shape[0]
+            layer.set_weights([0.5 + rng.random(n), 0.1 * rng.standard_normal(n),
+                               0.1 * rng.standard_normal(n), 0.5 + rng.random(n)])
+        elif isinstance(layer, keras.layers.Conv2D):
+            kernel, bias = layer.get_weights()
+            layer.set_weights([kernel, 0.1 * rng.standard_normal(bias.shape)])
+    return model
+
+
+def _save_legacy_h5(model, path):
+    """The format of keras.applications' downloads (resnet50_weights_tf_dim_ordering_tf_kernels
+    .h5): Keras 2's save_weights, layer_names and weight_names attributes."""
+    import h5py
+    from keras.src.legacy.saving import legacy_h5_format
+    with h5py.File(path, "w") as f:
+        legacy_h5_format.save_weights_to_hdf5_group(f, model)
+
+
+def test_keras_applications_weights_initialise_the_v15_network(tmp_path, capsys):
+    app = _keras_resnet50()
+    full = str(tmp_path / "resnet50_weights_tf_dim_ordering_tf_kernels.h5")
+    _save_legacy_h5(app, full)
+    model, settings, notes = _imported("keras", full)
+    assert settings["num_classes"] == 1000 and "v1" in notes[0] and "fine-tuning" in notes[0]
+    # The stem is the same function: Keras' on its caffe input (BGR less the mean), ours on
+    # the normalised RGB image; the conv bias and epsilon folded into the batch norm.
+    x = np.random.default_rng(3).standard_normal((2, 224, 224, 3)).astype(np.float32)
+    caffe = (x * np.float32(images.STD))[..., ::-1]
+    theirs = keras.Model(app.input, app.get_layer("pool1_pool").output)(caffe).numpy()
+    ours = keras.Model(model.input, model.get_layer("stem_pool").output)(x).numpy()
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-4 * np.abs(theirs).max())
+    np.testing.assert_array_equal(model.get_layer("logits").kernel.numpy(),
+                                  app.get_layer("predictions").kernel.numpy())
+    # Keras 3's own weights file, without the top: the classifier starts fresh, with a line.
+    notop = str(tmp_path / "notop.weights.h5")
+    _keras_resnet50(include_top=False).save_weights(notop)
+    assert pretrained.main([notop, str(tmp_path / "k"), "--from", "keras", "--num_classes",
+                            "10"]) == 0
+    said = capsys.readouterr().out
+    assert "the classifier starts fresh: the source has no classes, the model 10" in said
+    # A file of another network: one line.
+    other = str(tmp_path / "other.weights.h5")
+    keras.applications.ResNet101(weights=None).save_weights(other)
+    assert pretrained.main([other, str(tmp_path / "o"), "--from", "keras"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        f"import_weights.py: error: {other} does not fit keras.applications.ResNet50"), err
+
+
+# --- refusals ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("fault, expected", [
+    ("missing", "has no layer3.2.bn2.running_var: not a ResNet-50 of this architecture"),
+    ("extra", "holds 1 tensors this ResNet-50 does not have (first: layer5.0.conv1.weight)"),
+    ("misshaped", "stage2_block1_2_conv/kernel: the source's is (3, 3, 64, 128), the model's "
+                  "(3, 3, 128, 128)")])
+def test_a_state_dict_with_a_missing_extra_or_misshaped_tensor_is_one_line(
+        torch_files, tmp_path, capsys, fault, expected):
+    sd = load_file(str(torch_files / "torchvision.safetensors"))
+    if fault == "missing":
+        del sd["layer3.2.bn2.running_var"]
+    elif fault == "extra":
+        sd["layer5.0.conv1.weight"] = np.zeros((4, 4, 1, 1), np.float32)
+    else:
+        sd["layer2.0.conv2.weight"] = np.zeros((128, 64, 3, 3), np.float32)
+    path = str(tmp_path / f"{fault}.safetensors")
+    save_file(sd, path)
+    assert pretrained.main([path, str(tmp_path / "out"), "--from", "torchvision"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("import_weights.py: error: ") and expected in err[0]
+    assert not os.path.exists(tmp_path / "out" / "ckpt-0.index")
+
+
+def test_the_command_line_script_imports(torch_files, tmp_path):
+    """The command a user types, through common/entry.py."""
+    proc = run_cli([sys.executable, os.path.join(ROOT, "resnet50v1.5", "import_weights.py"),
+                    str(torch_files / "timm.safetensors"), str(tmp_path / "t"), "--from", "timm",
+                    "--num_classes", "10"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "the classifier starts fresh: the source has 1000 classes, the model 10" in proc.stdout
+    assert checkpoint_settings.read(str(tmp_path / "t"))["settings"]["num_classes"] == 10
+    assert pretrained.STD == images.STD
