@@ -15,7 +15,8 @@ NGC_MAKE = PATH="$(NGC_VENV)/bin:$$PATH" VIRTUAL_ENV="$(NGC_VENV)" $(MAKE) PYTHO
 deps:
 	bash scripts/install_deps.sh
 
-# What only the tests need: a real Slurm (slurm-wlm, munge) that tests/test_slurm.py starts.
+# What only the tests need: tf-slim (in $(PYTHON)'s environment), PyTorch (tests/torch_env.sh)
+# and a real Slurm (slurm-wlm, munge) that tests/test_slurm.py starts.
 test-deps:
 	bash scripts/install_test_deps.sh
 
@@ -57,8 +58,8 @@ ngc-deps: ngc-stack
 	PIP_CONSTRAINT="$(NGC_VENV)/pip-constraint.txt" $(NGC_MAKE) deps
 	bash scripts/ngc_stack.sh --check "$(NGC_VENV)"
 
-test-ngc: ngc-deps test-deps
-	$(NGC_MAKE) lint pytest-fast
+test-ngc: ngc-deps
+	$(NGC_MAKE) test-deps lint pytest-fast
 
 test-slow-ngc: ngc-deps
 	$(NGC_MAKE) LEARNING_RUNS=results/learning-ngc pytest-slow

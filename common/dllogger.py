@@ -144,8 +144,10 @@ class Logger:
         progress: tuple[int, int] | None = None,
         tb_step: int | None = None,
         tb_prefix: str = "train",
+        text: str | None = None,
     ) -> None:
-        """A per-step (or per-epoch) record; ``progress=(done, total)`` adds a bar and ETA."""
+        """A per-step (or per-epoch) record; ``progress=(done, total)`` adds a bar and ETA;
+        ``text`` is shown instead of the record's fields (the JSON line keeps them all)."""
         if not self.enabled:
             return
         data = {k: _jsonable(v) for k, v in data.items()}
@@ -154,8 +156,10 @@ class Logger:
         if progress:
             done, total = progress
             head += f"/{total} {_bar(done, total)}"
-        text = " | ".join(f"{k} {_fmt(v)}" for k, v in data.items())
-        self.print(f"{head} | {text}")
+        if text is None:
+            text = " | ".join(f"{k} {_fmt(v)}" for k, v in data.items())
+            text = f"{head} | {text}"
+        self.print(text)
         if self._tb is not None and tb_step is not None:
             self._scalars(data, tb_step, tb_prefix)
 

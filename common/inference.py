@@ -57,10 +57,10 @@ def predict(task, model: keras.Model, paths, dist, log, results_dir: str) -> dic
             found = [{"file": path, "error": why}]
             log.print(f"skipped {path}: {why}")
         for r in found:
-            log.log((0, len(records)), r)
+            said = task.describe_prediction(r) if "error" not in r else None
+            count = f"[{n}/{len(paths)}] " if len(paths) > 1 else ""
+            log.log((0, len(records)), r, text=f"{count}{said}" if said else None)
             records.append(r)
-        if len(paths) > 1:
-            log.print(f"predict: {n}/{len(paths)} files")
     if len(failed) == len(paths):
         raise DataError(failed[0] if len(paths) == 1 else
                         f"none of the {len(paths)} files could be read (first: {failed[0]})")

@@ -256,6 +256,11 @@ class Task(abc.ABC):
         be read: the trainer reports it and goes on with the other files)."""
         raise NotImplementedError(f"{self.name} has no predict mode")
 
+    def describe_prediction(self, record: Mapping) -> str | None:
+        """One readable line for a ``predict_file`` record (the log's JSON line keeps it
+        whole), or None for the record's fields as they are."""
+        return None
+
     # --export_onnx_int8: whether this model's ONNX is calibrated for INT8 (it then provides
     # ``calibration_dataset``).
     int8_export = False

@@ -1,11 +1,37 @@
 #!/usr/bin/env bash
-# What the test suite needs beyond scripts/install_deps.sh: a real Slurm (Debian's slurm-wlm,
-# with its PMIx plugin, and munge for its authentication) that tests/slurm_cluster.py starts as
-# a one-node cluster around the suite. Idempotent: returns at once when both are there. Needs
-# root or sudo only to install them. A machine without apt-get and without Slurm gets a note,
-# and the Slurm tests are skipped there (they say so).
+# What the test suite needs beyond scripts/install_deps.sh, idempotently (each part returns at
+# once when it is there):
+# * TF-slim (tf-slim, with tf-keras of the installed TensorFlow's version, whose v1 layers slim
+#   builds on), in $PYTHON's environment: tests/test_slim_trunk.py checks SSD320's trunk against
+#   slim's own resnet_v1_50. Constrained to the installed TensorFlow, numpy and protobuf.
+# * PyTorch, torchvision and timm in an environment of their own (tests/torch_env.sh): the
+#   ResNet-50 import is compared with their own models.
+# * A real Slurm (Debian's slurm-wlm, with its PMIx plugin, and munge for its authentication)
+#   that tests/slurm_cluster.py starts as a one-node cluster around the suite. Needs root or
+#   sudo only to install them. A machine without apt-get and without Slurm gets a note, and the
+#   Slurm tests are skipped there (they say so).
 set -euo pipefail
 log() { printf '[install_test_deps] %s\n' "$*"; }
+here=$(cd "$(dirname "$0")/.." && pwd)
+PY=${PYTHON:-python3}
+
+if ! "$PY" -c "import tf_slim, tf_keras" >/dev/null 2>&1; then
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  "$PY" - >"$work/constraints.txt" <<'EOF'
+import importlib.metadata as md
+for name in ("tensorflow", "numpy", "protobuf", "ml-dtypes", "h5py", "keras"):
+    try:
+        print(f"{name}=={md.version(name)}")
+    except md.PackageNotFoundError:
+        pass
+EOF
+  tf_minor=$("$PY" -c 'import importlib.metadata as m; print(".".join(m.version("tensorflow").split(".")[:2]))')
+  log "pip install tf-slim==1.1.0 tf-keras~=$tf_minor.0"
+  "$PY" -m pip install --disable-pip-version-check --no-input -q -c "$work/constraints.txt" \
+    "tf-slim==1.1.0" "tf-keras~=$tf_minor.0"
+fi
+bash "$here/tests/torch_env.sh" >/dev/null
 
 missing=()
 for cmd in slurmctld slurmd srun sbatch scancel; do
@@ -13,7 +39,7 @@ for cmd in slurmctld slurmd srun sbatch scancel; do
 done
 { command -v munged >/dev/null && command -v mungekey >/dev/null; } || missing+=(munge)
 if [ ${#missing[@]} -eq 0 ]; then
-  log "slurm present: $(slurmd -V)"
+  log "slurm present: $(slurmd -V); tf-slim and PyTorch's environment ready"
   exit 0
 fi
 if ! command -v apt-get >/dev/null; then

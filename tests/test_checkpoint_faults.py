@@ -82,9 +82,18 @@ def test_no_readable_checkpoint_stops_and_touches_nothing(tmp_path, capsys):
 def test_checkpoint_of_another_model_stops_with_the_last_line_on_stderr(tmp_path):
     _train(tmp_path, 1)
     ckdir = tmp_path / "r" / "checkpoints"
-    before = ckpt_digests(ckdir)
     argv = _args(tmp_path, "--num_iter", "3")
     argv[argv.index("--num_classes") + 1] = "7"
+    # The checkpoint's settings.json names the flag that contradicts it, before any model.
+    proc = run_cli([sys.executable, MAIN, *argv[1:]])
+    assert proc.returncode == 2
+    assert stderr_last_line(proc) == (
+        f"main.py: error: --num_classes 7 contradicts the checkpoint in --model_dir {ckdir}, "
+        "written with --num_classes 10: drop the flag (it is taken from the checkpoint) or use "
+        "another checkpoint")
+    # A checkpoint written before settings.json existed: the restore finds the mismatch.
+    os.remove(ckdir / "settings.json")
+    before = ckpt_digests(ckdir)
     proc = run_cli([sys.executable, MAIN, *argv[1:]])
     assert proc.returncode == 1
     last = stderr_last_line(proc)

@@ -3,7 +3,7 @@ seed on its synthetic data, the per-step losses compared with ``data/reference_o
 A change that moves the numbers (an initializer, a loss, a layer's order, the data) fails here
 and must be looked at, then recorded again on purpose::
 
-    python tests/test_reference_outputs.py --write    # after a deliberate numerical change
+    python tests/test_reference_outputs.py --write [MODEL ...]   # after a deliberate change
 
 The tolerances cover TensorFlow releases (2.17 in NGC's image, 2.21 from pip) and CPUs with
 other instruction sets, whose kernels round differently: 0.2% in float32; under AMP 0.2% for the
@@ -29,8 +29,12 @@ STEPS = ["--mode", "train", "--iter_unit", "batch", "--num_iter", "4", "--displa
 RUNS = {
     "resnet50v1.5": (ResNetTask, ["--arch", "resnet_tiny", "--num_classes", "10", "--image_size",
                                   "32", "--batch_size", "8", "--lr_warmup_epochs", "0"]),
+    # SSD320 with this repository's v1.5 trunk (its default until TF-slim's became it), and
+    # with the default trunk, TF-slim's resnet_v1.
     "ssd320": (SSDTask, ["--arch", "resnet_tiny", "--image_size", "128", "--batch_size", "4",
-                         "--lr_warmup_steps", "2"]),
+                         "--lr_warmup_steps", "2", "--trunk", "resnet_v1.5"]),
+    "ssd320/resnet_v1": (SSDTask, ["--arch", "resnet_tiny", "--image_size", "128",
+                                   "--batch_size", "4", "--lr_warmup_steps", "2"]),
     "transformerxl": (TransformerXLTask, ["--preset", "tiny", "--vocab_size", "100",
                                           "--dropout", "0.1"]),
 }
@@ -59,11 +63,13 @@ def test_tiny_models_give_their_stored_losses(model, precision, tmp_path):
     np.testing.assert_allclose(got[1:], stored[1:], rtol=later, err_msg=message)
 
 
-if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
+if __name__ == "__main__" and sys.argv[1:2] == ["--write"]:
+    # --write [MODEL ...]: the named runs (default: all), the others kept as stored.
     import tempfile
 
-    out = {}
-    for m in RUNS:
+    with open(PATH) as fh:
+        out = json.load(fh)
+    for m in sys.argv[2:] or RUNS:
         for p in PRECISIONS:
             with tempfile.TemporaryDirectory() as tmp:
                 out.setdefault(m, {})[p] = losses(m, p, tmp)

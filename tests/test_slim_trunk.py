@@ -62,7 +62,7 @@ def _randomise_batch_norms(session, seed):
             session.run(v.assign(0.1 * rng.standard_normal(n).astype(np.float32)))
 
 
-def slim_checkpoint(path, images, tiny=False):
+def slim_checkpoint(path, images, tiny=False, v1_format=False):
     """Slim's resnet_v1_50 (or its tiny form) with random weights saved at ``path``; returns
     its block end points on ``images`` (slim's input: x - mean), inference mode: strided
     (``resnet_v1`` as it is) and non-strided (the units of each block at stride 1 and the next
@@ -104,7 +104,9 @@ def slim_checkpoint(path, images, tiny=False):
         with tf1.Session(graph=graph) as session:
             session.run(tf1.global_variables_initializer())
             _randomise_batch_norms(session, 1)
-            tf1.train.Saver(tf1.global_variables()).save(session, path, write_meta_graph=False)
+            version = tf1.train.SaverDef.V1 if v1_format else tf1.train.SaverDef.V2
+            tf1.train.Saver(tf1.global_variables(), write_version=version).save(
+                session, path, write_meta_graph=False)
             names = ["resnet_v1_50/block2", "resnet_v1_50/block3", "resnet_v1_50/block4"]
             out = session.run([points[n] for n in names]
                               + [full[b] for b in ("block2", "block3", "block4")], {x: images})
@@ -187,9 +189,12 @@ TINY = ["--arch", "resnet_tiny", "--image_size", "64", "--batch_size", "2", "--d
 def test_main_trains_from_a_slim_checkpoint_and_refuses_a_wrong_one(tmp_path, shapes_records,
                                                                    slim_resnet_v1_50, capsys):
     images = np.zeros((1, 64, 64, 3), np.float32)
-    prefix = str(tmp_path / "slim" / "model.ckpt")
+    # As resnet_v1_50_2016_08_28.tar.gz holds it: one file in TF1's first format, no state file.
+    prefix = str(tmp_path / "slim" / "resnet_v1_50.ckpt")
     os.makedirs(os.path.dirname(prefix))
-    slim_checkpoint(prefix, images, tiny=True)
+    slim_checkpoint(prefix, images, tiny=True, v1_format=True)
+    os.remove(tmp_path / "slim" / "checkpoint")
+    assert os.listdir(tmp_path / "slim") == ["resnet_v1_50.ckpt"]
     reader = tf.train.load_checkpoint(prefix)
     summary = runner.run(SSDTask, ["main.py", *TINY, "--mode", "train", "--data_dir",
                                    shapes_records, "--backbone_checkpoint",

@@ -63,7 +63,7 @@ def test_the_fpn_computes_in_float32_under_bfloat16_only():
         model = build_ssd("resnet_tiny", num_classes=3, image_size=64, float32_fpn=True)
         fpn = [layer for layer in model.layers if layer.name.startswith("fpn_")]
         assert len(fpn) == 19 and {layer.compute_dtype for layer in fpn} == {"float32"}
-        for name in ("class_tower_conv0", "class_head", "stage4_block1_3_conv"):
+        for name in ("class_tower_conv0", "class_head", "block4_unit_1_conv3"):
             assert model.get_layer(name).compute_dtype == "bfloat16"
         out = model(np.random.RandomState(0).rand(2, 64, 64, 3).astype("float32"))
         assert out["cls_logits"].dtype == tf.float32
@@ -193,8 +193,9 @@ def test_backbone_checkpoint_of_resnet50v15_loads_into_the_trunk(tmp_path):
                             "--iter_unit", "batch", "--num_iter", "1", "--results_dir",
                             str(rn_dir)])
     reader = tf.train.load_checkpoint(str(rn_dir / "checkpoints" / "ckpt-1"))
-    trainer = runner.setup(SSDTask, ["main.py", *TINY, "--mode", "train",
-                                     "--backbone_checkpoint", str(rn_dir / "checkpoints"),
+    trainer = runner.setup(SSDTask, ["main.py", *TINY, "--mode", "train", "--trunk",
+                                     "resnet_v1.5", "--backbone_checkpoint",
+                                     str(rn_dir / "checkpoints"),
                                      "--results_dir", str(tmp_path / "ssd")])
     trainer.log.close()
     # Every trunk weight equals a tensor of the checkpoint (read here without our loader).

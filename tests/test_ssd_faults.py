@@ -312,18 +312,26 @@ def test_a_backbone_checkpoint_of_another_resnet_is_one_line(tmp_path, capsys):
                             "--image_size", "32", "--batch_size", "2", "--mode", "train",
                             "--iter_unit", "batch", "--num_iter", "1", "--results_dir", str(rn)])
     code, last = _main(capsys, "--mode", "train", "--num_iter", "1", "--arch", "resnet50",
-                       "--image_size", "64", "--batch_size", "1", "--backbone_checkpoint",
+                       "--trunk", "resnet_v1.5", "--image_size", "64", "--batch_size", "1",
+                       "--backbone_checkpoint",
                        str(rn / "checkpoints"), "--results_dir", str(tmp_path / "r"))
     assert code == 1 and last.startswith("main.py: error: --backbone_checkpoint ")
     assert "does not fit --arch resnet50" in last, last
     # Through main.py: the error is the last line, not followed by TensorFlow's warnings about
     # the values the failed restore left (it printed about 100 of them).
     proc = run_cli([sys.executable, os.path.join(ROOT, "ssd320", "main.py"), "--mode", "train",
-                    "--num_iter", "1", "--arch", "resnet50", "--image_size", "64",
-                    "--batch_size", "1", "--backbone_checkpoint", str(rn / "checkpoints"),
-                    "--results_dir", str(tmp_path / "r2")])
+                    "--num_iter", "1", "--arch", "resnet50", "--trunk", "resnet_v1.5",
+                    "--image_size", "64", "--batch_size", "1", "--backbone_checkpoint",
+                    str(rn / "checkpoints"), "--results_dir", str(tmp_path / "r2")])
     assert proc.returncode == 1 and "could not be found" not in proc.stderr
     assert stderr_last_line(proc).startswith("main.py: error: --backbone_checkpoint ")
+    # The default trunk, TF-slim's, says what the checkpoint is and which flag takes it.
+    code, last = _main(capsys, "--mode", "train", "--num_iter", "1", "--arch", "resnet_tiny",
+                       "--image_size", "64", "--batch_size", "1", "--backbone_checkpoint",
+                       str(rn / "checkpoints"), "--results_dir", str(tmp_path / "r3"))
+    assert code == 1 and last.endswith("holds no TF-slim resnet_v1 (no .../resnet_v1_50/conv1/"
+                                       "weights) (a checkpoint of this repository's ResNet-50 "
+                                       "v1.5: add --trunk resnet_v1.5)"), last
 
 
 def test_predict_onto_a_filling_disk_leaves_no_empty_drawing(shapes_records, tmp_path, capsys):

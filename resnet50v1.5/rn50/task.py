@@ -190,3 +190,8 @@ class ResNetTask(RecordTask):
         if self.class_names:
             rec["top5_names"] = [self.class_names[c] for c in top]
         return [rec]
+
+    def describe_prediction(self, record):
+        names = record.get("top5_names") or [f"class {c}" for c in record["top5_classes"]]
+        return f"{record['file']}: " + ", ".join(
+            f"{name} {p:.3f}" for name, p in zip(names, record["top5_probs"]))

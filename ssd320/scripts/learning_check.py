@@ -15,6 +15,16 @@ difference between precisions.
 
 With --results_dir the runs are kept (DIR/fp32-1, DIR/amp-1, ...: each run's log.json,
 TensorBoard scalars and checkpoints) for ``python -m benchtools.report``.
+
+With --backbone_checkpoint, it compares starts instead of precisions (FP32): SSD with the full
+ResNet-50 v1.5 trunk (--arch resnet50 --trunk resnet_v1.5) from that ResNet-50 checkpoint
+against the same from random weights, the same steps and seeds (DIR/scratch-1,
+DIR/pretrained-1, ...): what NVIDIA's recipe gains by starting from an ImageNet classifier,
+here from the digits learning check's ResNet-50 (resnet50v1.5/scripts/learning_check.py).
+
+    python ssd320/scripts/learning_check.py --steps 600 --seeds 1,2,3 \
+        --backbone_checkpoint results/learning/resnet50v1.5/fp32-1/checkpoints \
+        --results_dir results/learning/ssd320-pretrained
 """
 import argparse
 import os
@@ -45,26 +55,38 @@ def prepare(root: str) -> str:
     return os.path.join(root, "records")
 
 
-def train(records: str, results: str, precision: str, steps: int, seed: int) -> dict:
+def starts(backbone: str) -> dict:
+    """The two starts --backbone_checkpoint compares: main.py flags by name."""
+    trunk = ["--arch", "resnet50", "--trunk", "resnet_v1.5"]
+    return {"scratch": trunk, "pretrained": [*trunk, "--backbone_checkpoint", backbone]}
+
+
+def train(records: str, results: str, precision: str, steps: int, seed: int,
+          flags=()) -> dict:
     """One run of main.py, the command line a user would type; results read from its log."""
     records = runner.run_main_py(
         os.path.join(_model_dir, "main.py"),
         ["--mode", "train_and_evaluate", *RECIPE, "--iter_unit", "batch", "--num_iter",
-         str(steps), "--seed", str(seed), "--data_dir", records, *PRECISIONS[precision]],
+         str(steps), "--seed", str(seed), "--data_dir", records, *PRECISIONS[precision],
+         *flags],
         runner.fresh_results_dir(results))
     evals = [r for r in dllogger.step_logs(records) if "eval_AP50" in r["data"]]
     return {"summary": dllogger.last_summary(records),
             "curve": [(r["step"][1], r["data"]["eval_AP50"]) for r in evals]}
 
 
-def run(steps: int = 1800, seeds=(1, 2, 3), workdir: str | None = None) -> dict:
-    """Every precision from every seed: {"fp32": {seed: run}, "amp": {...}}; the runs are kept
-    under ``workdir`` (PRECISION-SEED) when it is given (the data is not)."""
+def run(steps: int = 1800, seeds=(1, 2, 3), workdir: str | None = None,
+        backbone: str | None = None) -> dict:
+    """Every precision from every seed: {"fp32": {seed: run}, "amp": {...}}; with ``backbone``
+    every start (``starts``) in FP32 instead: {"scratch": ..., "pretrained": ...}. The runs are
+    kept under ``workdir`` (NAME-SEED) when it is given (the data is not)."""
+    configs = ({name: ("fp32", flags) for name, flags in starts(backbone).items()} if backbone
+               else {p: (p, ()) for p in PRECISIONS})
     with tempfile.TemporaryDirectory() as tmp:
         records = prepare(tmp)
-        return {p: {seed: train(records, os.path.join(workdir or tmp, f"{p}-{seed}"), p, steps,
-                                seed) for seed in seeds}
-                for p in PRECISIONS}
+        return {name: {seed: train(records, os.path.join(workdir or tmp, f"{name}-{seed}"),
+                                   precision, steps, seed, flags) for seed in seeds}
+                for name, (precision, flags) in configs.items()}
 
 
 def main():
@@ -73,9 +95,11 @@ def main():
     p.add_argument("--seeds", default="1,2,3", help="comma-separated; each precision is "
                    "trained from each")
     p.add_argument("--results_dir", help="keep the runs here (DIR/fp32-1, DIR/amp-1, ...)")
+    p.add_argument("--backbone_checkpoint", help="compare SSD with the full v1.5 trunk from "
+                   "this resnet50v1.5 checkpoint against from scratch, in FP32")
     args = p.parse_args()
     seeds = [int(x) for x in args.seeds.split(",")]
-    print(report(run(args.steps, seeds, args.results_dir)))
+    print(report(run(args.steps, seeds, args.results_dir, args.backbone_checkpoint)))
 
 
 def median_ap50(runs: dict) -> float:

@@ -6,8 +6,9 @@
 # with the global batch); this script only launches it.
 #   bash scripts/train.sh PRECISION GPUS [xla|noxla] [extra main.py flags]
 # Environment: DATA_DIR (prepare_dataset.py output), RESULTS_DIR, BATCH_SIZE (per GPU; main.py:
-# 32), NUM_ITER (steps; main.py: from the global batch), BACKBONE (a resnet50v1.5 checkpoint or
-# model_dir), LAUNCHER.
+# 32), NUM_ITER (steps; main.py: from the global batch), BACKBONE (NVIDIA's start: TF-slim's
+# ImageNet resnet_v1_50.ckpt, or its directory; with --trunk resnet_v1.5 a resnet50v1.5
+# checkpoint; unset, the trunk starts from random weights and the run says so), LAUNCHER.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 PRECISION=${1:?usage: train.sh amp|tf32|fp32 GPUS [xla|noxla] [flags]}

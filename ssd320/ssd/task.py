@@ -268,6 +268,12 @@ class SSDTask(RecordTask):
         draw_detections(image.numpy(), rec, rec["drawn"])
         return [rec]
 
+    def describe_prediction(self, record):
+        found = ", ".join(f"{n} {s:.2f}" for n, s in zip(record["names"], record["scores"]))
+        return (f"{record['file']}: {len(record['scores'])} detection(s) above "
+                f"{self.flags.score_threshold}{': ' + found if found else ''} "
+                f"(drawn: {record['drawn']})")
+
     # With NMS (ONNX NonMaxSuppression), and without it for TensorRT's EfficientNMS plugin.
     onnx_files = {"model.onnx": "serving_default", "model_before_nms.onnx": "decoded"}
 
