@@ -86,10 +86,15 @@ def _commands(text):
 
 
 def _script_flags(script: str) -> set[str]:
-    """The flags an argparse script defines, read from its source (and prepare_cli's shard
-    flags where it uses them): no process, no TensorFlow import."""
+    """The flags an argparse script defines, read from its source, or from the module a
+    script started through common/entry.py runs (and prepare_cli's shard flags where it uses
+    them): no process, no TensorFlow import."""
     with open(os.path.join(ROOT, script)) as f:
         source = f.read()
+    target = re.search(r"""\(__file__, ["']([a-z0-9_.]+):""", source)
+    if target and not script.endswith("prepare_dataset.py"):
+        with open(importlib.util.find_spec(target.group(1)).origin) as f:
+            source += f.read()
     names = set(re.findall(r"""add_argument\(\s*["']--([a-z][a-z0-9_]*)""", source))
     if "add_shards" in source or script.endswith("prepare_dataset.py"):
         names |= {"train_shards", "val_shards"}
