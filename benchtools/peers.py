@@ -182,6 +182,40 @@ def ceiling_in_process(precision: str) -> float:
     return matmul_ceiling(tf.float32 if precision == "fp32" else tf.bfloat16)
 
 
+def table(model: str, rates: dict, ceilings: dict, flops: dict, our_batch: int,
+          peer_batch: int, jit_compile) -> str:
+    """The README's table: each side's median rate over its rounds, FLOPs, MFU against the
+    precision's matmul ceiling, AMP's speed-up and ours against the peer in FLOP/s; the machine
+    as this process sees it heads it. ``rates``: (who, precision) -> per-round rates."""
+    from common import devices
+    from common.machine import describe
+    name, _, _, _, unit = MODELS[model]
+    precisions = list(ceilings)
+    rounds = len(next(iter(rates.values())))
+    lines = [f"{describe(devices.current().devices)}; matmul ceilings: "
+             + ", ".join(f"{pr} {c / 1e9:.0f} GFLOP/s" for pr, c in ceilings.items())
+             + f"; {name}: jit_compile={jit_compile}"]
+    scale, fl_unit = (1e9, "GFLOP") if unit == "images" else (1e6, "MFLOP")
+    lines.append(f"| model | precision | batch | {unit}/s (median of {rounds}) | rounds | "
+                 f"training {fl_unit}/{unit[:-1]} | training GFLOP/s | MFU | AMP speed-up | "
+                 "ours vs peer, FLOP/s |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|")
+    for who in ("ours", "peer"):
+        for pr in precisions:
+            med = statistics.median(rates[(who, pr)])
+            fl = 3 * flops[who]
+            base = statistics.median(rates[(who, "fp32")]) if "fp32" in precisions else med
+            mine = statistics.median(rates[("ours", pr)]) * 3 * flops["ours"]
+            theirs = statistics.median(rates[("peer", pr)]) * 3 * flops["peer"]
+            lines.append(
+                f"| {'this repository' if who == 'ours' else name} | {pr} | "
+                f"{our_batch if who == 'ours' else peer_batch} | {med:.2f} | "
+                f"{', '.join(f'{v:.2f}' for v in rates[(who, pr)])} | {fl / scale:.1f} | "
+                f"{med * fl / 1e9:.0f} | {med * fl / ceilings[pr]:.0%} | {med / base:.2f}x | "
+                f"{mine / theirs:.2f}x |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("model", choices=sorted(MODELS))
@@ -202,7 +236,6 @@ def main(argv=None) -> int:
         return 0
     python = subprocess.run(["bash", PEER_ENV], check=True, capture_output=True,
                             text=True).stdout.split()[-1]
-    from common.machine import describe
     precisions = a.precisions.split(",")
     rates = {(who, pr): [] for pr in precisions for who in ("ours", "peer")}
     ceilings, peer_info = dict.fromkeys(precisions, 0.0), {}
@@ -216,26 +249,8 @@ def main(argv=None) -> int:
                   f"{rates[('peer', pr)][-1]:.2f} {unit}/s", flush=True)
     flops = {"ours": ours_flops(a.model, our_batch),
              "peer": next(iter(peer_info.values()))["forward_flops_per_item"]}
-    print(f"\n{describe()}; matmul ceilings: "
-          + ", ".join(f"{pr} {c / 1e9:.0f} GFLOP/s" for pr, c in ceilings.items())
-          + f"; {name}: jit_compile={next(iter(peer_info.values()))['jit_compile']}")
-    scale, fl_unit = (1e9, "GFLOP") if unit == "images" else (1e6, "MFLOP")
-    print(f"| model | precision | batch | {unit}/s (median of {a.rounds}) | rounds | training "
-          f"{fl_unit}/{unit[:-1]} | training GFLOP/s | MFU | AMP speed-up | ours vs peer, "
-          "FLOP/s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for who in ("ours", "peer"):
-        for pr in precisions:
-            med = statistics.median(rates[(who, pr)])
-            fl = 3 * flops[who]
-            base = statistics.median(rates[(who, "fp32")]) if "fp32" in precisions else med
-            mine = statistics.median(rates[("ours", pr)]) * 3 * flops["ours"]
-            theirs = statistics.median(rates[("peer", pr)]) * 3 * flops["peer"]
-            print(f"| {'this repository' if who == 'ours' else name} | {pr} | "
-                  f"{our_batch if who == 'ours' else peer_batch} | {med:.2f} | "
-                  f"{', '.join(f'{v:.2f}' for v in rates[(who, pr)])} | {fl / scale:.1f} | "
-                  f"{med * fl / 1e9:.0f} | {med * fl / ceilings[pr]:.0%} | {med / base:.2f}x | "
-                  f"{mine / theirs:.2f}x |")
+    print("\n" + table(a.model, rates, ceilings, flops, our_batch, peer_batch,
+                        next(iter(peer_info.values()))["jit_compile"]))
     return 0
 
 

@@ -32,10 +32,15 @@ def load(path: str) -> tuple[str, list[dict], dict]:
         log = os.path.join(path, "log.json")
         summary = {}
         if os.path.exists(log):
-            records = read_records(log)
+            try:
+                records = read_records(log)
+            except ValueError as e:
+                raise DiffError(str(e)) from None
             params = next((r["data"] for r in records if r.get("step") == "PARAMETER"), {})
             summary = next((r["data"] for r in reversed(records) if r.get("step") == []), {})
-        table = summary.get("op_table") or _newest(path)
+        table = summary.get("op_table")
+        if not table or not os.path.isfile(table):  # none, or relative to another directory
+            table = _newest(path)
     if not os.path.isfile(table):
         raise DiffError(f"{path}: no per-op table ({op_table.FILE}): run main.py with "
                         "--profile START:STOP first")
@@ -47,8 +52,8 @@ def load(path: str) -> tuple[str, list[dict], dict]:
 
 
 def _newest(run_dir: str) -> str:
-    found = glob.glob(os.path.join(run_dir, "tensorboard", "plugins", "profile", "*",
-                                   op_table.FILE))
+    found = glob.glob(os.path.join(run_dir, "tensorboard", "**", op_table.FILE),
+                      recursive=True)
     return max(found, key=os.path.getmtime) if found else os.path.join(run_dir, op_table.FILE)
 
 
@@ -91,7 +96,7 @@ def render(label_a: str, label_b: str, rows, top: int = 20, notes=()) -> str:
              "|---|---|---:|---:|---:|---:|"]
     shown = rows if len(rows) <= top else rows[:top // 2] + rows[-(top - top // 2):]
     for r in shown:
-        if r is rows[top // 2] and len(rows) > top:
+        if len(rows) > top and r is rows[top // 2]:
             lines.append(f"| ... {len(rows) - top} more | | | | | |")
         ratio = f"{r['ratio']:.2f}x" if r["ratio"] is not None else "new"
         lines.append(f"| {r['op']} | {r['where']} | {r['a_ms']:.2f} | {r['b_ms']:.2f} | {ratio} | "
@@ -123,6 +128,9 @@ def main(argv=None) -> int:
                    help="line the ops up by type (default) or by name (layer by layer)")
     p.add_argument("--top", type=int, default=20, help="rows shown (the most lost and won)")
     args = p.parse_args(argv)
+    if args.top < 1:
+        print(f"profile_diff: error: --top {args.top}: show at least one row", file=sys.stderr)
+        return 2
     try:
         (label_a, a, pa), (label_b, b, pb) = load(args.run_a), load(args.run_b)
     except DiffError as e:
@@ -132,6 +140,9 @@ def main(argv=None) -> int:
         print(f"profile_diff: error: {e.filename}: {e.strerror}", file=sys.stderr)
         return 2
     notes = []
+    if pa and pb and pa.get("model") != pb.get("model"):
+        notes.append(f"note: the runs are of different models ({pa.get('model')} and "
+                     f"{pb.get('model')}): only op types compare, not times")
     if pa and pb and pa.get("batch_size") != pb.get("batch_size"):
         notes.append(f"note: batch sizes differ ({pa.get('batch_size')} and "
                      f"{pb.get('batch_size')}): times per step do not compare op for op")

@@ -214,8 +214,14 @@ def read_records(path: str) -> list[dict]:
     before appending) is left out; any other line that does not parse raises ``ValueError``
     naming the file's line."""
     records = []
-    with open(path) as f:
-        lines = f.readlines()
+    with open(path, "rb") as f:
+        raw = f.read().splitlines(keepends=True)
+    lines = []
+    for n, line in enumerate(raw, 1):
+        try:
+            lines.append(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise ValueError(f"{path}, line {n}: not text (not a DLLogger log?)") from None
     for n, line in enumerate(lines, 1):
         if not line.startswith("DLLL "):
             continue

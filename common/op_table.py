@@ -120,10 +120,23 @@ def _csv_field(value) -> str:
 
 
 def read(path: str) -> list[dict]:
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
+    """The rows of an ``ops.csv``; ``ValueError`` naming the file (and the row) when it is not
+    one, is cut short or holds a time that is not a number."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not text: not an op table of --profile") from None
+    except csv.Error as e:
+        raise ValueError(f"{path}: {e}: not an op table of --profile") from None
     if not rows or set(COLUMNS) - set(rows[0]):
         raise ValueError(f"{path} is not an op table of --profile (columns {', '.join(COLUMNS)})")
-    for r in rows:
-        r["self_us"], r["ms_per_step"] = float(r["self_us"]), float(r["ms_per_step"])
+    for n, r in enumerate(rows, 2):  # row 1 is the header
+        for column in ("self_us", "ms_per_step"):
+            try:
+                r[column] = float(r[column])
+            except (TypeError, ValueError):
+                what = "missing" if r[column] is None else f"{r[column]!r}, not a number"
+                raise ValueError(f"{path}, row {n}: {column} is {what} (a table cut short or "
+                                 "edited?)") from None
     return rows

@@ -25,6 +25,11 @@ NonMaxSuppression for ONNX Runtime.
 A score threshold under about 0.01 makes the plugin sort far more candidates (its README's
 performance notes): 1e-8 is what the COCO evaluation uses; a deployment that reads only
 confident detections passes ``--score_threshold 0.05`` or so.
+
+Bad input ends with one line (exit 2 for the command line, 1 for the files): a file that is not
+ONNX or is cut short, an output whose folder is missing or that is a folder, the input given as
+the output, settings the plugin cannot take. The output is written whole or not at all (beside
+it, then renamed): a full disk leaves no truncated graph.
 """
 import argparse
 import os
@@ -33,6 +38,8 @@ import sys
 import numpy as np
 
 from common import quiet_start
+from common.errors import DataError, one_line
+from common.files import write_atomically
 
 with quiet_start.filtered_stderr():  # TensorFlow's start-up lines (ssd.postprocess imports it)
     from ssd import postprocess
@@ -48,7 +55,11 @@ def attach(src: str, dst: str, score_threshold: float = postprocess.SCORE_THRESH
     import onnx
     import onnx_graphsurgeon as gs
 
-    graph = gs.import_onnx(onnx.load(src))
+    try:
+        graph = gs.import_onnx(onnx.load(src))
+    except Exception as e:  # protobuf's DecodeError, onnx's and graphsurgeon's own
+        raise DataError(f"{src} is not a whole ONNX model ({one_line(str(e)) or type(e).__name__})"
+                        ) from None
     by_name = {t.name: t for t in graph.outputs}
     missing = {"decoded_boxes", "class_scores"} - set(by_name)
     if missing:
@@ -71,8 +82,29 @@ def attach(src: str, dst: str, score_threshold: float = postprocess.SCORE_THRESH
     if not any(o.domain == DOMAIN for o in model.opset_import):
         model.opset_import.append(onnx.helper.make_opsetid(DOMAIN, 1))
     onnx.checker.check_model(model)
-    onnx.save(model, dst)
+    write_atomically(dst, model.SerializeToString())
     return attrs
+
+
+def check(args) -> str | None:
+    """Why the command line cannot work, or None."""
+    if not os.path.isfile(args.src):
+        return f"{args.src} does not exist" if not os.path.exists(args.src) else \
+            f"{args.src} is not a file"
+    if os.path.isdir(args.dst):
+        return f"{args.dst} is a folder: give the output file's path"
+    folder = os.path.dirname(os.path.abspath(args.dst))
+    if not os.path.isdir(folder):
+        return f"the folder of {args.dst} does not exist"
+    if os.path.exists(args.dst) and os.path.samefile(args.src, args.dst):
+        return f"{args.dst} is the input: write the graph with the plugin to another file"
+    if args.max_detections < 1:
+        return f"--max_detections {args.max_detections}: at least 1"
+    if not 0 < args.iou_threshold <= 1:
+        return f"--iou_threshold {args.iou_threshold}: an IoU in (0, 1]"
+    if not 0 <= args.score_threshold < 1:
+        return f"--score_threshold {args.score_threshold}: a score in [0, 1)"
+    return None
 
 
 def main(argv=None) -> int:
@@ -83,8 +115,9 @@ def main(argv=None) -> int:
     p.add_argument("--iou_threshold", type=float, default=postprocess.IOU_THRESHOLD)
     p.add_argument("--max_detections", type=int, default=postprocess.MAX_TOTAL)
     args = p.parse_args(argv)
-    if not os.path.isfile(args.src):
-        print(f"attach_efficient_nms.py: error: {args.src} does not exist", file=sys.stderr)
+    problem = check(args)
+    if problem:
+        print(f"attach_efficient_nms.py: error: {problem}", file=sys.stderr)
         return 2
     try:
         attrs = attach(args.src, args.dst, args.score_threshold, args.iou_threshold,
@@ -92,6 +125,9 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"attach_efficient_nms.py: error: {e}", file=sys.stderr)
         return 2
+    except DataError as e:
+        print(f"attach_efficient_nms.py: error: {e}", file=sys.stderr)
+        return 1
     print(f"wrote {args.dst}: EfficientNMS_TRT ({', '.join(f'{k}={v}' for k, v in attrs.items())})"
           f" -> {', '.join(OUTPUTS)}")
     return 0

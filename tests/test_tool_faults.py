@@ -1,0 +1,161 @@
+"""The tools' bad inputs end in one line, never a traceback, and leave no half-written output:
+ssd320/scripts/attach_efficient_nms.py and python -m benchtools.profile_diff."""
+import os
+
+import numpy as np
+import pytest
+from conftest import load_script
+from reliability_helpers import tmpfs
+
+
+@pytest.fixture(scope="module")
+def before_nms(tmp_path_factory):
+    """A small graph with model_before_nms.onnx's outputs (decoded_boxes, class_scores)."""
+    import onnx
+    from onnx import TensorProto, helper
+    x = helper.make_tensor_value_info("images", TensorProto.FLOAT, ["batch", 8, 4])
+    boxes = helper.make_tensor_value_info("decoded_boxes", TensorProto.FLOAT, ["batch", 8, 4])
+    scores = helper.make_tensor_value_info("class_scores", TensorProto.FLOAT, ["batch", 8, 4])
+    # A 256 KiB weight, so that the graph is larger than a small disk.
+    big = helper.make_tensor("big", TensorProto.FLOAT, [64, 1024],
+                             np.random.default_rng(0).random(64 * 1024).astype(np.float32))
+    graph = helper.make_graph([helper.make_node("Identity", ["images"], ["decoded_boxes"]),
+                               helper.make_node("ReduceMean", ["big"], ["mean"], keepdims=0),
+                               helper.make_node("Add", ["images", "mean"], ["logits"]),
+                               helper.make_node("Sigmoid", ["logits"], ["class_scores"])],
+                              "before_nms", [x], [boxes, scores], initializer=[big])
+    path = tmp_path_factory.mktemp("onnx") / "model_before_nms.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def _nms(capsys, *args):
+    nms = load_script("ssd320", "attach_efficient_nms")
+    code = nms.main([str(a) for a in args])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    return code, err
+
+
+def test_efficient_nms_writes_the_plugin_graph(before_nms, tmp_path, capsys):
+    code, err = _nms(capsys, before_nms, tmp_path / "out.onnx")
+    assert code == 0 and err == []
+    assert os.listdir(tmp_path) == ["out.onnx"]
+
+
+@pytest.mark.parametrize("case, code, expected", [
+    ("not_onnx", 1, "is not a whole ONNX model"),
+    ("cut", 1, "is not a whole ONNX model"),
+    ("no_folder", 2, "the folder of {dst} does not exist"),
+    ("dst_is_folder", 2, "{dst} is a folder: give the output file's path"),
+    ("same_file", 2, "{dst} is the input: write the graph with the plugin to another file"),
+    ("max_detections", 2, "--max_detections 0: at least 1"),
+    ("iou", 2, "--iou_threshold 7.0: an IoU in (0, 1]"),
+    ("score", 2, "--score_threshold -1.0: a score in [0, 1)"),
+])
+def test_efficient_nms_bad_inputs_are_one_line(before_nms, tmp_path, capsys, case, code,
+                                               expected):
+    src, dst, extra = before_nms, tmp_path / "out.onnx", []
+    if case == "not_onnx":
+        src = tmp_path / "notes.onnx"
+        src.write_text("these are not the bytes of a model\n")
+    elif case == "cut":
+        src = tmp_path / "cut.onnx"
+        src.write_bytes(before_nms.read_bytes()[:-40])
+    elif case == "no_folder":
+        dst = tmp_path / "missing" / "out.onnx"
+    elif case == "dst_is_folder":
+        dst = tmp_path / "folder"
+        dst.mkdir()
+    elif case == "same_file":
+        src = tmp_path / "in.onnx"
+        src.write_bytes(before_nms.read_bytes())
+        dst = src
+    else:
+        extra = {"max_detections": ["--max_detections", "0"], "iou": ["--iou_threshold", "7"],
+                 "score": ["--score_threshold", "-1"]}[case]
+    got, err = _nms(capsys, src, dst, *extra)
+    assert got == code and len(err) == 1, err
+    assert err[0].startswith("attach_efficient_nms.py: error: ")
+    assert expected.format(dst=dst) in err[0], err[0]
+    assert not os.path.exists(tmp_path / "out.onnx")
+
+
+def test_efficient_nms_on_a_full_disk_leaves_no_truncated_file(before_nms, tmp_path, capsys):
+    with tmpfs(tmp_path / "small", 8) as small:
+        code, err = _nms(capsys, before_nms, small / "out.onnx")
+        assert code == 1 and len(err) == 1 and "cannot write" in err[0], err
+        assert os.listdir(small) == []
+
+
+# --- benchtools.profile_diff ------------------------------------------------------------------
+def _profile_run(root, model="resnet50v1.5", rows=(("Conv2D", "100.0"), ("MatMul", "50.5"))):
+    """A run's directory as --profile leaves it: log.json (its PARAMETER record) and ops.csv."""
+    from common.dllogger import Logger
+    root.mkdir(parents=True)
+    log = Logger(enabled=True, json_path=str(root / "log.json"), tensorboard_dir=None)
+    log.parameters({"model": model, "results_dir": str(root), "profile": "3:4",
+                    "machine": "CPU", "amp": False})
+    log.close()
+    prof = root / "tensorboard" / "plugins" / "profile" / "2026_11_26"
+    prof.mkdir(parents=True)
+    lines = ["op_type,op_name,where,occurrences,self_us,ms_per_step,share,dtype,"
+             "tensor_core_eligible,tensor_core_share"]
+    lines += [f"{t},{t.lower()}_1,host,2,{us},{us},0.5,float32->float32,," for t, us in rows]
+    (prof / "ops.csv").write_text("\n".join(lines) + "\n")
+    return root
+
+
+def _diff(capsys, *args):
+    from benchtools import profile_diff
+    code = profile_diff.main([str(a) for a in args])
+    out = capsys.readouterr()
+    return code, out.out, [ln for ln in out.err.splitlines() if ln.strip()]
+
+
+def test_profile_diff_compares_two_runs_and_notes_different_models(tmp_path, capsys):
+    a = _profile_run(tmp_path / "a")
+    b = _profile_run(tmp_path / "b", model="ssd320", rows=(("Conv2D", "150.0"),))
+    code, out, err = _diff(capsys, a, b)
+    assert code == 0 and err == []
+    assert "note: the runs are of different models (resnet50v1.5 and ssd320)" in out
+    assert "| Conv2D | host |" in out
+    code, _, err = _diff(capsys, a, b, "--top", "0")
+    assert code == 2 and err[-1].endswith("--top 0: show at least one row")
+
+
+@pytest.mark.parametrize("fault, expected", [
+    ("cut_csv", "ops.csv, row 3: self_us is missing (a table cut short or edited?)"),
+    ("binary_csv", "ops.csv is not text: not an op table of --profile"),
+    ("not_a_number", "ops.csv, row 2: self_us is 'fast', not a number"),
+    ("binary_log", "log.json, line 1: not text (not a DLLogger log?)"),
+])
+def test_profile_diff_bad_tables_and_logs_are_one_line_naming_the_file(tmp_path, capsys, fault,
+                                                                       expected):
+    a = _profile_run(tmp_path / "a")
+    b = _profile_run(tmp_path / "b", rows=(("Conv2D", "fast" if fault == "not_a_number"
+                                            else "1.0"), ("MatMul", "2.0")))
+    table = next((tmp_path / "b" / "tensorboard").rglob("ops.csv"))
+    if fault == "cut_csv":
+        text = table.read_text()
+        table.write_text(text[:text.rindex("MatMul") + 10])
+    elif fault == "binary_csv":
+        table.write_bytes(b"\xff\xfe\x00" + os.urandom(64))
+    elif fault == "binary_log":
+        (tmp_path / "b" / "log.json").write_bytes(b"\x8b\xff" + os.urandom(64))
+    code, _, err = _diff(capsys, a, b)
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith("profile_diff: error: ") and expected in err[0], err[0]
+
+
+def test_profile_diff_finds_the_table_of_a_run_recorded_from_another_directory(tmp_path, capsys,
+                                                                             monkeypatch):
+    """A summary records its op_table path as the run saw it (relative to its directory)."""
+    from common.dllogger import Logger
+    a, b = _profile_run(tmp_path / "a"), _profile_run(tmp_path / "b")
+    log = Logger(enabled=True, json_path=str(b / "log.json"), tensorboard_dir=None)
+    log.summary({"op_table": "results/b/tensorboard/plugins/profile/2026_11_26/ops.csv"})
+    log.close()
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _diff(capsys, a, b)
+    assert code == 0 and err == [], err
+    _ = np  # noqa: the module's numpy import serves the fixtures' graphs
