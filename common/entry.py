@@ -28,12 +28,19 @@ def run(script: str, target: str, flags_module: str | None = None) -> int:
         return 2
     if flags_module and any(a in HELP for a in sys.argv[1:]):
         return _help(flags_module)
-    with quiet_start.filtered_stderr():
-        versions.require(script)  # one line, exit 2, on a stack it cannot use
-        module, name = target.split(":")
-        obj = getattr(importlib.import_module(module), name)
-        import tensorflow as tf
-        tf.config.list_physical_devices()  # where CUDA is initialised, and says so
+    from common import graceful_stop
+    graceful_stop.install()  # a stop signal from here on ends the process cleanly, one line
+    try:
+        with quiet_start.filtered_stderr():
+            versions.require(script)  # one line, exit 2, on a stack it cannot use
+            module, name = target.split(":")
+            obj = getattr(importlib.import_module(module), name)
+            import tensorflow as tf
+            tf.config.list_physical_devices()  # where CUDA is initialised, and says so
+    except graceful_stop.Interrupted as e:
+        print(f"{os.path.basename(script)}: {e.signame} while starting: stopped before "
+              "anything was written", file=sys.stderr)
+        return 0
     if isinstance(obj, type):  # a Task
         from common.runner import main
         return main(obj)

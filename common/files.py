@@ -70,17 +70,32 @@ def write_atomically(path: str, text: str | bytes) -> None:
 
 
 @contextlib.contextmanager
-def staged_dir(target: str, what: str):
+def staged_dir(target: str, what: str, replaces=(), log=None):
     """A directory whose contents replace ``target``'s entries of the same names only once they
     are complete: written in ``<target>/.staging-*`` (the same file system, whatever is
-    mounted where), then renamed into place. A failure (a full disk) removes the staging and
-    leaves ``target`` as it was, with one line. For exports: SavedModel, ONNX, TF-TRT."""
+    mounted where), then renamed into place. A failure (a full disk), or a signal that ends the
+    process (``graceful_stop.Interrupted``), removes the staging and leaves ``target`` as it
+    was, with one line. The entries ``replaces`` names (the previous set's: an export replaces
+    a whole export) go too when the new set lacks them, and ``log`` says so. For exports:
+    SavedModel, ONNX, TF-TRT."""
     import tensorflow as tf  # its errors (a failed SavedModel write) are caught below
 
     os.makedirs(target, exist_ok=True)
-    stage = tempfile.mkdtemp(prefix=".staging-", dir=target)
+    clear_stale(target, log)
+    stage = tempfile.mkdtemp(prefix=STAGING, dir=target)
     try:
         yield stage
+        written = set(os.listdir(stage))
+        for name in sorted(set(replaces) - written):
+            old = os.path.join(target, name)
+            if os.path.isdir(old) and not os.path.islink(old):
+                shutil.rmtree(old)
+            elif os.path.lexists(old):
+                os.remove(old)
+            else:
+                continue
+            if log:
+                log(f"removed {old}: the previous export's, which this one does not write")
         for name in os.listdir(stage):
             old = os.path.join(target, name)
             if os.path.isdir(old) and not os.path.islink(old):
@@ -94,6 +109,23 @@ def staged_dir(target: str, what: str):
                         "there") from None
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+
+
+STAGING, PROBE = ".staging-", ".size-probe-"  # what an export writes before it is whole
+
+
+def clear_stale(target: str, log=None) -> None:
+    """Removes what an export killed before it could clean up left in ``target`` (a
+    ``.staging-*`` or ``.size-probe-*`` folder: SIGKILL, a lost node), with a line each.
+    Exports run on one process at a time per directory (rank 0)."""
+    if not os.path.isdir(target):
+        return
+    for name in sorted(os.listdir(target)):
+        path = os.path.join(target, name)
+        if name.startswith((STAGING, PROBE)) and os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+            if log:
+                log(f"removed {path}, left by an export that was stopped before it finished")
 
 
 def tree_bytes(path: str) -> int:

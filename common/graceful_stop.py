@@ -6,11 +6,45 @@ where under Horovod it is a max-allreduce so that a signal that reached a single
 all at the same step. Rank 0 then writes a checkpoint and every rank exits 0; the next run
 resumes from there.
 A second SIGINT raises ``KeyboardInterrupt`` at once, for a user who really wants out.
+
+Outside the training loop (start-up and imports, evaluation, prediction, benchmarks, export)
+SIGTERM and SIGUSR1 raise ``Interrupted`` from the moment ``install`` runs, the first thing a
+``main.py`` does (``common/entry.py``): the process unwinds, so an export's staging folder is
+removed on the way out, and ends with one line and exit 0 (a stop on request: the launchers
+forward a SIGTERM as SIGUSR1 to ranks that may still be importing TensorFlow). Without it
+Python's default would end the process where it stood: SIGUSR1 kills it ("signal 10"),
+SIGTERM leaves no chance to clean up.
 """
 from __future__ import annotations
 
 import signal
 import threading
+
+
+class Interrupted(BaseException):
+    """A stop signal outside the training loop (a BaseException: no ``except Exception``
+    swallows it)."""
+
+    def __init__(self, signame: str):
+        super().__init__(signame)
+        self.signame = signame
+
+
+def _interrupt(signum, frame):
+    raise Interrupted(signal.Signals(signum).name)
+
+
+# Ctrl-C outside training keeps Python's KeyboardInterrupt (common/versions.quiet_interrupts:
+# "interrupted", the process ends by SIGINT as a shell expects).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+
+def install() -> None:
+    """From now on SIGTERM and SIGUSR1 raise ``Interrupted`` in the main thread, except inside a
+    ``GracefulStop`` block, which takes them as a request to stop at a step."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, _interrupt)
 
 
 class GracefulStop:

@@ -78,7 +78,8 @@ def export(task, model: keras.Model, export_dir: str, with_onnx: bool, log,
     with ``int8`` their INT8 forms too, swapped in only once all of them are written
     (``files.staged_dir``): a full disk or a failed conversion leaves no half-written
     export."""
-    with files.staged_dir(export_dir, "the export") as stage:
+    with files.staged_dir(export_dir, "the export", replaces=export_names(task),
+                          log=log.print) as stage:
         task.export(model, stage)
         onnx = onnx_export.export_task(task, model, stage) if with_onnx else []
         if int8:
@@ -89,6 +90,14 @@ def export(task, model: keras.Model, export_dir: str, with_onnx: bool, log,
                   f"{os.path.join(export_dir, os.path.basename(path))}")
 
 
+def export_names(task) -> set[str]:
+    """Every entry an export of ``task`` may write in its directory: a new export replaces
+    them all (an INT8 file left from an earlier export would be taken for this one's)."""
+    onnx = set(task.onnx_files) | {onnx_int8.int8_name(n) for n in task.onnx_files}
+    return {"saved_model.pb", "fingerprint.pb", "variables", "assets", "assets.extra",
+            *onnx}
+
+
 def export_bytes(task, model: keras.Model, export_dir: str, with_onnx: bool,
                  with_int8: bool = False) -> int:
     """What the export will take in ``export_dir``, from a real SavedModel of ``model`` written
@@ -97,7 +106,8 @@ def export_bytes(task, model: keras.Model, export_dir: str, with_onnx: bool,
     with a tenth to spare. A directory too small for even the trial stops the run with one
     line."""
     try:
-        with tempfile.TemporaryDirectory(prefix=".size-probe-", dir=export_dir) as tmp:
+        files.clear_stale(export_dir)
+        with tempfile.TemporaryDirectory(prefix=files.PROBE, dir=export_dir) as tmp:
             task.export(model, tmp)
             size = files.tree_bytes(tmp)
     except (OSError, tf.errors.OpError) as e:

@@ -132,6 +132,11 @@ def quiet_interrupts(prog: str) -> None:
             previous(kind, value, tb)
 
     def unraisable(info):
+        from common.graceful_stop import Interrupted
+        if issubclass(info.exc_type, Interrupted):  # a stop signal while TensorFlow imports
+            print(f"{prog}: {info.exc_value.signame} while starting: stopped before anything "
+                  "was written", file=sys.stderr, flush=True)
+            os._exit(0)
         if not issubclass(info.exc_type, KeyboardInterrupt):
             return previous_unraisable(info)
         print(f"{prog}: interrupted", file=sys.stderr, flush=True)

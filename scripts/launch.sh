@@ -17,6 +17,8 @@
 #   CONTAINER_WORKDIR       the repository inside it (default /workspace/tf-model-scripts, the
 #   MOUNTS=src:dst,...      Dockerfile's) and these mounts (--container-mounts)
 #   DRY_RUN=1               print the command line instead of running it
+#   STOP_TIMEOUT=300        seconds ranks left behind by a dead launcher get to stop before
+#                           they are killed
 set -euo pipefail
 usage="usage: launch.sh MAIN_PY amp|tf32|fp32 GPUS [xla|noxla] [flags]"
 die() { echo "launch.sh: error: $*" >&2; exit 2; }
@@ -130,20 +132,70 @@ if [ -n "${DRY_RUN:-}" ]; then
   echo
   exit 0
 fi
-if [ "${launch[0]:-}" = mpirun ]; then
-  # mpirun takes SIGTERM as an abort: it signals the ranks, kills them about a second later
-  # and exits 1 whatever they did. SIGUSR1 it forwards to every rank, which main.py takes as a
-  # request to stop at a step they agree on, with a checkpoint (common/graceful_stop.py): the
-  # job then ends with the ranks' exit code, 0 after a graceful stop.
-  "${cmd[@]}" &
-  pid=$!
-  trap 'kill -USR1 "$pid" 2>/dev/null || true' TERM INT
+case "${launch[0]:-}" in
+  mpirun|horovodrun) ;;
+  *) exec "${cmd[@]}" ;;  # one process, or srun (Slurm forwards its signals to every task)
+esac
+# mpirun takes SIGTERM as an abort: it signals the ranks, kills them about a second later and
+# exits 1 whatever they did; horovodrun runs mpirun under a shell in a session of its own, so a
+# signal to it or to that shell leaves mpirun and the ranks running unseen. SIGUSR1 mpirun
+# forwards to every rank, which main.py takes as a request to stop at a step they agree on,
+# with a checkpoint (common/graceful_stop.py; a rank that is still starting stops at once).
+# So the job runs in a session of its own (a terminal's Ctrl-C reaches only this script), and
+# a SIGTERM or Ctrl-C here becomes SIGUSR1 to this job's mpirun (which forwards it to every
+# rank, on every host) and to its ranks on this machine (horovodrun's Gloo has no mpirun);
+# they are found by LAUNCH_ID, which every process of the job inherits. Whatever ends the
+# launcher (horovodrun, its shell, mpirun), ranks still running are asked to stop the same way
+# and waited for: nothing keeps training unseen.
+export LAUNCH_ID="launch-$$-$RANDOM"
+job_pids() {  # this job's processes here: "ranks" (PYTHON MAIN_PY ...) or "mpirun"
+  local p words
+  for p in /proc/[0-9]*; do
+    { grep -qxz "LAUNCH_ID=$LAUNCH_ID" "$p/environ"; } 2>/dev/null || continue
+    { mapfile -d '' -t words <"$p/cmdline"; } 2>/dev/null || continue
+    case $1 in
+      ranks) [ "${words[1]:-}" = "$main" ] || continue ;;
+      mpirun) case "$(basename "${words[0]:-}")" in mpirun|orterun|prterun) ;; *) continue ;; esac ;;
+    esac
+    echo "${p#/proc/}"
+  done
+}
+ask_to_stop() {  # $1: why
+  local p
+  echo "launch.sh: $1: asking the ranks to stop at a common step with a checkpoint (SIGUSR1)" >&2
+  for p in $(job_pids mpirun) $(job_pids ranks); do
+    kill -USR1 "$p" 2>/dev/null || true
+  done
+}
+stopping=""
+on_signal() { stopping=$1; ask_to_stop "$1"; }
+trap 'on_signal SIGTERM' TERM
+trap 'on_signal SIGINT' INT
+if command -v setsid >/dev/null; then setsid "${cmd[@]}" & else "${cmd[@]}" & fi
+pid=$!
+rc=0
+wait "$pid" || rc=$?
+while kill -0 "$pid" 2>/dev/null; do  # woken by the trap: the job is still stopping
   rc=0
   wait "$pid" || rc=$?
-  while kill -0 "$pid" 2>/dev/null; do  # woken by the trap: the job is still stopping
-    rc=0
-    wait "$pid" || rc=$?
+done
+left=$(job_pids ranks)
+if [ -n "$left" ]; then  # the launcher ended under its ranks (its shell or mpirun killed)
+  ask_to_stop "${launch[0]} ended (exit $rc) with $(echo "$left" | wc -w) rank(s) still running"
+  waited=0
+  while [ -n "$(job_pids ranks)" ] && [ "$waited" -lt "${STOP_TIMEOUT:-300}" ]; do
+    sleep 1
+    waited=$(( waited + 1 ))
   done
-  exit "$rc"
+  left=$(job_pids ranks)
+  if [ -n "$left" ]; then
+    echo "launch.sh: ranks $(echo $left) did not stop within STOP_TIMEOUT=${STOP_TIMEOUT:-300} s: killed" >&2
+    kill -KILL $left 2>/dev/null || true
+  else
+    echo "launch.sh: the ranks have stopped" >&2
+  fi
 fi
-exec "${cmd[@]}"
+if [ -n "$stopping" ]; then
+  echo "launch.sh: $stopping: the job stopped (exit $rc)" >&2
+fi
+exit "$rc"

@@ -111,25 +111,87 @@ def test_index_files_that_cannot_be_written_stop_every_rank_with_one_line(tmp_pa
     assert errors[1].endswith("building the DALI index files failed on rank 0 (see its message)")
 
 
-def test_sigterm_to_the_mpirun_launcher_stops_gracefully_and_exits_0(tmp_path):
-    """mpirun takes SIGTERM as an abort (exit 1, ranks killed a second later); scripts/launch.sh
-    turns it into SIGUSR1, which mpirun forwards and the ranks take as a stop request: one
-    step, one checkpoint, exit 0, as a scheduler should record it."""
-    out = tmp_path / "r"
-    log = tmp_path / "log"
+def _launch(tmp_path, launcher, *args):
+    out, log = tmp_path / "r", tmp_path / "log"
     proc = subprocess.Popen(
         ["bash", os.path.join(ROOT, "scripts", "launch.sh"),
          os.path.join(ROOT, "resnet50v1.5", "main.py"), "fp32", "2", "noxla", *TINY,
-         "--mode", "train", "--iter_unit", "batch", "--num_iter", "100000",
-         "--save_checkpoint_steps", "5", "--results_dir", str(out)],
+         "--results_dir", str(out), *args],
         stdout=open(log, "w"), stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHON": sys.executable, "LAUNCHER": "mpirun"})
+        env={**os.environ, "PYTHON": sys.executable, "LAUNCHER": launcher})
+    return proc, out, log
+
+
+def _job_process(launcher_pid, first_words):
+    """A process under the launcher whose command line starts with ``first_words``."""
+    import psutil
+    for p in psutil.Process(launcher_pid).children(recursive=True):
+        try:
+            if p.cmdline()[:len(first_words)] == first_words:
+                return p
+        except psutil.NoSuchProcess:
+            continue
+    return None
+
+
+@pytest.mark.parametrize("launcher, target, sig", [
+    ("mpirun", "launch.sh", signal.SIGTERM),
+    ("mpirun", "launch.sh", signal.SIGINT),  # Ctrl-C in a terminal
+    ("horovodrun", "its shell", signal.SIGTERM),  # horovodrun's /bin/sh -c mpirun ...
+])
+def test_a_signal_to_the_launcher_stops_the_ranks_gracefully(tmp_path, launcher, target, sig):
+    """mpirun takes SIGTERM as an abort (exit 1, ranks killed a second later), and horovodrun
+    runs mpirun under a shell in a session of its own, so that a signal to either left the
+    ranks training unseen. scripts/launch.sh turns a SIGTERM or Ctrl-C into SIGUSR1 to the
+    job's mpirun and ranks, and asks ranks its launcher left behind to stop the same way: one
+    step, one checkpoint, exit 0, and nothing left running."""
+    if launcher == "horovodrun" and shutil.which("horovodrun") is None:
+        pytest.skip("horovodrun is not installed")
+    proc, out, log = _launch(tmp_path, launcher, "--mode", "train", "--iter_unit", "batch",
+                             "--num_iter", "100000", "--save_checkpoint_steps", "5")
     deadline = time.time() + 180
-    while time.time() < deadline and "step 20/" not in log.read_text():
+    while time.time() < deadline and "step 8/" not in log.read_text():
         time.sleep(0.5)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=120) == 0, log.read_text()[-3000:]
+    if target == "launch.sh":
+        proc.send_signal(sig)
+    else:
+        shell = _job_process(proc.pid, ["/bin/sh", "-c"])
+        assert shell is not None, log.read_text()[-2000:]
+        shell.send_signal(sig)
+    code = proc.wait(timeout=180)
     text = log.read_text()
-    assert "Traceback" not in text and text.count("SIGUSR1: stopped at step ") == 1
+    assert "Traceback" not in text and text.count("SIGUSR1: stopped at step ") == 1, text[-3000:]
     stopped = int(text.split("SIGUSR1: stopped at step ")[1].split(",")[0])
     assert os.path.exists(out / "checkpoints" / f"ckpt-{stopped}.index")
+    if target == "launch.sh":
+        assert code == 0, text[-3000:]
+        assert f"launch.sh: {signal.Signals(sig).name}: the job stopped (exit 0)" in text
+    else:  # the launcher died under the ranks: they were asked to stop, then waited for
+        assert "rank(s) still running" in text and "launch.sh: the ranks have stopped" in text
+    assert not _ranks_of(out), "ranks left running"
+
+
+def _ranks_of(results_dir):
+    import psutil
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if "--results_dir" in cmd and str(results_dir) in cmd:
+            found.append(p)
+    return found
+
+
+def test_a_sigterm_while_the_ranks_start_stops_them_cleanly(tmp_path):
+    """Before main.py's first lines the ranks are still importing TensorFlow: the forwarded
+    SIGUSR1 used to kill them ("signal 10", exit 138). They stop with one line, exit 0."""
+    proc, out, log = _launch(tmp_path, "mpirun", "--mode", "train", "--iter_unit", "batch",
+                             "--num_iter", "5")
+    deadline = time.time() + 60
+    while time.time() < deadline and len(_ranks_of(out)) < 2:
+        time.sleep(0.1)
+    time.sleep(0.5)  # inside main.py's start-up, before TensorFlow is imported
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=180) == 0, log.read_text()[-3000:]
+    text = log.read_text()
+    assert "exited on signal" not in text and "Traceback" not in text, text[-3000:]
+    assert text.count("main.py: SIGUSR1") == 2, text[-3000:]
