@@ -99,14 +99,14 @@ def export_names(task) -> set[str]:
 
 
 def export_bytes(task, model: keras.Model, export_dir: str, with_onnx: bool,
-                 with_int8: bool = False) -> int:
+                 with_int8: bool = False, log=None) -> int:
     """What the export will take in ``export_dir``, from a real SavedModel of ``model`` written
     there now and removed (before training: the same graph and weights' size), once more for
     each ONNX file (each holds the float32 weights and the graph, about a SavedModel's size),
     with a tenth to spare. A directory too small for even the trial stops the run with one
     line."""
     try:
-        files.clear_stale(export_dir)
+        files.clear_stale(export_dir, log)
         with tempfile.TemporaryDirectory(prefix=files.PROBE, dir=export_dir) as tmp:
             task.export(model, tmp)
             size = files.tree_bytes(tmp)

@@ -132,7 +132,7 @@ class Trainer:
                                              "the export needs")
                 need = inference.export_bytes(self.task, self.model, f.export_dir,
                                               f.export_onnx or f.export_onnx_int8,
-                                              f.export_onnx_int8)
+                                              f.export_onnx_int8, self.log.print)
                 files.check_output_dir(f.export_dir, "--export_dir", need,
                                              "the export needs")
             self.dist.on_chief(check_export_dir, "checking --export_dir")

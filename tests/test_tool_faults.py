@@ -159,3 +159,29 @@ def test_profile_diff_finds_the_table_of_a_run_recorded_from_another_directory(t
     code, out, err = _diff(capsys, a, b)
     assert code == 0 and err == [], err
     _ = np  # noqa: the module's numpy import serves the fixtures' graphs
+
+
+# --- exports: one export per directory -------------------------------------------------------
+def test_an_export_replaces_the_whole_earlier_one_and_clears_stale_staging(tmp_path, capsys):
+    """Exporting without INT8 over an INT8 export used to keep its model_int8.onnx beside the
+    new model; a killed export's .staging-* and .size-probe-* folders stayed forever."""
+    from conftest import TINY
+
+    from common import runner
+    from rn50.task import ResNetTask
+    export = tmp_path / "export"
+    export.mkdir()
+    for name in ("model_int8.onnx", "model.onnx"):
+        (export / name).write_bytes(b"an earlier export's")
+    (export / "notes.txt").write_text("the user's own file\n")
+    for stale in (".staging-abc123", ".size-probe-def456"):
+        (export / stale).mkdir()
+        (export / stale / "saved_model.pb").write_bytes(b"half")
+    runner.run(ResNetTask, ["main.py", *TINY, "--mode", "train", "--iter_unit", "batch",
+                            "--num_iter", "1", "--results_dir", str(tmp_path / "r"),
+                            "--export_dir", str(export)])
+    out = capsys.readouterr().out
+    assert sorted(os.listdir(export)) == ["assets", "fingerprint.pb", "notes.txt",
+                                          "saved_model.pb", "variables"]
+    assert f"removed {export / 'model_int8.onnx'}: the previous export's" in out
+    assert f"removed {export / '.staging-abc123'}, left by an export that was stopped" in out
