@@ -9,6 +9,10 @@ those listed in ``BENIGN`` (and, only where no NVIDIA driver is installed, those
 an unknown line, or a real error, reaches the console in full and in order. The run's own
 device line (``common.runner``) says what was found instead.
 
+Lines are held for ``HOLD_SECONDS`` at most: a start-up that hangs (a lock, a driver, NCCL
+initialisation on a cluster) shows what it has written by then, filtered, and everything after
+it as it comes. A stop signal ends the block by an exception, which writes them back too.
+
 Only the standard library is imported here: it runs before TensorFlow.
 """
 from __future__ import annotations
@@ -19,6 +23,10 @@ import os
 import re
 import sys
 import tempfile
+import threading
+
+# How long start-up lines are held before they are shown anyway (QUIET_START_HOLD_S).
+HOLD_SECONDS = float(os.environ.get("QUIET_START_HOLD_S", "10"))
 
 
 def _line(level: str, message: str) -> re.Pattern:
@@ -88,20 +96,35 @@ def filtered_stderr(extra=()):
         faulthandler.enable(file=real)
     with tempfile.TemporaryFile() as caught:
         os.dup2(caught.fileno(), 2)
+        lock, released = threading.Lock(), []
+
+        def release():
+            """Descriptor 2 back to the console, and what it caught written there (once)."""
+            with lock:
+                if released:
+                    return
+                released.append(True)
+                try:
+                    sys.stderr.flush()
+                except (OSError, ValueError):
+                    pass
+                os.dup2(saved, 2)
+                caught.seek(0)
+                text = caught.read().decode("utf-8", errors="replace")
+                out = "".join(kept(text.splitlines(keepends=True), nvidia_driver_present(),
+                                   extra))
+                if out:
+                    os.write(2, out.encode("utf-8"))
+
+        timer = threading.Timer(HOLD_SECONDS, release)  # a hang shows its lines
+        timer.daemon = True
+        timer.start()
         try:
             yield
         finally:
+            timer.cancel()
             if ours:
                 faulthandler.disable()
                 real.close()
-            try:
-                sys.stderr.flush()
-            except (OSError, ValueError):
-                pass
-            os.dup2(saved, 2)
+            release()
             os.close(saved)
-            caught.seek(0)
-            text = caught.read().decode("utf-8", errors="replace")
-            out = "".join(kept(text.splitlines(keepends=True), nvidia_driver_present(), extra))
-            if out:
-                os.write(2, out.encode("utf-8"))

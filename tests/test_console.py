@@ -57,6 +57,23 @@ def test_filtered_stderr_replays_everything_else_in_order_even_on_an_exception(t
     assert proc.stderr.splitlines() == ["E0000 real error from C++", "python warning", "after"]
 
 
+def test_a_start_up_that_hangs_shows_its_lines_after_a_bound(tmp_path):
+    """A start-up that hangs (a lock, a driver, NCCL on a cluster) and is then killed showed
+    nothing: the held lines reach the console after QUIET_START_HOLD_S, filtered, and later
+    lines as they come."""
+    code = ("import os, sys, time\nfrom common import quiet_start\n"
+            "with quiet_start.filtered_stderr():\n"
+            f"    os.write(2, {CPU_START[0]!r}.encode())\n"
+            "    os.write(2, b'E0000 waiting for the driver\\n')\n"
+            "    time.sleep(1.5)\n"
+            "    os.write(2, b'E0000 still waiting\\n')\n"
+            "    sys.stderr.flush()\n"
+            "    os.kill(os.getpid(), 9)\n")
+    proc = run_cli([sys.executable, "-c", code], timeout=60, env={"QUIET_START_HOLD_S": "0.5"})
+    assert proc.returncode == -9
+    assert proc.stderr.splitlines() == ["E0000 waiting for the driver", "E0000 still waiting"]
+
+
 def test_a_process_that_dies_while_filtered_says_so_on_the_real_stderr():
     """TensorFlow aborts on a CPU without the instructions it was built for: what it wrote is
     caught, but the fatal signal and where it struck reach the console."""
