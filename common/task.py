@@ -16,9 +16,10 @@ import numpy as np
 import tensorflow as tf
 from absl import flags
 
-from common import dali, devices, input_errors, tfrecord_index
+from common import dali, devices, errors, input_errors, tfrecord_index
 from common.distributed import Distributed
 from common.dllogger import Logger
+from common.errors import DataError
 from common.precision import Precision
 
 
@@ -272,14 +273,20 @@ class Task(abc.ABC):
         raise NotImplementedError(f"{self.name} has no INT8 calibration data")
 
     def calibration_batches(self):
-        """``--calibration_images`` images of ``calibration_dataset``, as numpy batches."""
+        """``--calibration_images`` images of ``calibration_dataset``, as numpy batches. A
+        record that cannot be read stops with one line naming its file and number."""
         left = self.flags.calibration_images
-        for batch in self.calibration_dataset():
-            if left <= 0:
-                return
-            batch = batch.numpy()[:left]
-            left -= len(batch)
-            yield batch
+        try:
+            for batch in self.calibration_dataset():
+                if left <= 0:
+                    return
+                batch = batch.numpy()[:left]
+                left -= len(batch)
+                yield batch
+        except tf.errors.OpError as e:
+            where = self.locate_bad_record("train") or errors.one_line(e.message)
+            raise DataError(f"--export_onnx_int8: a calibration image cannot be read ({where})"
+                            ) from None
 
     # What --export_onnx writes in --export_dir: file name -> the SavedModel signature in it.
     onnx_files: Mapping[str, str] = {"model.onnx": "serving_default"}

@@ -123,18 +123,18 @@ class Trainer:
         if f.mode in ("train", "train_and_evaluate"):
             need = int(1.1 * checkpoints.nbytes(self.state())) + (1 << 20)
             self.dist.on_chief(lambda: (
-                files.check_output_dir(f.model_dir, "--model_dir", need,
-                                             "a checkpoint needs"),
+                files.check_output_dir(f.model_dir, "--model_dir", need, "a checkpoint needs"),
                 self.checkpoints.clean_leftovers()), "checking --model_dir")
         if f.export_dir:  # its room measured by a trial export (inference.export_bytes)
             def check_export_dir():
-                files.check_output_dir(f.export_dir, "--export_dir", 1 << 20,
-                                             "the export needs")
+                files.check_output_dir(f.export_dir, "--export_dir", 1 << 20, "the export needs")
                 need = inference.export_bytes(self.task, self.model, f.export_dir,
                                               f.export_onnx or f.export_onnx_int8,
                                               f.export_onnx_int8, self.log.print)
-                files.check_output_dir(f.export_dir, "--export_dir", need,
-                                             "the export needs")
+                files.check_output_dir(f.export_dir, "--export_dir", need, "the export needs")
+                if f.export_onnx_int8:  # a bad record found now, not after the training
+                    for _ in self.task.calibration_batches():
+                        pass
             self.dist.on_chief(check_export_dir, "checking --export_dir")
 
     # --- state ----------------------------------------------------------------------------

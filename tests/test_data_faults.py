@@ -83,6 +83,23 @@ def test_corrupt_image_names_the_file_and_gives_the_reason(tmp_path, dali):
     assert "JPEG" in last and not last.endswith(":")
 
 
+def test_a_corrupt_calibration_image_is_named_before_training(tmp_path):
+    """--export_onnx_int8 calibrates on training images after the training: a record it
+    cannot read was blamed on writing the export ("cannot write the export ... (corrupted
+    record at 12)"), after the whole run. It is named, file and record, before training."""
+    images = _jpegs(8)
+    images[6] = images[6][:len(images[6]) // 2]
+    data = _dataset(tmp_path, list(zip(images, range(1, 9))), val=list(zip(_jpegs(4),
+                                                                           range(1, 5))))
+    proc = _run(data, tmp_path, "--export_dir", str(tmp_path / "export"), "--export_onnx_int8",
+                "--calibration_images", "8")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    last = stderr_last_line(proc)
+    assert last.startswith(f"main.py: error: --export_onnx_int8: a calibration image cannot be "
+                           f"read ({data}/train-00000-of-00001, record 6: "), last
+    assert "step 1" not in proc.stdout  # nothing trained
+
+
 @pytest.mark.parametrize("fault", ["empty", "garbage", "truncated", "stale"])
 def test_bad_dali_index_is_rebuilt_and_the_epoch_has_its_full_length(tmp_path, digits_records,
                                                                     capsys, fault):
