@@ -87,6 +87,7 @@ def timed_loop(trainer, num_iter: int, dispatch, read, on_sync) -> Windows:
     ``on_sync(i, outputs, clock)`` checks and logs before the next window opens. Windows of
     profiled steps are not timed."""
     f, profiler = trainer.flags, trainer.profiler
+    profiler.plan(1, num_iter)
     clock = Windows(f.warmup_steps)
     profiled = False  # the open window holds a profiled step
     for i in range(1, num_iter + 1):

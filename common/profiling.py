@@ -62,6 +62,20 @@ class StepProfiler:
         self.active = False
         self.report: dict = {}
 
+    def plan(self, first: int, last: int) -> None:
+        """The loop runs steps ``first``..``last``: a range after its end is said (and
+        dropped), one that reaches past it is said to end with the run."""
+        if not self.range or self.active or self.report:
+            return
+        if self.range[0] > last:
+            self.log.print(f"profile: steps {self.range[0]}:{self.range[1]} come after this "
+                           f"run's last step, {last}: nothing is profiled; give --profile a "
+                           "range inside the run")
+            self.range = None
+        elif self.range[1] > last >= max(self.range[0], first):
+            self.log.print(f"profile: the run ends at step {last}: steps "
+                           f"{max(self.range[0], first)}:{last} are profiled")
+
     def starts_after(self, step: int) -> bool:
         return bool(self.range) and not (self.active or self.report) and step == self.range[0] - 1
 
@@ -90,7 +104,9 @@ class StepProfiler:
                       if hasattr(fn, "get_concrete_function") else [])
             steps, trace = step - self.first + 1, latest_trace(self.logdir)
             dtypes = graph_dtypes(graphs)
-            self.report = {"profiled_steps": steps, **summarize(trace, dtypes)}
+            self.report = {"profiled_steps": steps,
+                           "profiled_step_range": f"{self.first}:{step}",
+                           **summarize(trace, dtypes)}
             # The per-op table next to the trace (python -m benchtools.profile_diff reads it).
             rows = op_table.from_trace(
                 trace, steps, dtypes, TENSOR_CORE.search,
@@ -101,8 +117,9 @@ class StepProfiler:
             missed = op_table.missed_tensor_cores(rows)
             if missed:
                 self.report["tensor_core_missed"] = missed
-            self.log.print("profile: " + describe(self.report) + f" (trace in {self.logdir}, "
-                           f"per-op table {self.report['op_table']})")
+            self.log.print(f"profile of steps {self.first}:{step}: " + describe(self.report)
+                           + f" (trace in {self.logdir}, per-op table "
+                           f"{self.report['op_table']})")
 
     def close(self) -> None:
         """Stops a trace a failing run left running (no report)."""

@@ -315,6 +315,7 @@ class Trainer:
             return {**summary, "final_step": start}
         if evaluate:
             self.evaluator.check_before_training()
+        self.profiler.plan(start + 1, total_steps)
         step_fn = self.compiled_train_step()
         data = batches(self.on_device(self.task.train_dataset_at(start)),
                        lambda: self.task.locate_bad_record("train"))

@@ -168,6 +168,19 @@ def test_a_range_a_resumed_run_has_passed_is_said_and_nothing_is_profiled(tmp_pa
     assert not glob.glob(str(tmp_path / "tensorboard" / "plugins" / "profile" / "*"))
 
 
+def test_ranges_past_the_end_or_cut_by_a_resume_say_what_is_profiled(tmp_path, capsys):
+    args = ["main.py", *TINY, "--mode", "train", "--iter_unit", "batch", "--results_dir",
+            str(tmp_path)]
+    s = runner.run(ResNetTask, [*args, "--num_iter", "3", "--profile", "5:6"])
+    assert "profiled_steps" not in s
+    assert ("profile: steps 5:6 come after this run's last step, 3: nothing is profiled"
+            in capsys.readouterr().out)
+    s = runner.run(ResNetTask, [*args, "--num_iter", "5", "--profile", "2:4"])  # resumes at 4
+    out = capsys.readouterr().out
+    assert s["profiled_step_range"] == "4:4" and s["profiled_steps"] == 1
+    assert "profile of steps 4:4: " in out
+
+
 @pytest.mark.parametrize("mode", ["evaluate", "predict"])
 def test_profile_of_a_mode_without_steps_is_refused(tmp_path, capsys, mode, digits_records):
     code = runner.main(ResNetTask, ["main.py", *TINY, "--mode", mode, "--profile", "1:2",
