@@ -19,7 +19,7 @@ from absl import flags
 from common import dali, devices, errors, input_errors, tfrecord_index
 from common.distributed import Distributed
 from common.dllogger import Logger
-from common.errors import DataError
+from common.errors import DataError, UsageError
 from common.precision import Precision
 
 
@@ -319,6 +319,13 @@ class RecordTask(Task):
     ``prepare_dataset.py``: the file sets, the epoch size and the bad-record locator, once."""
     prepare_script = "prepare_dataset.py"  # named in the error when no records are found
     synthetic_epoch = 1  # examples in a nominal epoch of synthetic data (no --data_dir)
+
+    def __init__(self, ctx: RunContext):
+        super().__init__(ctx)
+        if ctx.flags.mode == "train_and_evaluate" and ctx.flags.data_dir is None:
+            raise UsageError("--mode train_and_evaluate evaluates on --data_dir's validation "
+                             "split: give --data_dir (prepared by "
+                             f"{self.prepare_script}), or --mode train on synthetic data")
 
     def record_check(self) -> Callable[[tf.Tensor], tf.Tensor]:
         """What a serialized record must pass (parse, label range, decode): raises if bad."""

@@ -305,6 +305,20 @@ def test_predict_draws_each_input_once_and_skips_an_unreadable_file(shapes_recor
 
 
 # --- flags the validators used to miss ------------------------------------------------------
+@pytest.mark.parametrize("task", ["ssd", "resnet"])
+def test_train_and_evaluate_without_data_is_one_line_naming_the_flag(tmp_path, capsys, task):
+    """It said "no validation-NNNNN-of-NNNNN TFRecord files in None"."""
+    from rn50.task import ResNetTask
+    cls, prepare = ((SSDTask, "ssd320/prepare_dataset.py") if task == "ssd"
+                    else (ResNetTask, "resnet50v1.5/prepare_dataset.py"))
+    code = runner.main(cls, ["main.py", "--mode", "train_and_evaluate", "--arch", "resnet_tiny",
+                             "--results_dir", str(tmp_path)])
+    assert code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "main.py: error: --mode train_and_evaluate evaluates on --data_dir's validation split: "
+        f"give --data_dir (prepared by {prepare}), or --mode train on synthetic data")
+
+
 def test_a_backbone_checkpoint_of_another_resnet_is_one_line(tmp_path, capsys):
     from rn50.task import ResNetTask
     rn = tmp_path / "rn"
