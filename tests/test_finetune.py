@@ -4,6 +4,7 @@ a fine-tuning run starts at step 0 from the checkpoint's weights and learns, a c
 another number of classes starts afresh with a line, another vocabulary is refused, resuming
 wins over fine-tuning; evaluate, predict, export and resume take omitted settings from the
 checkpoint and refuse a contradicting flag with one line naming it (exit 2)."""
+import json
 import os
 import shutil
 
@@ -16,6 +17,7 @@ from common import checkpoint_settings, runner
 from common.dllogger import read_records, step_logs
 from rn50.task import ResNetTask
 from ssd.task import SSDTask
+from txl.prepare import vocab_hash
 from txl.task import TransformerXLTask
 
 RN_TINY = [a for a in TINY if a not in ("--num_classes", "10")]  # classes from labels.txt
@@ -144,6 +146,9 @@ def test_transformerxl_finetunes_on_its_vocabulary_and_refuses_another(tmp_path,
     words = (other / "vocab.txt").read_text().splitlines()
     words[3], words[4] = words[4], words[3]
     (other / "vocab.txt").write_text("\n".join(words) + "\n")
+    info = json.loads((other / "corpus-info.json").read_text())  # as if prepared so
+    (other / "corpus-info.json").write_text(json.dumps({**info,
+                                                        "vocab_sha256": vocab_hash(words)}))
     capsys.readouterr()
     assert runner.main(TransformerXLTask, [
         "main.py", "--mode", "train", "--data_dir", str(other), "--finetune_checkpoint",

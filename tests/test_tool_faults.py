@@ -158,7 +158,6 @@ def test_profile_diff_finds_the_table_of_a_run_recorded_from_another_directory(t
     monkeypatch.chdir(tmp_path)
     code, out, err = _diff(capsys, a, b)
     assert code == 0 and err == [], err
-    _ = np  # noqa: the module's numpy import serves the fixtures' graphs
 
 
 # --- exports: one export per directory -------------------------------------------------------

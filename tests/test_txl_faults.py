@@ -146,6 +146,20 @@ def test_a_vocabulary_changed_after_preparation_is_refused(corpus, tmp_path, cap
         "vocabulary was changed after preparation; prepare the corpus again")
 
 
+def test_a_vocabulary_with_two_words_swapped_is_refused(corpus, tmp_path, capsys):
+    """The same count, other words at two ids: the hash in corpus-info.json tells."""
+    data = damaged_copy(corpus, tmp_path)
+    words = (data / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    words[1], words[2] = words[2], words[1]
+    (data / "vocab.txt").write_text("".join(w + "\n" for w in words), encoding="utf-8")
+    code, last = _main(capsys, "--mode", "train", "--num_iter", "1", "--data_dir", str(data),
+                       "--results_dir", str(tmp_path / "r"))
+    assert code == 1 and last == (
+        f"main.py: error: {data}/vocab.txt is not the vocabulary {data}/corpus-info.json was "
+        "prepared with (its words were reordered or replaced: vocab_sha256 differs); prepare "
+        "the corpus again")
+
+
 def test_a_prompt_of_unknown_words_only_is_said(tmp_path, capsys):
     """A corpus whose validation text has a word train lacks has <unk>; a prompt of unknown
     words only generates from no context, and says so."""

@@ -90,8 +90,8 @@ def prepare(corpus_dir: str, out_dir: str, log=print) -> dict:
                                                 unk if unk is not None else len(vocab), log)
     if any(unknown.values()) and unk is None:
         vocab.append(UNK)  # index len(vocab) before the append, as encoded above
-    info = {"vocab_size": len(vocab), "tokens": {s: int(len(v)) for s, v in streams.items()},
-            "unknown_words": unknown}
+    info = {"vocab_size": len(vocab), "vocab_sha256": vocab_hash(vocab),
+            "tokens": {s: int(len(v)) for s, v in streams.items()}, "unknown_words": unknown}
     with prepare_cli.staged(out_dir, log) as stage:
         with open(os.path.join(stage, "vocab.txt"), "w", encoding="utf-8") as f:
             f.write("".join(w + "\n" for w in vocab))
@@ -104,6 +104,13 @@ def prepare(corpus_dir: str, out_dir: str, log=print) -> dict:
         + (f"; words not in train: {unknown['valid']:,} valid, {unknown['test']:,} test"
            if any(unknown.values()) else ""))
     return info
+
+
+def vocab_hash(words) -> str:
+    """The vocabulary's words in order, hashed (16 hex digits): the token ids mean these words
+    (corpus-info.json and a checkpoint's settings.json record it)."""
+    import hashlib
+    return hashlib.sha256("\n".join(words).encode("utf-8")).hexdigest()[:16]
 
 
 def main(argv: Iterable[str] | None = None) -> int:

@@ -14,7 +14,6 @@ it). The memory is the per-run state that ``common/trainer.py`` carries from ste
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 
@@ -31,7 +30,7 @@ from txl.generate import generate
 from txl.lamb import NvidiaLamb
 from txl.metrics import PerplexityMetric
 from txl.model import TransformerXL
-from txl.prepare import utf8_lines
+from txl.prepare import utf8_lines, vocab_hash
 
 
 class TransformerXLTask(Task):
@@ -110,7 +109,8 @@ class TransformerXLTask(Task):
         if os.path.exists(info_path):
             try:
                 with open(info_path) as f:
-                    expected = json.load(f)["vocab_size"]
+                    info = json.load(f)
+                expected = info["vocab_size"]
             except (OSError, ValueError, KeyError, TypeError) as e:
                 raise DataError(f"{info_path} is not prepare_dataset.py's corpus-info.json "
                                 f"({e})") from None
@@ -119,6 +119,11 @@ class TransformerXLTask(Task):
                                 f"{info_path} says the corpus was prepared with {expected:,}: "
                                 "the vocabulary was changed after preparation; prepare the "
                                 "corpus again")
+            recorded = info.get("vocab_sha256")  # corpora prepared since it was recorded
+            if recorded and recorded != vocab_hash(vocab):
+                raise DataError(f"{self._path('vocab.txt')} is not the vocabulary "
+                                f"{info_path} was prepared with (its words were reordered or "
+                                "replaced: vocab_sha256 differs); prepare the corpus again")
         return vocab
 
     def tokens(self, split: str) -> np.ndarray:
@@ -173,8 +178,7 @@ class TransformerXLTask(Task):
     def checkpoint_facts(self):
         facts = {"vocab_size": self.cfg.vocab_size}
         if self.vocab:
-            text = "\n".join(self.vocab).encode("utf-8")
-            facts["vocab_sha256"] = hashlib.sha256(text).hexdigest()[:16]
+            facts["vocab_sha256"] = vocab_hash(self.vocab)
         return facts
 
     def checkpoint_fact_sources(self):
