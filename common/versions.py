@@ -233,6 +233,47 @@ def lifted_constraints(lines: list[str], requirements_txt: str) -> tuple[list[st
     return kept, notes
 
 
+# What scripts/install_deps.sh never changes (it constrains every pip call to the installed
+# versions): a pin of PIP_CONSTRAINT that excludes one cannot be met.
+KEPT_INSTALLED = ("tensorflow", "tensorflow-cpu", "tf-keras", "numpy", "protobuf", "ml-dtypes",
+                  "h5py", "horovod", "nvidia-dali-cuda120", "nvidia-dali-cuda110", "tensorrt")
+
+
+def kept_clashes(lines: list[str]) -> list[str]:
+    """The pins among ``lines`` that exclude the installed version of a package install_deps.sh
+    keeps as it is, each as a sentence."""
+    import importlib.metadata as md
+    try:
+        from packaging.requirements import InvalidRequirement
+        from packaging.requirements import Requirement as Spec
+    except ModuleNotFoundError:
+        from pip._vendor.packaging.requirements import InvalidRequirement
+        from pip._vendor.packaging.requirements import Requirement as Spec
+    out = []
+    for line in lines:
+        text = line.split("#")[0].strip()
+        if not text or text.startswith("-") or _name(text) not in KEPT_INSTALLED:
+            continue
+        try:
+            spec = Spec(text)
+            have = md.version(spec.name)
+        except (InvalidRequirement, md.PackageNotFoundError):
+            continue
+        if not spec.specifier.contains(have, prereleases=True):
+            out.append(f"{text} excludes the installed {spec.name} {have}, which these "
+                       "scripts keep (TensorFlow, Horovod and DALI were built against it)")
+    return out
+
+
+def _absolute_includes(line: str, base: str) -> str:
+    """A ``-c``/``-r`` line of a constraints file with its relative path made absolute (pip
+    reads it relative to the file, which install_deps.sh copies elsewhere)."""
+    m = re.match(r"^(\s*(?:-c|--constraint|-r|--requirement)(?:\s+|=))(\S+)(.*)$", line, re.S)
+    if not m or os.path.isabs(m.group(2)) or re.match(r"^[a-z][a-z0-9+.-]*://", m.group(2)):
+        return line
+    return f"{m.group(1)}{os.path.join(base, m.group(2))}{m.group(3)}"
+
+
 def _main(argv: list[str]) -> int:
     if len(argv) == 3 and argv[1] == "--pin":
         pins = {r.package: r.pin for r in REQUIREMENTS}
@@ -247,16 +288,26 @@ def _main(argv: list[str]) -> int:
         have = installed_quietly(req.package)
         return 0 if parse(have) >= parse(req.minimum) else 1
     if len(argv) >= 3 and argv[1] == "--lift-pins":
-        # --lift-pins REQUIREMENTS_TXT FILE...: the kept lines on stdout, what is lifted on stderr
-        lines = []
+        # --lift-pins REQUIREMENTS_TXT CONSTRAINTS...: the kept lines on stdout, a note for
+        # each change on stderr; exit 3 when a pin excludes what must stay installed.
+        lines, notes = [], []
         for path in argv[3:]:
+            if re.match(r"^[a-z][a-z0-9+.-]*://", path):  # pip reads URLs; we cannot here
+                lines.append(f"-c {path}")
+                notes.append(f"{path} kept as it is (a URL: its pins are not checked here)")
+                continue
             with open(path) as f:
-                lines += f.readlines()
-        kept, notes = lifted_constraints(lines, argv[2])
+                lines += [_absolute_includes(line, os.path.dirname(os.path.abspath(path)))
+                          for line in f]
+        kept, lifted = lifted_constraints(lines, argv[2])
+        clashes = kept_clashes(kept)
         print("\n".join(kept))
-        for note in notes:
-            print(f"lifted {note}", file=sys.stderr)
-        return 0
+        for note in notes + [f"lifted {n} for this install; its other pins are kept"
+                             for n in lifted]:
+            print(note, file=sys.stderr)
+        for clash in clashes:
+            print(f"clash: {clash}", file=sys.stderr)
+        return 3 if clashes else 0
     if len(argv) != 1:
         print("usage: python -m common.versions [--pin PACKAGE | --satisfied PACKAGE | "
               "--lift-pins REQUIREMENTS_TXT CONSTRAINTS...]", file=sys.stderr)

@@ -61,16 +61,22 @@ trap 'rm -rf "$work"' EXIT
 # image's Keras 3.3.2 above all): those are lifted, each with a line.
 if [ -n "${PIP_CONSTRAINT:-}" ]; then
   inherited="$work/inherited-constraints.txt"
+  rc=0
   # shellcheck disable=SC2086  # PIP_CONSTRAINT is a space-separated list, as pip reads it
-  if ! lifted=$(cd "$here" && "$PY" -m common.versions --lift-pins "$here/requirements.txt" \
-                  $PIP_CONSTRAINT 2>&1 >"$inherited"); then
-    log "cannot read PIP_CONSTRAINT=$PIP_CONSTRAINT: ${lifted##*$'\n'}"
+  notes=$(cd "$here" && "$PY" -m common.versions --lift-pins "$here/requirements.txt" \
+            $PIP_CONSTRAINT 2>&1 >"$inherited") || rc=$?
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 3 ]; then
+    log "cannot read PIP_CONSTRAINT=$PIP_CONSTRAINT: ${notes##*$'\n'}"
     exit 1
   fi
-  if [ -n "$lifted" ]; then
+  if [ -n "$notes" ]; then
     while IFS= read -r line; do
-      log "PIP_CONSTRAINT=$PIP_CONSTRAINT: $line for this install; its other pins are kept"
-    done <<<"$lifted"
+      log "PIP_CONSTRAINT=$PIP_CONSTRAINT: ${line#clash: }"
+    done <<<"$notes"
+  fi
+  if [ "$rc" -eq 3 ]; then
+    log "PIP_CONSTRAINT's pins above cannot be met without changing what is installed: remove them from PIP_CONSTRAINT (or unset it) and run again"
+    exit 1
   fi
   export PIP_CONSTRAINT="$inherited"
 fi

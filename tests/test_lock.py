@@ -3,6 +3,8 @@ common/versions.py, install_deps.sh's DALI), and every file they admit has a has
 PIP_CONSTRAINT loses only the pins that exclude what these scripts install."""
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 from conftest import ROOT
@@ -89,3 +91,46 @@ def test_the_images_stack_layer_has_every_file_install_deps_reads(dockerfile):
     script = open(os.path.join(ROOT, "scripts", "install_deps.sh")).read()
     read = set(re.findall(r'"\$here/([^"$]+)"', script)) | {"common/versions.py"}
     assert read <= copied, read - copied
+
+
+def _lift(tmp_path, *constraints):
+    proc = subprocess.run([sys.executable, "-m", "common.versions", "--lift-pins",
+                           os.path.join(ROOT, "requirements.txt"), *constraints],
+                          capture_output=True, text=True, cwd=ROOT)
+    return proc.returncode, proc.stdout.splitlines(), proc.stderr.splitlines()
+
+
+def test_an_inherited_constraint_url_and_relative_includes_are_kept_working(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "more.txt").write_text("matplotlib>=3.8\n")
+    outer = tmp_path / "outer.txt"
+    outer.write_text("-c sub/more.txt\n--requirement=sub/more.txt\n-c https://example.com/c.txt\n")
+    code, kept, notes = _lift(tmp_path, str(outer), "https://example.com/pins.txt")
+    assert code == 0, notes
+    assert kept == [f"-c {tmp_path / 'sub' / 'more.txt'}",
+                    f"--requirement={tmp_path / 'sub' / 'more.txt'}",
+                    "-c https://example.com/c.txt", "-c https://example.com/pins.txt"]
+    assert notes == ["https://example.com/pins.txt kept as it is (a URL: its pins are not "
+                     "checked here)"]
+
+
+def test_a_constraint_that_excludes_what_tensorflow_was_built_against_names_pip_constraint(
+        tmp_path):
+    import importlib.metadata as md
+    pins = tmp_path / "pins.txt"
+    pins.write_text("protobuf==3.0.0\n")
+    code, _, notes = _lift(tmp_path, str(pins))
+    assert code == 3 and notes == [
+        f"clash: protobuf==3.0.0 excludes the installed protobuf {md.version('protobuf')}, which these "
+        "scripts keep (TensorFlow, Horovod and DALI were built against it)"]
+    # install_deps.sh stops there, naming PIP_CONSTRAINT, before pip changes anything.
+    proc = subprocess.run(["bash", os.path.join(ROOT, "scripts", "install_deps.sh")],
+                          capture_output=True, text=True,
+                          env={**os.environ, "PIP_CONSTRAINT": str(pins),
+                               "PYTHON": sys.executable})
+    assert proc.returncode == 1
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-2] == (f"[install_deps] PIP_CONSTRAINT={pins}: protobuf==3.0.0 excludes the "
+                         f"installed protobuf {md.version('protobuf')}, which these scripts keep "
+                         "(TensorFlow, Horovod and DALI were built against it)")
+    assert lines[-1].startswith("[install_deps] PIP_CONSTRAINT's pins above cannot be met")
