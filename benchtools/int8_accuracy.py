@@ -16,6 +16,9 @@ alternating rounds. A model already trained in ``--workdir`` is reused.
 
 These are ONNX Runtime's CPU kernels, not TensorRT's: they show what calibration costs in
 accuracy, not what INT8 gains in speed on a GPU.
+
+``--smoke`` runs the whole command at a tiny size (the tiny networks on a few images, a few
+steps, 16 calibration images, one latency round): it checks the command, it measures nothing.
 """
 from __future__ import annotations
 
@@ -37,10 +40,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROUNDS = 5
 
 
-def _prepare_resnet(data: str) -> tuple[str, list[str]]:
+def _prepare_resnet(data: str, smoke: bool = False) -> tuple[str, list[str]]:
     from rn50 import digits
     if not os.path.exists(os.path.join(data, "records", "labels.txt")):
-        digits.export(os.path.join(data, "folder"), size=32)
+        digits.export(os.path.join(data, "folder"), size=32, limit=200 if smoke else None)
         subprocess.run([sys.executable, os.path.join(ROOT, "resnet50v1.5", "prepare_dataset.py"),
                         os.path.join(data, "folder"), os.path.join(data, "records"),
                         "--train_shards", "4", "--val_shards", "2"], check=True,
@@ -48,13 +51,23 @@ def _prepare_resnet(data: str) -> tuple[str, list[str]]:
     recipe = ["--arch", "resnet50", "--num_classes", "10", "--image_size", "32", "--batch_size",
               "32", "--num_iter", "3", "--iter_unit", "epoch", "--lr_warmup_epochs", "1",
               "--zero_init_residual", "--crop_area_min", "0.5", "--seed", "1"]
+    if smoke:
+        recipe = _replace(recipe, {"--arch": "resnet_tiny", "--num_iter": "1"})
     return os.path.join(data, "records"), recipe
 
 
-def _prepare_ssd(data: str) -> tuple[str, list[str]]:
+def _replace(recipe: list[str], values: dict) -> list[str]:
+    out = list(recipe)
+    for flag, value in values.items():
+        out[out.index(flag) + 1] = value
+    return out
+
+
+def _prepare_ssd(data: str, smoke: bool = False) -> tuple[str, list[str]]:
     from ssd import shapes
     if not os.path.exists(os.path.join(data, "records", "label_map.json")):
-        shapes.export(os.path.join(data, "coco"), train=600, val=100, seed=0)
+        shapes.export(os.path.join(data, "coco"), train=40 if smoke else 600,
+                      val=8 if smoke else 100, seed=0)
         subprocess.run([sys.executable, os.path.join(ROOT, "ssd320", "prepare_dataset.py"),
                         os.path.join(data, "coco"), os.path.join(data, "records"),
                         "--train_shards", "4", "--val_shards", "1"], check=True,
@@ -62,16 +75,19 @@ def _prepare_ssd(data: str) -> tuple[str, list[str]]:
     recipe = ["--arch", "resnet_tiny", "--image_size", "128", "--batch_size", "16", "--lr_init",
               "0.64", "--lr_warmup_steps", "100", "--iter_unit", "batch", "--num_iter", "1800",
               "--seed", "1"]
+    if smoke:
+        recipe = _replace(recipe, {"--image_size": "64", "--batch_size": "4",
+                                   "--lr_warmup_steps": "2", "--num_iter": "4"})
     return os.path.join(data, "records"), recipe
 
 
 MODELS = {"resnet50v1.5": _prepare_resnet, "ssd320": _prepare_ssd}
 
 
-def export(model: str, workdir: str) -> tuple[str, str, list[str]]:
+def export(model: str, workdir: str, smoke: bool = False) -> tuple[str, str, list[str]]:
     """Trains (unless ``workdir`` holds the trained run) and exports; returns (records,
     export dir, recipe)."""
-    records, recipe = MODELS[model](os.path.join(workdir, "data"))
+    records, recipe = MODELS[model](os.path.join(workdir, "data"), smoke)
     main_py = os.path.join(ROOT, model, "main.py")
     trained = os.path.join(workdir, "train")
     if not any(r.get("step") == [] for r in _records(trained)):
@@ -80,7 +96,8 @@ def export(model: str, workdir: str) -> tuple[str, str, list[str]]:
     out = os.path.join(workdir, "export")
     runner.run_main_py(main_py, ["--mode", "evaluate", *recipe, "--data_dir", records,
                                  "--model_dir", os.path.join(trained, "checkpoints"),
-                                 "--export_dir", out, "--export_onnx_int8"],
+                                 "--export_dir", out, "--export_onnx_int8",
+                                 *(["--calibration_images", "16"] if smoke else [])],
                        runner.fresh_results_dir(os.path.join(workdir, "evaluate")))
     return records, out, recipe
 
@@ -150,7 +167,8 @@ def accuracy(model: str, records: str, export_dir: str, recipe: list[str]) -> di
     return out
 
 
-def latency(export_dir: str, image_size: int, batches=(1, 32), repeats: int = 20) -> dict:
+def latency(export_dir: str, image_size: int, batches=(1, 32), repeats: int = 20,
+            rounds: int = ROUNDS) -> dict:
     """Median milliseconds per batch, float32 and INT8 measured in alternating rounds."""
     files = {"float32": "model.onnx", "int8": "model_int8.onnx"}
     sessions = {k: _session(os.path.join(export_dir, f)) for k, f in files.items()}
@@ -160,7 +178,7 @@ def latency(export_dir: str, image_size: int, batches=(1, 32), repeats: int = 20
         x = rng.random((b, image_size, image_size, 3), dtype=np.float32)
         for s in sessions.values():  # warm-up
             s.run(None, {"images": x})
-        for _ in range(ROUNDS):
+        for _ in range(rounds):
             for k, s in sessions.items():
                 t = time.perf_counter()
                 for _ in range(repeats):
@@ -194,17 +212,20 @@ def main(argv=None) -> int:
     p.add_argument("--workdir", help="data, the trained run and the export (default "
                    "results/int8/MODEL); a trained run there is reused")
     p.add_argument("--json", help="also write the results here")
+    p.add_argument("--smoke", action="store_true", help="the whole command at a tiny size: "
+                   "checks it, measures nothing")
     args = p.parse_args(argv)
     import onnxruntime as ort
     workdir = args.workdir or os.path.join("results", "int8", args.model)
-    records, export_dir, recipe = export(args.model, workdir)
+    records, export_dir, recipe = export(args.model, workdir, args.smoke)
     evaluated = _records(os.path.join(workdir, "evaluate"))
     calibrated = next((r["data"] for r in evaluated if r.get("step") == "PARAMETER"), {})
     res = {"model": args.model, "onnxruntime": ort.__version__,
            "machine": machine.cpu_name() + f", {platform.machine()}",
            "calibrated_on": f"{calibrated.get('calibration_images', '?')} training images",
            "accuracy": accuracy(args.model, records, export_dir, recipe),
-           "latency": latency(export_dir, int(recipe[recipe.index("--image_size") + 1]))}
+           "latency": latency(export_dir, int(recipe[recipe.index("--image_size") + 1]),
+                              repeats=2 if args.smoke else 20, rounds=1 if args.smoke else ROUNDS)}
     print(report(args.model, res))
     if args.json:
         with open(args.json, "w") as f:

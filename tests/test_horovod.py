@@ -117,7 +117,7 @@ def _launch(tmp_path, launcher, *args):
         ["bash", os.path.join(ROOT, "scripts", "launch.sh"),
          os.path.join(ROOT, "resnet50v1.5", "main.py"), "fp32", "2", "noxla", *TINY,
          "--results_dir", str(out), *args],
-        stdout=open(log, "w"), stderr=subprocess.STDOUT,
+        stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True,
         env={**os.environ, "PYTHON": sys.executable, "LAUNCHER": launcher})
     return proc, out, log
 
@@ -152,7 +152,9 @@ def test_a_signal_to_the_launcher_stops_the_ranks_gracefully(tmp_path, launcher,
     deadline = time.time() + 180
     while time.time() < deadline and "step 8/" not in log.read_text():
         time.sleep(0.5)
-    if target == "launch.sh":
+    if target == "launch.sh" and sig == signal.SIGINT:  # a terminal's Ctrl-C: to the group
+        os.killpg(proc.pid, sig)
+    elif target == "launch.sh":
         proc.send_signal(sig)
     else:
         shell = _job_process(proc.pid, ["/bin/sh", "-c"])
