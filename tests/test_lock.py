@@ -121,8 +121,8 @@ def test_a_constraint_that_excludes_what_tensorflow_was_built_against_names_pip_
     pins.write_text("protobuf==3.0.0\n")
     code, _, notes = _lift(tmp_path, str(pins))
     assert code == 3 and notes == [
-        f"clash: protobuf==3.0.0 excludes the installed protobuf {md.version('protobuf')}, which these "
-        "scripts keep (TensorFlow, Horovod and DALI were built against it)"]
+        f"clash: protobuf==3.0.0 excludes the installed protobuf {md.version('protobuf')}, "
+        "which these scripts keep (TensorFlow, Horovod and DALI were built against it)"]
     # install_deps.sh stops there, naming PIP_CONSTRAINT, before pip changes anything.
     proc = subprocess.run(["bash", os.path.join(ROOT, "scripts", "install_deps.sh")],
                           capture_output=True, text=True,
