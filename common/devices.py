@@ -94,12 +94,39 @@ class Capabilities:
         return self.compute_dtype == "bfloat16"
 
     @property
+    def bfloat16_softmax_in_float32(self) -> bool:
+        """TensorFlow's own bfloat16 softmax computes in float32 inside: oneDNN's on a CPU with
+        bfloat16 instructions (AVX512-BF16, AMX), and a GPU's. On a CPU without them (AVX2)
+        Eigen's computes in bfloat16, small probabilities a fifth off: there Transformer-XL's
+        attention softmax runs in float32 and is cast (txl/attention.py)."""
+        return self.gpu or bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
+
+    @property
     def input_float16(self) -> bool:
         """Images leave DALI in float16 (float16 AMP on a GPU)."""
         return self.gpu and self.compute_dtype == "float16"
 
 
 _current: Capabilities | None = None  # what pin() and decide() set for this process
+_cpu_flags: frozenset | None = None
+
+
+def cpu_flags() -> frozenset:
+    """The CPU's feature flags (/proc/cpuinfo; empty elsewhere), read once."""
+    global _cpu_flags
+    if _cpu_flags is None:
+        flags = set()
+        try:
+            with open("/proc/cpuinfo") as f:
+                for line in f:
+                    key, _, value = line.partition(":")
+                    if key.strip() == "flags":
+                        flags = set(value.split())
+                        break
+        except OSError:
+            pass
+        _cpu_flags = frozenset(flags)
+    return _cpu_flags
 
 
 def current() -> Capabilities:

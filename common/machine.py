@@ -3,23 +3,22 @@ from __future__ import annotations
 
 import os
 
-from common.devices import Devices
+from common.devices import Devices, cpu_flags
 
 
 def cpu_name() -> str:
     """The CPU's model name and its bfloat16 support, from /proc/cpuinfo where there is one."""
-    name, flags = "", set()
+    name = ""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 key, _, value = line.partition(":")
-                if key.strip() == "model name" and not name:
+                if key.strip() == "model name":
                     name = value.strip()
-                elif key.strip() == "flags" and not flags:
-                    flags = set(value.split())
+                    break
     except OSError:
         pass
-    bf16 = " with bfloat16 instructions" if flags & {"avx512_bf16", "amx_bf16"} else ""
+    bf16 = " with bfloat16 instructions" if cpu_flags() & {"avx512_bf16", "amx_bf16"} else ""
     return f"{os.cpu_count()} x {name or 'CPU'}{bf16}"
 
 

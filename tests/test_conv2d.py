@@ -69,21 +69,27 @@ def test_bfloat16_kernel_gradient_equals_float32s(h, w, stride, kernel):
 @pytest.mark.parametrize("h, w, stride", [(8, 8, 1), (8, 6, 2), (7, 5, 2), (9, 9, 3), (1, 1, 2)])
 @pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
 def test_pointwise_conv_equals_tensorflows_convolution_and_gradients(h, w, stride, dtype):
+    """Against TensorFlow's convolution in float32 on the same (rounded) values: in bfloat16,
+    TensorFlow's own weight gradient is not the reference, since on a CPU without bfloat16
+    instructions (AVX2) it is 5% off (accumulated in bfloat16), where ours is within its
+    rounding."""
     x = tf.cast(tf.random.normal((3, h, w, 6), seed=3), dtype)
     kernel = tf.cast(tf.random.normal((1, 1, 6, 5), seed=4), dtype)
     dy = tf.cast(tf.random.normal((3, -(-h // stride), -(-w // stride), 5), seed=5), dtype)
     results = []
-    for conv in (lambda x, k: tf.nn.conv2d(x, k, stride, "SAME"),
-                 lambda x, k: pointwise_conv(x, k, (stride, stride))):
+    for conv, cast in ((lambda x, k: tf.nn.conv2d(x, k, stride, "SAME"), tf.float32),
+                       (lambda x, k: pointwise_conv(x, k, (stride, stride)), dtype)):
+        xs, ks, dys = (tf.cast(t, cast) for t in (x, kernel, dy))
         with tf.GradientTape() as tape:
-            tape.watch([x, kernel])
-            y = conv(x, kernel)
-        results.append([y, *tape.gradient(y, [x, kernel], output_gradients=dy)])
+            tape.watch([xs, ks])
+            y = conv(xs, ks)
+        results.append([y, *tape.gradient(y, [xs, ks], output_gradients=dys)])
     tol = 1e-5 if dtype == tf.float32 else 2e-2
     for theirs, ours in zip(*results):
         assert ours.dtype == dtype and ours.shape == theirs.shape
-        np.testing.assert_allclose(tf.cast(ours, tf.float32).numpy(),
-                                   tf.cast(theirs, tf.float32).numpy(), rtol=tol, atol=tol * 4)
+        theirs = theirs.numpy()
+        np.testing.assert_allclose(tf.cast(ours, tf.float32).numpy(), theirs, rtol=tol,
+                                   atol=tol * max(4.0, float(np.abs(theirs).max()) / 4))
 
 
 @pytest.mark.parametrize("shape, strides", [((2, 8, 6, 3), (2, 2)), ((2, 9, 6, 3), (2, 3)),

@@ -163,3 +163,23 @@ def test_attention_softmax_in_float32_for_other_dtypes(dtype):
         tf.cast(y, tf.float32).numpy(),
         tf.nn.softmax(tf.cast(scores, tf.float32) + _bias(mask, tf.float32), axis=-1).numpy(),
         rtol=1e-3 if dtype == "float16" else 1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("bf16_softmax_in_float32", [True, False])
+def test_the_bfloat16_softmax_path_follows_the_device(bf16_softmax_in_float32, monkeypatch):
+    """TensorFlow's bfloat16 softmax where it computes in float32 inside (a GPU, a CPU with
+    bfloat16 instructions); float32's, cast, on a CPU without them (AVX2)."""
+    from common import devices
+    monkeypatch.setattr(devices.Capabilities, "bfloat16_softmax_in_float32",
+                        property(lambda self: bf16_softmax_in_float32))
+    scores, mask, _ = _softmax_case(5)
+
+    @tf.function
+    def f(s):
+        return attention_softmax(s, mask)
+    graph = f.get_concrete_function(scores).graph
+    softmax = [op for op in graph.get_operations() if op.type == "Softmax"]
+    assert len(softmax) == 1
+    assert softmax[0].outputs[0].dtype == (tf.bfloat16 if bf16_softmax_in_float32
+                                           else tf.float32)
+    assert f(scores).dtype == tf.bfloat16

@@ -31,6 +31,7 @@ import keras
 import tensorflow as tf
 from keras import layers
 
+from common import devices
 from common.bias import add_bias
 from txl.dropout import Dropout
 
@@ -81,8 +82,10 @@ def attention_softmax(scores, mask):
     Its gradient is not TensorFlow's bfloat16 one, whose row sum of dy * y in bfloat16 is up to
     1.5 times a row's largest gradient off where the softmax is peaked, but the float32 one,
     from float32 probabilities recomputed from the scores inside one XLA computation (its
-    time against the float32 softmax with its casts: docs/performance/transformerxl.md)."""
-    if scores.dtype == tf.bfloat16:
+    time against the float32 softmax with its casts: docs/performance/transformerxl.md).
+    On a CPU without bfloat16 instructions, TensorFlow's bfloat16 softmax computes in bfloat16
+    (``devices.Capabilities.bfloat16_softmax_in_float32``): there it is float32's, cast."""
+    if scores.dtype == tf.bfloat16 and devices.current().bfloat16_softmax_in_float32:
         return _softmax_bf16(scores, mask)
     bias = tf.where(mask, -1e30, 0.0)  # float32, added: no select in the gradient
     return tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32) + bias, axis=-1), scores.dtype)
