@@ -36,6 +36,16 @@ _XPROF_NOTES = re.compile(
     r"op_stats_to_\w+|xplane_utils|\w+_processor)\.cc:\d+\] ")
 
 
+def dtype_of(name: str, dtypes: dict[str, str]) -> str | None:
+    """The node's type; a node inlined from a function has the call's name before its own."""
+    parts = name.split("/")
+    for i in range(len(parts)):
+        found = dtypes.get("/".join(parts[i:]))
+        if found:
+            return found
+    return None
+
+
 def _tool(trace: str, tool: str) -> list[dict]:
     """xprof's ``tool`` table of ``trace`` as dicts by column id (the first table, all rows)."""
     from xprof.convert import raw_to_tool_data
@@ -55,7 +65,6 @@ def from_trace(trace: str, steps: int, dtypes: dict[str, str], tensor_core_kerne
     ``dtypes``: node name -> its types (``profiling.graph_dtypes``); ``tensor_core_kernel``:
     a kernel name -> bool test. xprof lists the 500 ops of most self time: given the trace's
     total host op time (``host_op_us``, a CPU run), the rest is one "(other ops)" row."""
-    from common.profiling import dtype_of
     ops = [r for r in _tool(trace, "framework_op_stats") if r["type"] != "IDLE"]
     kernels: dict[str, list[float]] = {}  # op name -> [kernel time, tensor-core kernel time]
     eligible: set[str] = set()

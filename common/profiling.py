@@ -28,6 +28,7 @@ import tensorflow as tf
 
 from common import op_table
 from common.errors import UsageError
+from common.op_table import dtype_of
 
 # An op's event in the host trace: "<node name>:<op type>" (wrappers such as
 # "ExecutorState::Process" have "::" and no node name).
@@ -183,16 +184,6 @@ def graph_dtypes(graphs) -> dict[str, str]:
         for function in graph_def.library.function:
             add(function.node_def)
     return out
-
-
-def dtype_of(name: str, dtypes: dict[str, str]) -> str | None:
-    """The node's type; a node inlined from a function has the call's name before its own."""
-    parts = name.split("/")
-    for i in range(len(parts)):
-        found = dtypes.get("/".join(parts[i:]))
-        if found:
-            return found
-    return None
 
 
 def summarize(path: str, dtypes: dict[str, str] | None = None) -> dict:

@@ -9,6 +9,8 @@ configured): ``main.py --help`` reads the flags from this module alone (``common
 """
 from __future__ import annotations
 
+import dataclasses
+
 from absl import flags
 
 from common import flags as common_flags
@@ -20,6 +22,25 @@ WT103_CUTOFFS = (19997, 39997, 199997)  # NVIDIA's adaptive softmax clusters on 
 # TransformerXLTask.derive_settings')
 FLAG_DEFAULTS = {"batch_size": 256, "num_iter": 40000, "iter_unit": "batch", "eval_every": 5000}
 WT103_TRAIN_TOKENS = 103_227_021  # the nominal epoch of synthetic data
+
+
+@dataclasses.dataclass(frozen=True)
+class TXLConfig:
+    vocab_size: int
+    n_layer: int = 16
+    d_model: int = 512
+    n_head: int = 8
+    d_head: int = 64
+    d_inner: int = 2048
+    cutoffs: tuple = WT103_CUTOFFS
+    dropout: float = 0.1
+    dropatt: float = 0.0
+    mem_len: int = 192
+    clamp_len: int = -1
+    same_length: bool = False
+    init_std: float = 0.02
+    pad_multiple: int = 1  # 8 under AMP on a GPU: softmax sizes padded for tensor cores
+    static_shapes: bool = False  # --xla: tail clusters scored at fixed row counts
 
 
 def define_flags(fv: flags.FlagValues) -> None:
@@ -106,7 +127,6 @@ def model_config(fv: flags.FlagValues, vocab_size: int, pad_multiple: int = 1,
                  static_shapes: bool = False):
     """The model of these flags, its softmax sizes padded to multiples of ``pad_multiple``, its
     tail clusters scored at fixed row counts when ``static_shapes`` (XLA): a TXLConfig."""
-    from txl.model import TXLConfig
     given = f"--cutoffs {','.join(fv.cutoffs)}"
     try:
         cutoffs = tuple(int(c) for c in fv.cutoffs)
@@ -134,7 +154,6 @@ def model_config(fv: flags.FlagValues, vocab_size: int, pad_multiple: int = 1,
 def preset_config(name: str, vocab_size: int, **overrides):
     """The model of preset ``name`` (its model fields over TXLConfig's base values), for code
     that builds the model without flags (tests)."""
-    from txl.model import TXLConfig
     fields = set(TXLConfig.__dataclass_fields__)
     values = {k: v for k, v in PRESETS[name].items() if k in fields}
     if "cutoffs" in values:

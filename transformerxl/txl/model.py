@@ -11,8 +11,6 @@ At d_model 512, 16 layers, 8 x 64 heads, d_inner 2048, 267,735 words and cutoffs
 """
 from __future__ import annotations
 
-import dataclasses
-
 import keras
 import tensorflow as tf
 from keras import layers
@@ -20,27 +18,8 @@ from keras import layers
 from common.bias import Dense
 from txl.adaptive_softmax import AdaptiveSoftmax
 from txl.attention import RelPartialLearnableAttention, attention_mask, positional_embedding
-from txl.config import WT103_CUTOFFS
+from txl.config import TXLConfig
 from txl.dropout import Dropout
-
-
-@dataclasses.dataclass(frozen=True)
-class TXLConfig:
-    vocab_size: int
-    n_layer: int = 16
-    d_model: int = 512
-    n_head: int = 8
-    d_head: int = 64
-    d_inner: int = 2048
-    cutoffs: tuple = WT103_CUTOFFS
-    dropout: float = 0.1
-    dropatt: float = 0.0
-    mem_len: int = 192
-    clamp_len: int = -1
-    same_length: bool = False
-    init_std: float = 0.02
-    pad_multiple: int = 1  # 8 under AMP on a GPU: softmax sizes padded for tensor cores
-    static_shapes: bool = False  # --xla: tail clusters scored at fixed row counts
 
 
 class TiedEmbedding(layers.Embedding):
