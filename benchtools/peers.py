@@ -230,7 +230,6 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     name, _, peer_batch, our_batch, unit = MODELS[a.model]
     peer_batch, our_batch = a.peer_batch or peer_batch, a.batch_size or our_batch
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if a.child:
         print(json.dumps(peer_child(a.model, a.precision, peer_batch, a.steps, a.warmup)))
         return 0

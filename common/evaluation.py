@@ -25,7 +25,7 @@ class Evaluator:
     def __init__(self, task, ctx, model: Callable, on_device: Callable,
                  check_inputs: Callable[[str], None]):
         """``model()`` gives the model to evaluate (the inference copy, made on first use);
-        ``on_device`` places the input pipeline (``Trainer._on_device``); ``check_inputs``
+        ``on_device`` places the input pipeline (``Trainer.on_device``); ``check_inputs``
         reads the task's device-side input checks."""
         self.task, self.dist, self.log = task, ctx.dist, ctx.logger
         self.xla = ctx.precision.xla

@@ -43,10 +43,11 @@ class InferenceModel:
         return self.ctx.precision.compute_dtype if self._copy is not None else "float32"
 
 
-def predict(task, model: keras.Model, paths, dist, log, results_dir: str) -> dict:
+def predict(task, model: keras.Model, paths, dist, log, results_dir: str,
+            epoch: int = 0) -> dict:
     """Every file's predictions, in order, into ``predictions.json`` (written whole or not at
-    all). A file that cannot be read is reported, recorded with its error and skipped; the run
-    fails only when no file can be read."""
+    all), logged under the checkpoint's ``epoch``. A file that cannot be read is reported,
+    recorded with its error and skipped; the run fails only when no file can be read."""
     records, failed = [], []
     for n, path in enumerate(paths, 1):
         try:
@@ -59,7 +60,7 @@ def predict(task, model: keras.Model, paths, dist, log, results_dir: str) -> dic
         for r in found:
             said = task.describe_prediction(r) if "error" not in r else None
             count = f"[{n}/{len(paths)}] " if len(paths) > 1 else ""
-            log.log((0, len(records)), r, text=f"{count}{said}" if said else None)
+            log.log((epoch, len(records)), r, text=f"{count}{said}" if said else None)
             records.append(r)
     if len(failed) == len(paths):
         raise DataError(failed[0] if len(paths) == 1 else

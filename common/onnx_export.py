@@ -31,17 +31,19 @@ def export(saved_model: str, out_path: str | None = None, signature: str = "serv
            opset: int = OPSET) -> str:
     """``saved_model``'s ``signature`` as ONNX at ``out_path`` (default: model.onnx in it)."""
     out_path = out_path or os.path.join(saved_model, "model.onnx")
-    log_path = out_path + ".log"
     cmd = [sys.executable, "-m", "tf2onnx.convert", "--saved-model", saved_model,
            "--signature_def", signature, "--opset", str(opset), "--output", out_path]
-    with open(log_path, "w") as log:
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT,
-                              env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    # The converter's log goes to a temporary file, not beside the model: kept (and named)
+    # only when the conversion fails.
+    fd, log_path = tempfile.mkstemp(prefix="tf2onnx-", suffix=".log")
+    with os.fdopen(fd, "w") as log:
+        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)
     if proc.returncode != 0 or not os.path.exists(out_path):
         with open(log_path) as f:
             lines = [ln for ln in f.read().splitlines() if ln.strip()]
         raise RuntimeError(f"tf2onnx could not convert {saved_model} (log: {log_path}): "
                            f"{one_line(lines[-1]) if lines else 'no output'}")
+    os.remove(log_path)
     return out_path
 
 

@@ -11,9 +11,6 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-# Keeps TensorFlow's C++ INFO lines out of the log.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-
 import keras
 import numpy as np
 import tensorflow as tf

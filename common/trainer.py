@@ -9,9 +9,7 @@ device, check, log, save, evaluate, or stop.
 """
 from __future__ import annotations
 
-import contextlib
 import os
-import time
 
 import keras
 import numpy as np
@@ -23,16 +21,18 @@ from common import (
     checkpoints,
     files,
     inference,
+    loop,
     precision,
     profiling,
-    sync,
+    tftrt,
     train_step,
 )
-from common.errors import DataError, TrainingError
+from common.errors import DataError, TrainingError, UsageError
 from common.evaluation import Evaluator
 from common.graceful_stop import GracefulStop
 from common.input_errors import batches
 from common.nonfinite import NonFiniteGuard, first_non_finite
+from common.steppers import InferStep, TrainStep
 from common.task import RunContext, Task
 
 INFERENCE_MODES = inference.INFERENCE_MODES
@@ -42,47 +42,13 @@ def count_params(variables) -> int:
     return int(sum(np.prod(v.shape) for v in variables))
 
 
-class _Timer:
-    """Items and wall time since it was made (or since ``active``), excluding ``paused`` blocks."""
-
-    def __init__(self, active: bool):
-        self.active, self.items, self._excluded = active, 0, 0.0
-        self._start = time.perf_counter()
-
-    def add(self, items: int) -> None:
-        if self.active:
-            self.items += items
-
-    @property
-    def seconds(self) -> float:
-        return time.perf_counter() - self._start - self._excluded if self.active else 0.0
-
-    def rate(self) -> float:
-        return self.items / self.seconds if self.seconds > 0 else 0.0
-
-    def mark(self) -> tuple:
-        return self, self.items, self.seconds
-
-    def exclude_since(self, mark: tuple) -> int:
-        """Leaves out the items and time counted since ``mark`` (a ``mark()`` of this timer, or
-        of one it replaced: then everything it counted); returns the items left out."""
-        _, items, seconds = mark if mark[0] is self else (self, 0, 0.0)
-        if not self.active:
-            return 0
-        self._excluded += self.seconds - seconds
-        left_out, self.items = self.items - items, items
-        return left_out
-
-    @contextlib.contextmanager
-    def paused(self):
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self._excluded += time.perf_counter() - t0
-
-
 class Trainer:
+    """Every mode of one run on one task: it builds the task's model and optimizer (with loss
+    scaling for float16) and their checkpoint store, restores (or fine-tunes from another
+    checkpoint), trains on the step loop (``common/loop.py``) and saves, evaluates
+    (``common/evaluation.py``), benchmarks (``common/benchmark.py``, given a stepper),
+    predicts and exports (``common/inference.py``)."""
+
     def __init__(self, task: Task, ctx: RunContext):
         self.task, self.ctx = task, ctx
         self.flags, self.dist, self.log = ctx.flags, ctx.dist, ctx.logger
@@ -298,117 +264,121 @@ class Trainer:
         f = self.flags
         return f.num_iter * self.steps_per_epoch if f.iter_unit == "epoch" else f.num_iter
 
-    def train(self, total_steps: int, evaluate: bool = False) -> dict:
-        """Trains until ``global_step == total_steps``, resuming from the latest checkpoint.
+    def train_step(self, data, steps_per_epoch: int | None) -> TrainStep:
+        """The loop's training step over ``data`` (tf.data, DALI or synthetic batches): what
+        training and the training benchmark run."""
+        guard_last = not self.loss_scaled  # under float16 loss scaling a skipped last step is
+        #                                    how the scale finds its level, not an error
 
-        The host waits for the device only at sync points (``common/sync.py``): a logged step,
-        the end of the warm-up, a save, an evaluation, a stop request and the last step. There
-        it reads the loss and the device-side counters (non-finite steps, bad inputs); a
-        checkpoint is saved before an evaluation, so that a failing evaluation never costs the
-        steps before it."""
-        f, unit, spe = self.flags, self.task.item_unit, self.steps_per_epoch
+        def guard_check(step, loss, last):
+            return self.guard.check(step, loss, self.checkpoints.latest, self.loss_scale(),
+                                    last=last and guard_last)
+        return TrainStep(self.compiled_train_step(),
+                         batches(self.on_device(data), lambda: self.task.locate_bad_record(
+                             "train")),
+                         self.step_batches, self.initial_train_states, self.global_items,
+                         self.check_inputs, guard_check, steps_per_epoch)
+
+    def train(self, total_steps: int, evaluate: bool = False) -> dict:
+        """Trains until ``global_step == total_steps``, resuming from the latest checkpoint:
+        the loop (``common/loop.py``) dispatches steps and stops at sync points, where this
+        logs, saves (before an evaluation, so that a failing one never costs the steps before
+        it), evaluates, and stops on a signal with a checkpoint. Throughput counts the steps
+        after the warm-up (a run no longer than it is timed whole, compilation included)."""
+        f, spe = self.flags, self.steps_per_epoch
         self.restore()
         start = self.step
-        summary = {"start_step": start}
         if start >= total_steps:
             self.log.print(f"already trained to step {start} (target {total_steps}): nothing to do")
-            return {**summary, "final_step": start}
+            return {"start_step": start, "final_step": start}
         if evaluate:
             self.evaluator.check_before_training()
         self.profiler.plan(start + 1, total_steps)
-        step_fn = self.compiled_train_step()
-        data = batches(self.on_device(self.task.train_dataset_at(start)),
-                       lambda: self.task.locate_bad_record("train"))
-        states, loss, eval_results, skipped = None, None, {}, 0
-        # Throughput: the items and wall time between sync points after the warm-up (all steps
-        # when the run is no longer than the warm-up), without the time saves and evaluations
-        # take; the display window likewise.
-        # A run no longer than the warm-up is timed whole, compilation included: its summary
-        # says so. Profiled steps are left out (the profiler's first step follows a sync point).
+        stepper = self.train_step(self.task.train_dataset_at(start), spe)
         short = 0 < f.warmup_steps and total_steps - start <= f.warmup_steps
-        timed = _Timer(active=f.warmup_steps == 0 or short)
-        window = _Timer(active=True)
-        sync_mark = profile_mark = timed.mark()
-        profiled_out = 0  # timed items left out as profiled
+        clock = loop.Clock(timed_from=start + (0 if short else f.warmup_steps))
+        summary, loss, eval_results, displayed = {"start_step": start}, None, {}, 0
         with GracefulStop() as stop:
-            for step in range(start + 1, total_steps + 1):
-                if states is None or (step - 1) % spe == 0:  # a run's or an epoch's first step
-                    states = self.initial_train_states()
-                micro = self.step_batches(data)
-                if not self.profiler.active:
-                    self.profiler.before(step)
-                    if self.profiler.active:
-                        profile_mark = sync_mark
-                states_in = states
-                loss, states = step_fn(micro, states)  # no wait for the device here
-                items = self.global_items(micro)
-                timed.add(items)
-                window.add(items)
-                epoch = (step - 1) // spe + 1
-                ev = sync.events(step, f, start=start, total=total_steps, steps_per_epoch=spe,
-                                 evaluate=evaluate, profiler=self.profiler)
-                stopping = (not self.dist.enabled or ev.vote) and stop.should_stop(self.dist)
-                if not (ev.sync or stopping):
-                    continue
-                loss = float(loss)  # the sync point: waits for the device
-                if self.profiler.active:
-                    self.profiler.after(step, step_fn, (micro, states_in),
-                                        final=ev.last or stopping)
-                    if not self.profiler.active:
-                        profiled_out = timed.exclude_since(profile_mark)
-                self.check_inputs("train")
-                # A run that ends on non-finite steps stops with the error, except under float16
-                # loss scaling, where a skipped step is how the scale finds its level.
-                skipped = self.guard.check(step, loss, self.checkpoints.latest, self.loss_scale(),
-                                           last=ev.last and not self.loss_scaled)
-                if ev.warmed_up and not timed.active:
-                    timed = _Timer(active=True)
-                if ev.display:
-                    extra = {"skipped_steps": skipped} if skipped else {}
-                    self.log.log((epoch, step), {"loss": loss, **self._step_logs(), **extra,
-                                                 f"{unit}_per_s": window.rate()},
-                                 progress=(step, total_steps), tb_step=step)
-                    window = _Timer(active=True)
-                saved = None
-                if ev.save:
-                    with timed.paused(), window.paused():
-                        saved = self.save()
-                if ev.evaluate:
-                    with timed.paused(), window.paused():
-                        eval_results = self.evaluate(epoch=epoch)
-                sync_mark = timed.mark()
-                if stopping:  # every rank calls save() once at this step, or none does
-                    path = saved if ev.save else self.save()
+            for sp in loop.run(stepper, f, self.profiler, clock, start=start, total=total_steps,
+                               steps_per_epoch=spe, evaluate=evaluate, stop=stop,
+                               dist=self.dist):
+                loss, epoch = sp.value, (sp.step - 1) // spe + 1
+                if sp.events.display:
+                    self._display(sp, epoch, total_steps, stepper.skipped, clock.rate(displayed))
+                    displayed = sp.window_index + 1
+                saved = self.save() if sp.events.save else None
+                if sp.events.evaluate:
+                    eval_results = self.evaluate(epoch=epoch)
+                if sp.stopping:  # every rank calls save() once at this step, or none does
+                    path = saved or self.save()
                     self.log.print(f"{stop.requested_by or 'a signal on another rank'}: stopped at "
-                                   f"step {step}, checkpoint {path}; run again to resume")
+                                   f"step {sp.step}, checkpoint {path}; run again to resume")
                     summary["stopped_by_signal"] = True
-                    break
         summary.update(final_step=self.step, final_loss=loss, epochs=self.step / spe)
+        summary.update(self._train_figures(clock, stepper.skipped, short))
+        return {**summary, **eval_results, **self.profiler.report}
+
+    def _display(self, sp, epoch: int, total: int, skipped: int, rate: float) -> None:
+        extra = {"skipped_steps": skipped} if skipped else {}
+        self.log.log((epoch, sp.step), {"loss": sp.value, **self._step_logs(), **extra,
+                                        f"{self.task.item_unit}_per_s": rate},
+                     progress=(sp.step, total), tb_step=sp.step)
+
+    def _train_figures(self, clock: loop.Clock, skipped: int, short: bool) -> dict:
+        """A training run's summary of its steps: skipped ones, throughput (and whether it
+        includes compilation, or leaves out profiled steps)."""
+        f, unit, out = self.flags, self.task.item_unit, {}
         if skipped:
-            summary["skipped_steps"] = skipped
+            out["skipped_steps"] = skipped
             self.log.print(f"{skipped} step(s) had non-finite gradients and were not applied")
-        if timed.items and timed.seconds:
-            summary[f"train_{unit}_per_s"] = timed.rate()
+        timed = clock.timed
+        if timed and sum(w.seconds for w in timed) > 0:
+            out[f"train_{unit}_per_s"] = (sum(w.items for w in timed)
+                                          / sum(w.seconds for w in timed))
             if short:
-                summary["throughput_includes_compilation"] = True
+                out["throughput_includes_compilation"] = True
                 self.log.print(f"train_{unit}_per_s includes start-up and compilation: the run "
                                f"has no more steps than --warmup_steps ({f.warmup_steps})")
-        if profiled_out:
-            summary["throughput_excludes_profiled_steps"] = self.flags.profile
-        summary.update(eval_results)
-        summary.update(self.profiler.report)
-        return summary
+        if clock.profiled_out:
+            out["throughput_excludes_profiled_steps"] = f.profile
+        return out
 
     # --- the other modes ------------------------------------------------------------------
     def evaluate(self, epoch: int | None = None) -> dict:
-        """One pass over every rank's evaluation data (``common/evaluation.py``)."""
+        """One pass over every rank's evaluation data (``common/evaluation.py``), logged under
+        the epoch of the checkpoint's step as training numbers them."""
+        if epoch is None:
+            epoch = benchmark.epoch_of(self.step, self.steps_per_epoch)
         return self.evaluator.evaluate(self.step, epoch)
 
     def benchmark_training(self) -> dict:
-        return benchmark.training(self)
+        """``--mode training_benchmark``: the training step on the training data, timed."""
+        self.dist.broadcast(self.state())
+        return benchmark.training(self.train_step(self.task.train_dataset(), None), self.flags,
+                                  self.profiler, self.log, self.task.item_unit,
+                                  self.steps_per_epoch, self.ctx.global_batch_size)
 
     def benchmark_inference(self) -> dict:
-        return benchmark.inference(self)
+        """``--mode inference_benchmark``: the serving computation (TF-TRT's with
+        ``--use_tftrt``) on the inference data, every step timed."""
+        f, task = self.flags, self.task
+        data = batches(self.on_device(task.inference_dataset()))
+        if f.use_tftrt:
+            if self.dist.size > 1:
+                raise UsageError("--use_tftrt benchmarks one GPU: run it without mpirun/"
+                                 "horovodrun")
+            state = task.initial_state(self.model, "infer")
+            infer = tftrt.benchmark_infer(task, self.model, f.results_dir, f.use_tftrt,
+                                          task.inference_inputs(next(data)), state,
+                                          log=self.log.print)
+        else:
+            model = self.inference_model()
+            state = task.initial_state(model, "infer")
+            infer = tf.function(lambda x, state: task.infer(model, x, state),
+                                jit_compile=self.ctx.precision.xla)
+        stepper = InferStep(infer, data, task.inference_inputs, task.items_in, state)
+        return benchmark.inference(stepper, f, self.profiler, self.log, task.item_unit,
+                                   self.steps_per_epoch)
 
     def inference_weights(self) -> str:
         return self.inference_model.weights_dtype
@@ -416,7 +386,8 @@ class Trainer:
     def predict(self, paths) -> dict:
         self.restore(required=True)
         return inference.predict(self.task, self.inference_model(), paths, self.dist, self.log,
-                                 self.flags.results_dir)
+                                 self.flags.results_dir,
+                                 benchmark.epoch_of(self.step, self.steps_per_epoch))
 
     def export(self, export_dir: str) -> None:
         if self.dist.is_chief:

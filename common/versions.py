@@ -150,7 +150,6 @@ def require(script: str) -> None:
     """Exits with status 2 and one line on stderr when the stack cannot run ``script`` (a
     ``main.py`` or ``prepare_dataset.py`` path), or when the installed repository is another
     checkout than the one ``script`` belongs to."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # as common.runner: no C++ INFO lines
     prog = os.path.basename(script)
     quiet_interrupts(prog)
     found = problems()

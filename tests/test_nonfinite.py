@@ -13,7 +13,7 @@ import tensorflow as tf
 from conftest import ROOT, run_cli, stderr_last_line
 from linear_task import LinearTask, expected_params
 
-from common import benchmark, dllogger, runner
+from common import dllogger, runner
 from common.nonfinite import NonFiniteGuard
 
 PRECISIONS = {"fp32": [], "bf16": ["--amp", "--amp_dtype", "bfloat16"],
@@ -191,13 +191,25 @@ def test_the_host_reads_the_counters_only_at_sync_points_and_a_nan_still_stops_i
 
 
 def test_benchmark_windows_give_throughput_and_per_step_latency():
-    s = benchmark.from_windows([(1.0, 2), (3.0, 3)], items_per_step=10, unit="images")
+    """Throughput over the timed windows; latencies only where each window is one step (a
+    mean over a window of several steps is no step's latency: p90 = p95 = p99 it gave)."""
+    from common import loop
+    clock = loop.Clock(timed_from=0)
+    clock.windows = [loop.Window(1.0, 2, 20, True), loop.Window(3.0, 3, 30, True),
+                     loop.Window(9.0, 1, 10, False)]  # the last: the warm-up's, or profiled
+    s = clock.throughput("images")
     assert s["throughput_images_per_s"] == pytest.approx(50 / 4.0)
     assert s["timed_steps"] == 5 and s["timed_windows"] == 2 and s["timed_seconds"] == 4.0
-    assert s["latency_avg_ms"] == pytest.approx(1000 * (2 * 0.5 + 3 * 1.0) / 5)
-    assert s["latency_p50_ms"] == pytest.approx(1000.0) and s["latency_p99_ms"] <= 1000.0
+    assert "latency_p50_ms" not in s
+    assert s["latency"] == ("not per step: the host waited every 3 steps (--display_every 1 "
+                            "waits at each)")
+    clock.windows = [loop.Window(0.001 * i, 1, 10, True) for i in range(1, 101)]
+    s = clock.throughput("images")
+    assert s["latency_p50_ms"] == pytest.approx(50.5)
+    assert s["latency_p50_ms"] < s["latency_p90_ms"] < s["latency_p95_ms"] < s["latency_p99_ms"]
+    clock.windows = []
     with pytest.raises(ValueError, match="no timed steps"):
-        benchmark.from_windows([], 10, "images")
+        clock.throughput("images")
 
 
 def _overflow_from_step(first, last, also_loss=False):

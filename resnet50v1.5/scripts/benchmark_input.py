@@ -10,13 +10,15 @@ import os
 import tempfile
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
 import numpy as np
-import tensorflow as tf
 
-from common import tfrecord_index
-from rn50 import dali_pipeline, prepare, tfdata_pipeline
+from common import quiet_start
+
+with quiet_start.filtered_stderr():  # TensorFlow's start-up lines, as main.py's
+    import tensorflow as tf
+
+from common import tfrecord_index  # noqa: E402
+from rn50 import dali_pipeline, prepare, tfdata_pipeline  # noqa: E402
 
 
 def generate(out_dir, n, seed=0, shards=4):

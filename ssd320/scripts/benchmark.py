@@ -7,18 +7,18 @@ precisions, so drift on a noisy machine hits both alike; the median round is rep
     python ssd320/scripts/benchmark.py --batch_size 8 --steps 8 --warmup 2 --rounds 2
 """
 import argparse
-import os
 import tempfile
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from common import quiet_start
 
-import tensorflow as tf
+with quiet_start.filtered_stderr():  # TensorFlow's start-up lines, as main.py's
+    import tensorflow as tf
 
-from benchtools.mfu import forward_flops, matmul_ceiling
-from benchtools.rounds import alternating_rounds, mfu_rows
-from common import presets, runner
-from ssd.model import build_ssd
-from ssd.task import SSDTask
+from benchtools.mfu import forward_flops, matmul_ceiling  # noqa: E402
+from benchtools.rounds import alternating_rounds, mfu_rows  # noqa: E402
+from common import presets, runner  # noqa: E402
+from ssd.model import build_ssd  # noqa: E402
+from ssd.task import SSDTask  # noqa: E402
 
 # The presets every tool shares (common/presets.py), and the type their matmuls run in here.
 PRECISIONS = {p: (presets.precision_flags(p), tf.as_dtype(presets.compute_dtype(p, gpu=False)))

@@ -35,7 +35,6 @@ import tempfile
 
 _here = os.path.dirname(os.path.abspath(__file__))
 _model_dir = os.path.dirname(_here)
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from common import dllogger, presets, runner  # noqa: E402
 from ssd import shapes  # noqa: E402

@@ -16,10 +16,12 @@ import tempfile
 
 _here = os.path.dirname(os.path.abspath(__file__))
 _model_dir = os.path.dirname(_here)
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402
-import tensorflow as tf  # noqa: E402
+from common import quiet_start  # noqa: E402
+
+with quiet_start.filtered_stderr():  # TensorFlow's start-up lines, as main.py's
+    import keras
+    import tensorflow as tf
 
 from benchtools.mfu import matmul_ceiling  # noqa: E402
 from benchtools.rounds import alternating_rounds, mfu_rows  # noqa: E402

@@ -38,7 +38,6 @@ import numpy as np
 
 _here = os.path.dirname(os.path.abspath(__file__))
 _model_dir = os.path.dirname(_here)
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from common import dllogger, presets, runner  # noqa: E402
 from txl.plays import fetch, write_corpus  # noqa: E402
