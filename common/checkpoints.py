@@ -63,6 +63,11 @@ def unreadable(prefix: str) -> str | None:
     return None
 
 
+def count(variables) -> int:
+    """Parameters in ``variables``."""
+    return int(sum(np.prod(v.shape) for v in variables))
+
+
 def nbytes(variables) -> int:
     return int(sum(np.prod(v.shape) * tf.as_dtype(v.dtype).size for v in variables))
 

@@ -9,8 +9,8 @@ import tempfile
 import keras
 import tensorflow as tf
 
-from common import files, onnx_export, onnx_int8, precision
-from common.errors import DataError, one_line
+from common import files, onnx_export, onnx_int8, precision, tftrt
+from common.errors import DataError, UsageError, one_line
 
 INFERENCE_MODES = ("evaluate", "predict", "inference_benchmark")  # the runs that only infer
 
@@ -89,6 +89,35 @@ def export(task, model: keras.Model, export_dir: str, with_onnx: bool, log,
     for path in onnx:
         log.print(f"exported ONNX (opset {onnx_export.OPSET}) to "
                   f"{os.path.join(export_dir, os.path.basename(path))}")
+
+
+def check_export_dir(task, model: keras.Model, flags, log) -> None:
+    """--export_dir that is a file, read-only or too small for the export (measured by a trial
+    export) stops the run before training; so does a calibration record that cannot be read
+    (``--export_onnx_int8``), not after the training."""
+    files.check_output_dir(flags.export_dir, "--export_dir", 1 << 20, "the export needs")
+    need = export_bytes(task, model, flags.export_dir, flags.export_onnx or flags.export_onnx_int8,
+                        flags.export_onnx_int8, log)
+    files.check_output_dir(flags.export_dir, "--export_dir", need, "the export needs")
+    if flags.export_onnx_int8:
+        for _ in task.calibration_batches():
+            pass
+
+
+def benchmarked_function(task, model, inference_model, data, flags, world: int, xla: bool,
+                         log):
+    """(the function an inference benchmark times, its first state): the serving computation
+    of ``inference_model()``, or with --use_tftrt the model converted by TF-TRT (one GPU)."""
+    if flags.use_tftrt:
+        if world > 1:
+            raise UsageError("--use_tftrt benchmarks one GPU: run it without mpirun/horovodrun")
+        state = task.initial_state(model, "infer")
+        return tftrt.benchmark_infer(task, model, flags.results_dir, flags.use_tftrt,
+                                     task.inference_inputs(next(data)), state,
+                                     log=log.print), state
+    served = inference_model()
+    state = task.initial_state(served, "infer")
+    return tf.function(lambda x, state: task.infer(served, x, state), jit_compile=xla), state
 
 
 def export_names(task) -> set[str]:

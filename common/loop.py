@@ -95,6 +95,11 @@ class Clock:
     def timed(self) -> list[Window]:
         return [w for w in self.windows if w.timed]
 
+    def timed_rate(self) -> float:
+        """Items per second over the timed windows (0 without any)."""
+        seconds = sum(w.seconds for w in self.timed)
+        return sum(w.items for w in self.timed) / seconds if seconds > 0 else 0.0
+
     def throughput(self, unit: str) -> dict:
         """Throughput over the timed windows, and per-step latencies when every timed window
         is one step (each step waited for: an inference benchmark, or ``--display_every 1``);

@@ -47,6 +47,21 @@ def _predict_paths(pattern: str) -> list[str]:
     return paths
 
 
+def run_settings(trainer: Trainer) -> dict:
+    """What this run derived from its flags, data and configuration, by name, for the
+    PARAMETER record: the global batch, the epoch and run lengths in steps, the schedule's
+    peak learning rate and warm-up (after scaling), and the task's own (``Task.
+    effective_settings``), which replace the flags' values of the same names."""
+    lr = trainer.inner_optimizer.get_config()["learning_rate"]  # a schedule: its config
+    schedule = lr["config"] if isinstance(lr, dict) else {"peak": float(lr)}
+    out = {"global_batch_size": trainer.ctx.global_batch_size,
+           "steps_per_epoch": trainer.steps_per_epoch, "total_steps": trainer.total_steps(),
+           "lr_peak": schedule.get("peak")}
+    if "warmup_steps" in schedule:
+        out["lr_warmup_steps"] = schedule["warmup_steps"]
+    return {**out, **trainer.task.effective_settings()}
+
+
 def adopted_settings(task_cls: type[Task], fv: flags.Settings) -> tuple[dict, str] | None:
     """What the run takes from the checkpoint it starts from (``common/checkpoint_settings``),
     and that checkpoint's name: the one in --model_dir when the mode restores it, else a
@@ -120,7 +135,7 @@ def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
     # holds the values this run uses (classes from label_map.json, the vocabulary's size, the
     # scaled learning rate), not only what the command line asked for.
     logger.parameters({**flags.as_dict(fv), "world_size": dist.size,
-                       **trainer.effective_settings(), **prec.describe(),
+                       **run_settings(trainer), **prec.describe(),
                        "model": task_cls.name, "headline_metric": task_cls.headline_metric,
                        "machine": machine.describe(dist.devices), "tensorflow": tf.__version__})
     logger.print(

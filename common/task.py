@@ -221,6 +221,12 @@ class Task(abc.ABC):
         on the device DALI leaves them on); the trainer reads them at its sync points."""
         return ()
 
+    def check_inputs(self, split: str) -> None:
+        """At a sync point: what the compiled steps found wrong in the batches (a label out of
+        range), as one line naming the record where it can."""
+        for check in self.input_checks():
+            check.raise_if_bad(lambda: self.locate_bad_record(split))
+
     def dali_placement(self) -> dali.Placement:
         """Where this process's DALI pipelines run and what they emit: its GPU (the CPU with
         --dali_cpu, or without a GPU), images in float16 under float16 AMP."""

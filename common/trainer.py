@@ -1,33 +1,24 @@
-"""The training loop, written once for every model, and the Trainer every mode runs on.
-
-A ``Trainer`` builds the task's model and optimizer (with loss scaling for float16), restores
-and saves checkpoints, and trains: the compiled step is ``common/train_step.py``, the sync
-points ``common/sync.py``, evaluation ``common/evaluation.py``, the benchmark modes
-``common/benchmark.py``, prediction and export ``common/inference.py``. ``train`` reads as the
-loop it is: take a step's batches, dispatch the step, and only at a sync point wait for the
-device, check, log, save, evaluate, or stop.
-"""
+"""The Trainer every mode runs on: ``train`` is the step loop (``common/loop.py``) with the
+training run's actions hung off its sync points (log, save, evaluate, stop)."""
 from __future__ import annotations
 
 import os
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from common import (
     benchmark,
-    checkpoint_settings,
     checkpoints,
     files,
     inference,
     loop,
     precision,
     profiling,
-    tftrt,
+    starts,
     train_step,
 )
-from common.errors import DataError, TrainingError, UsageError
+from common.errors import DataError, TrainingError
 from common.evaluation import Evaluator
 from common.graceful_stop import GracefulStop
 from common.input_errors import batches
@@ -36,10 +27,6 @@ from common.steppers import InferStep, TrainStep
 from common.task import RunContext, Task
 
 INFERENCE_MODES = inference.INFERENCE_MODES
-
-
-def count_params(variables) -> int:
-    return int(sum(np.prod(v.shape) for v in variables))
 
 
 class Trainer:
@@ -74,12 +61,12 @@ class Trainer:
         self._train_step = None
         self.inference_model = inference.InferenceModel(task, self.model, ctx)
         self.evaluator = Evaluator(task, ctx, self.inference_model, self.on_device,
-                                   self.check_inputs)
+                                   self.task.check_inputs)
         self.profiler = profiling.StepProfiler(
             self.flags.profile, os.path.join(self.flags.results_dir, "tensorboard"), self.log,
             enabled=self.dist.is_chief)
-        self.log.print(f"{task.name}: {count_params(self.model.trainable_variables):,} trainable "
-                       f"parameters, {count_params(self.model.variables):,} in all")
+        self.log.print(f"{task.name}: {checkpoints.count(self.model.trainable_variables):,} "
+                       f"trainable parameters, {checkpoints.count(self.model.variables):,} in all")
 
     def _check_output_dirs(self) -> None:
         """A checkpoint or export directory that is a file, read-only or full stops the run
@@ -91,17 +78,10 @@ class Trainer:
             self.dist.on_chief(lambda: (
                 files.check_output_dir(f.model_dir, "--model_dir", need, "a checkpoint needs"),
                 self.checkpoints.clean_leftovers()), "checking --model_dir")
-        if f.export_dir:  # its room measured by a trial export (inference.export_bytes)
-            def check_export_dir():
-                files.check_output_dir(f.export_dir, "--export_dir", 1 << 20, "the export needs")
-                need = inference.export_bytes(self.task, self.model, f.export_dir,
-                                              f.export_onnx or f.export_onnx_int8,
-                                              f.export_onnx_int8, self.log.print)
-                files.check_output_dir(f.export_dir, "--export_dir", need, "the export needs")
-                if f.export_onnx_int8:  # a bad record found now, not after the training
-                    for _ in self.task.calibration_batches():
-                        pass
-            self.dist.on_chief(check_export_dir, "checking --export_dir")
+        if f.export_dir:  # its room measured by a trial export
+            self.dist.on_chief(lambda: inference.check_export_dir(self.task, self.model, f,
+                                                                  self.log.print),
+                               "checking --export_dir")
 
     # --- state ----------------------------------------------------------------------------
     @property
@@ -118,11 +98,12 @@ class Trainer:
         training = self.flags.mode in ("train", "train_and_evaluate")
 
         def restore():
-            self._check_facts(self.flags.model_dir, f"the checkpoint in --model_dir "
-                                                    f"{self.flags.model_dir}")
+            starts.check_facts(self.task, self.flags.model_dir,
+                               f"the checkpoint in --model_dir {self.flags.model_dir}")
             path = self.checkpoints.restore(required, quarantine=training)
             if path is None and training and self.flags.finetune_checkpoint:
-                self._finetune(self.flags.finetune_checkpoint)
+                starts.finetune(self.task, self.model, self.flags.finetune_checkpoint,
+                                self.log.print)
             elif path and self.flags.finetune_checkpoint:
                 self.log.print(f"--finetune_checkpoint {self.flags.finetune_checkpoint} not "
                                f"read: resuming the run in {self.flags.model_dir}")
@@ -139,54 +120,16 @@ class Trainer:
 
     def save(self) -> str | None:
         """Rank 0 saves, unless a weight is not finite, with what the checkpoint is beside it
-        (``record_settings``); a failed save (a full disk) stops every rank with one line."""
+        (``starts.record``); a failed save (a full disk) stops every rank with one line."""
         def save():
             bad = first_non_finite(self.state())
             if bad:
                 raise TrainingError(f"{bad} is not finite at step {self.step}; stopped without "
                                     f"saving (last checkpoint: {self.checkpoints.latest})")
             path = self.checkpoints.save(self.step)
-            self.record_settings(self.flags.model_dir)
+            starts.record(self.task, self.flags, self.flags.model_dir)
             return path
         return self.dist.on_chief(save, "saving a checkpoint")
-
-    def record_settings(self, directory: str) -> None:
-        """``settings.json`` (``common/checkpoint_settings.py``) and the task's assets (its
-        class names) in a checkpoint directory."""
-        values = {name: getattr(self.flags, name) for name in self.task.checkpoint_flags}
-        checkpoint_settings.write(directory, self.task.name,
-                                  {**values, **self.task.checkpoint_facts()})
-        for name, source in self.task.checkpoint_assets().items():
-            target = os.path.join(directory, name)
-            with open(source, "rb") as f:
-                data = f.read()
-            if not os.path.exists(target) or open(target, "rb").read() != data:
-                files.write_atomically(target, data)
-
-    def _check_facts(self, path: str, source: str) -> None:
-        """The data-derived settings (a vocabulary) against those of the checkpoint at
-        ``path``, when it has a record."""
-        found = checkpoint_settings.read(path) if checkpoints.on_disk(
-            checkpoint_settings.directory_of(path)) else None
-        if found:
-            checkpoint_settings.compare(found, self.task.checkpoint_facts(), source,
-                                        self.task.checkpoint_fact_sources())
-
-    def _finetune(self, path: str) -> None:
-        """The model's weights from the checkpoint at ``path``; step, optimizer and schedule
-        start afresh, and so do the task's heads whose shapes differ (with a line)."""
-        flag = f"--finetune_checkpoint {path}"
-        prefix = checkpoints.resolve(path, "--finetune_checkpoint")
-        found = checkpoint_settings.read(prefix)
-        self._check_facts(prefix, flag)
-        source = self.task.build_model_like(found["settings"] if found else {})
-        fresh = checkpoints.load_weights(self.model, source, prefix, flag,
-                                         self.task.finetune_heads, self.log.print)
-        self.log.print(f"fine-tuning from {prefix}: its weights, step 0, a fresh optimizer and "
-                       "schedule")
-        for layer in fresh:
-            self.log.print(f"{layer} starts afresh: its shape in the checkpoint differs (another "
-                           "number of classes)")
 
     # --- what the loops share -------------------------------------------------------------
     def build_train_step(self):
@@ -200,25 +143,10 @@ class Trainer:
             self._train_step = self.build_train_step()
         return self._train_step
 
-    def step_batches(self, data) -> tuple:
-        """The micro-batches of one optimizer step: --batch_chunk consecutive batches."""
-        try:
-            return tuple(next(data) for _ in range(self.flags.batch_chunk))
-        except (StopIteration, RuntimeError) as e:  # a generator's StopIteration: RuntimeError
-            if isinstance(e, RuntimeError) and not isinstance(e.__cause__, StopIteration):
-                raise
-            raise DataError("the training data gave no batch: the training split is empty or "
-                            f"smaller than one batch (--batch_size {self.flags.batch_size})"
-                            ) from None
-
     def initial_train_states(self) -> tuple:
         """Each micro-batch's starting state (all None for a stateless model)."""
         return tuple(self.task.initial_state(self.model, "train")
                      for _ in range(self.flags.batch_chunk))
-
-    def global_items(self, micro_batches) -> int:
-        """Items one optimizer step processes over every rank (for throughput)."""
-        return sum(self.task.items_in(b) for b in micro_batches) * self.dist.size
 
     def on_device(self, data):
         """tf.data batches, made on the host, copied to the GPU ahead of the step that reads
@@ -229,12 +157,6 @@ class Trainer:
                 self.dist.devices.tf_device, buffer_size=2))
         return data
 
-    def check_inputs(self, split: str) -> None:
-        """At a sync point: what the compiled steps found wrong in the batches (a label out of
-        range), as one line naming the record where it can."""
-        for check in self.task.input_checks():
-            check.raise_if_bad(lambda: self.task.locate_bad_record(split))
-
     def loss_scale(self) -> float | None:
         return float(self.optimizer.dynamic_scale.numpy()) if self.loss_scaled else None
 
@@ -243,21 +165,6 @@ class Trainer:
         if self.loss_scaled:
             out["loss_scale"] = float(self.optimizer.dynamic_scale.numpy())
         return out
-
-    def effective_settings(self) -> dict:
-        """What this run derived from its flags, data and configuration, by name, for the
-        PARAMETER record: the global batch, the epoch and run lengths in steps, the schedule's
-        peak learning rate and warm-up (after scaling), and the task's own (``Task.
-        effective_settings``), which replace the flags' values of the same names."""
-        # A schedule comes serialized: its config.
-        lr = self.inner_optimizer.get_config()["learning_rate"]
-        schedule = lr["config"] if isinstance(lr, dict) else {"peak": float(lr)}
-        out = {"global_batch_size": self.ctx.global_batch_size,
-               "steps_per_epoch": self.steps_per_epoch, "total_steps": self.total_steps(),
-               "lr_peak": schedule.get("peak")}
-        if "warmup_steps" in schedule:
-            out["lr_warmup_steps"] = schedule["warmup_steps"]
-        return {**out, **self.task.effective_settings()}
 
     # --- training -------------------------------------------------------------------------
     def total_steps(self) -> int:
@@ -276,8 +183,9 @@ class Trainer:
         return TrainStep(self.compiled_train_step(),
                          batches(self.on_device(data), lambda: self.task.locate_bad_record(
                              "train")),
-                         self.step_batches, self.initial_train_states, self.global_items,
-                         self.check_inputs, guard_check, steps_per_epoch)
+                         self.flags.batch_chunk, self.flags.batch_size, self.dist.size,
+                         self.task.items_in, self.initial_train_states, self.task.check_inputs,
+                         guard_check, steps_per_epoch)
 
     def train(self, total_steps: int, evaluate: bool = False) -> dict:
         """Trains until ``global_step == total_steps``, resuming from the latest checkpoint:
@@ -331,10 +239,8 @@ class Trainer:
         if skipped:
             out["skipped_steps"] = skipped
             self.log.print(f"{skipped} step(s) had non-finite gradients and were not applied")
-        timed = clock.timed
-        if timed and sum(w.seconds for w in timed) > 0:
-            out[f"train_{unit}_per_s"] = (sum(w.items for w in timed)
-                                          / sum(w.seconds for w in timed))
+        if clock.timed_rate():
+            out[f"train_{unit}_per_s"] = clock.timed_rate()
             if short:
                 out["throughput_includes_compilation"] = True
                 self.log.print(f"train_{unit}_per_s includes start-up and compilation: the run "
@@ -363,19 +269,9 @@ class Trainer:
         ``--use_tftrt``) on the inference data, every step timed."""
         f, task = self.flags, self.task
         data = batches(self.on_device(task.inference_dataset()))
-        if f.use_tftrt:
-            if self.dist.size > 1:
-                raise UsageError("--use_tftrt benchmarks one GPU: run it without mpirun/"
-                                 "horovodrun")
-            state = task.initial_state(self.model, "infer")
-            infer = tftrt.benchmark_infer(task, self.model, f.results_dir, f.use_tftrt,
-                                          task.inference_inputs(next(data)), state,
-                                          log=self.log.print)
-        else:
-            model = self.inference_model()
-            state = task.initial_state(model, "infer")
-            infer = tf.function(lambda x, state: task.infer(model, x, state),
-                                jit_compile=self.ctx.precision.xla)
+        infer, state = inference.benchmarked_function(task, self.model, self.inference_model,
+                                                      data, f, self.dist.size,
+                                                      self.ctx.precision.xla, self.log)
         stepper = InferStep(infer, data, task.inference_inputs, task.items_in, state)
         return benchmark.inference(stepper, f, self.profiler, self.log, task.item_unit,
                                    self.steps_per_epoch)
