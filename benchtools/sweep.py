@@ -86,9 +86,14 @@ def table(rows, unit: str) -> str:
         spread = f"{min(values):.1f}-{max(values):.1f}" if len(values) > 1 else "-"
         speedup = f"{v / base[(b, x)]:.2f}x" if base.get((b, x)) else "-"
         rounds = f"{len(values)}" + (f" ({len(failed)} failed)" if failed else "")
+        p50, p99 = median(group, "latency_p50_ms"), median(group, "latency_p99_ms")
+        latency = (f"{p50:.1f} | {p99:.1f}" if p50 is not None else
+                   "- | -")  # not per step: a training benchmark's host waits every N steps
         out.append(f"| {p} | {'on' if x else 'off'} | {b} | {g} | {v:.1f} | {spread} | "
-                   f"{rounds} | {speedup} | {median(group, 'latency_p50_ms'):.1f} | "
-                   f"{median(group, 'latency_p99_ms'):.1f} |")
+                   f"{rounds} | {speedup} | {latency} |")
+    if any("latency" in r for r in rows):
+        out += ["", "Latency: not per step in a training benchmark unless --display_every 1 "
+                "(the host waits for the device every --display_every steps)."]
     return "\n".join(out)
 
 

@@ -5,6 +5,7 @@ crashed at its end, after five minutes of ResNet-50, with the table unprinted): 
 ``report``, ``profile_diff`` and ``smoke`` run end to end in test_resnet.py, test_report.py,
 test_profile.py and test_tool_faults.py, and test_gpu_smoke.py."""
 import json
+import os
 import subprocess
 import sys
 
@@ -67,3 +68,24 @@ def test_peers_runs_to_its_table():
                    "--warmup", "1", "--batch_size", "2", "--peer_batch", "2", "--precisions",
                    "fp32"], timeout=3600)
     assert "| this repository | fp32 | 2 |" in out and "| keras.applications.ResNet50 |" in out
+
+
+def test_benchmark_sh_sweeps_batch_sizes_and_precisions_to_one_table(tmp_path):
+    """As NVIDIA's inference_benchmark.sh: every batch size and precision a main.py run of
+    its own (through benchtools.sweep), one table; per-step latencies in an inference
+    benchmark."""
+    proc = subprocess.run(
+        ["bash", f"{ROOT}/resnet50v1.5/scripts/benchmark.sh", "inference", "fp32", "1", "noxla",
+         "--arch", "resnet_tiny", "--num_classes", "10", "--image_size", "32"],
+        capture_output=True, text=True, timeout=900,
+        env={**os.environ, "PYTHON": sys.executable, "BATCH_SIZES": "2,4",
+             "NUM_ITER": "4", "WARMUP_STEPS": "1", "RESULTS_DIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [ln for ln in proc.stdout.splitlines() if ln.startswith("| fp32 |")]
+    assert [r.split(" | ")[2] for r in rows] == ["2", "4"], proc.stdout
+    assert all(r.split(" | ")[-2] != "-" for r in rows)  # latency p50: timed per step
+    from common.dllogger import read_records
+    (params,) = [r["data"] for r in read_records(str(tmp_path / "inference_benchmark" /
+                                                     "fp32_bs4_gpu1" / "log.json"))
+                 if r.get("step") == "PARAMETER"]
+    assert params["batch_size"] == 4 and params["num_iter"] == 4 and params["warmup_steps"] == 1
