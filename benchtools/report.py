@@ -43,6 +43,10 @@ _IGNORED = {"results_dir", "model_dir", "data_dir", "data_idx_dir", "log_filenam
 # Settings that the precision label already says.
 _PRECISION_KEYS = {"amp", "amp_dtype", "dtype_policy", "loss_scale", "static_loss_scale", "tf32",
                    "no_tf32", "xla"}
+# What a chart's bars or lines tell apart (precision, seed, the benchmark settings) and what
+# follows from them; every other setting that differs between runs makes a chart of its own.
+_WITHIN_CHART = {"seed", "batch_size", "world_size", "global_batch_size", "lr_peak",
+                 "lr_warmup_steps", "steps_per_epoch", "total_steps", "num_iter", "epochs"}
 _COLOURS = {"FP32": "tab:blue", "TF32": "tab:green", "AMP (bfloat16)": "tab:orange",
             "AMP (float16)": "tab:red"}
 _STYLES = ("-", "--", ":", "-.")
@@ -131,6 +135,31 @@ def find_runs(paths) -> list[Run]:
     return runs
 
 
+def configurations(runs) -> dict[tuple, list]:
+    """The runs of each configuration: by the settings (architecture, image size, any flag)
+    that differ between ``runs`` besides what a chart tells apart (``_WITHIN_CHART``,
+    precision); the key is ((setting, value), ...), architecture and size first."""
+    differ = [k for k in _differing(runs) if k not in _WITHIN_CHART]
+    differ.sort(key=lambda k: (k not in ("arch", "image_size"), k))
+    groups: dict[tuple, list] = {}
+    for r in runs:
+        key = tuple((k, json.dumps(r.params.get(k), sort_keys=True)) for k in differ)
+        groups.setdefault(key, []).append(r)
+    return groups
+
+
+def describe_configuration(runs) -> str:
+    """"resnet_tiny, 32x32" and any other setting the runs share that a reader needs: the
+    architecture and image size every chart title carries."""
+    p = runs[0].params
+    parts = [str(p["arch"])] if p.get("arch") else []
+    if p.get("image_size"):
+        parts.append(f"{p['image_size']}x{p['image_size']}")
+    if p.get("preset"):
+        parts.append(f"preset {p['preset']}")
+    return ", ".join(parts)
+
+
 def _differing(runs) -> list[str]:
     """The settings whose values differ between ``runs`` (precision and paths aside)."""
     keys = sorted({k for r in runs for k in r.params} - _IGNORED - _PRECISION_KEYS)
@@ -163,8 +192,9 @@ def _log_scale_if_wide(ax, values) -> None:
         ax.set_yscale("log")
 
 
-def learning_chart(model: str, runs, out_dir: str) -> tuple[str, str]:
-    """One PNG of loss and evaluation metric against step; returns its file name and a table."""
+def learning_chart(model: str, runs, out_dir: str, name: str | None = None) -> tuple[str, str]:
+    """One PNG of loss and evaluation metric against step; returns its file name and a table.
+    ``model``: the title (the model and its configuration)."""
     runs = sorted(runs, key=lambda r: (list(_COLOURS).index(r.precision)
                                        if r.precision in _COLOURS else 9, r.path))
     labels, metric = _labels(runs), _metric_key(runs)
@@ -199,7 +229,7 @@ def learning_chart(model: str, runs, out_dir: str) -> tuple[str, str]:
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))  # steps
     axes[0][-1].legend(fontsize=8)
     fig.tight_layout()
-    name = f"{model}_learning.png"
+    name = name or f"{model}_learning.png"
     fig.savefig(os.path.join(out_dir, name), dpi=90)
     plt.close(fig)
 
@@ -228,9 +258,11 @@ def _throughput_key(summary) -> str | None:
                 None)
 
 
-def benchmark_chart(model: str, mode: str, runs, out_dir: str) -> tuple[str, str]:
+def benchmark_chart(model: str, mode: str, runs, out_dir: str,
+                    name: str | None = None) -> tuple[str, str]:
     """A grouped bar chart of throughput (bars: precision, at the median of its rounds;
-    whiskers: the slowest and fastest round; groups: batch, processes, XLA)."""
+    whiskers: the slowest and fastest round; groups: batch, processes, XLA) of runs of one
+    configuration (``configurations``: rounds are runs of the same settings only)."""
     key = _throughput_key(runs[0].summary)
     unit = key.removeprefix("throughput_").removesuffix("_per_s")
     gpu = any(r.on_gpu for r in runs)
@@ -288,7 +320,7 @@ def benchmark_chart(model: str, mode: str, runs, out_dir: str) -> tuple[str, str
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    name = f"{model}_{mode}.png"
+    name = name or f"{model}_{mode}.png"
     fig.savefig(os.path.join(out_dir, name), dpi=90)
     plt.close(fig)
     head = [f"Measured on {_devices(runs)}.", "",
@@ -296,6 +328,20 @@ def benchmark_chart(model: str, mode: str, runs, out_dir: str) -> tuple[str, str
             "rounds | vs FP32 | latency p50 ms |".replace("GPUes", "GPUs"),
             "|---|---|---|---|---|---|---|---|---|"]
     return name, "\n".join(head + [row for _, _, row in sorted(rows)])
+
+
+def _configurations_in_order(runs) -> list[list]:
+    return list(configurations(runs).values()) if runs else []
+
+
+def _title(model: str, runs) -> str:
+    what = describe_configuration(runs)
+    return f"{model} ({what})" if what else model
+
+
+def _file(model: str, kind: str, n: int) -> str:
+    """The chart's file: MODEL_KIND.png, MODEL_KIND_2.png for a second configuration."""
+    return f"{model}_{kind}{'' if n == 0 else f'_{n + 1}'}.png"
 
 
 def write_report(runs, out_dir: str, command: str) -> str:
@@ -312,16 +358,18 @@ def write_report(runs, out_dir: str, command: str) -> str:
     for model in models:
         mine = [r for r in done if r.model == model]
         training = [r for r in mine if r.mode not in BENCHMARK_MODES and r.series("loss")]
-        if training:
-            name, table = learning_chart(model, training, out_dir)
-            page += [f"## {model}: learning", "", f"![{model} learning curves]({name})", "",
+        for n, group in enumerate(_configurations_in_order(training)):
+            title = _title(model, group)
+            name, table = learning_chart(title, group, out_dir, _file(model, "learning", n))
+            page += [f"## {title}: learning", "", f"![{title} learning curves]({name})", "",
                      table, ""]
         for mode in BENCHMARK_MODES:
             bench = [r for r in mine if r.mode == mode and _throughput_key(r.summary)]
-            if bench:
-                name, table = benchmark_chart(model, mode, bench, out_dir)
-                page += [f"## {model}: {mode.replace('_', ' ')}", "",
-                         f"![{model} {mode}]({name})", "", table, ""]
+            for n, group in enumerate(_configurations_in_order(bench)):
+                title = _title(model, group)
+                name, table = benchmark_chart(title, mode, group, out_dir, _file(model, mode, n))
+                page += [f"## {title}: {mode.replace('_', ' ')}", "",
+                         f"![{title} {mode}]({name})", "", table, ""]
     if failed:
         page += ["## Runs without a summary (failed or still running)", ""]
         page += [f"- `{r.path}`" for r in failed] + [""]

@@ -107,3 +107,21 @@ def test_a_log_cut_by_a_kill_is_reported_and_a_garbled_line_named_by_its_line(ru
     (run / "log.json").write_text(text)
     with pytest.raises(report.ReportError, match=rf"^cannot read {run}/log.json, line 1: "):
         report.find_runs([str(run)])
+
+
+def test_runs_of_other_configurations_are_charts_of_their_own_not_rounds(runs, tmp_path):
+    """Two image sizes of one model and batch used to be merged as two "rounds" of one
+    setting: each configuration is its own chart, titled with its architecture and size."""
+    (fp32,) = report.find_runs([str(runs / "sweep" / "fp32")])
+    key = "throughput_images_per_s"
+    small = report.Run(fp32.path, fp32.params, {**fp32.summary, key: 100.0}, fp32.steps)
+    large = report.Run(fp32.path, {**fp32.params, "image_size": 64},
+                       {**fp32.summary, key: 30.0}, fp32.steps)
+    groups = list(report.configurations([small, large]).values())
+    assert [[r.params["image_size"] for r in g] for g in groups] == [[32], [64]]
+    assert report.describe_configuration(groups[1]) == "resnet_tiny, 64x64"
+    path = report.write_report([small, large], str(tmp_path / "out"), "report")
+    page = open(path).read()
+    assert "## resnet50v1.5 (resnet_tiny, 32x32): training benchmark" in page
+    assert "## resnet50v1.5 (resnet_tiny, 64x64): training benchmark" in page
+    assert page.count("| 8 | 1 | off | FP32 |") == 2 and "| 2 |" not in page  # no 2 rounds
