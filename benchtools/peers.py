@@ -157,7 +157,7 @@ def ours_flops(model: str, batch: int) -> float:
 
 def ours(model: str, precision: str, batch: int, steps: int, warmup: int) -> float:
     from common.dllogger import last_summary
-    from common.runner import run_main_py
+    from common.runs import run_main_py
     with tempfile.TemporaryDirectory() as tmp:
         summary = last_summary(run_main_py(os.path.join(ROOT, model, "main.py"), [
             "--mode", "training_benchmark", *MODELS[model][1], "--batch_size", str(batch),

@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from common.errors import DataError
-from common.input_errors import batches
+from common.input_errors import read_batches
 
 
 class Evaluator:
@@ -47,7 +47,7 @@ class Evaluator:
     def batches(self):
         if self._data is None:
             self._data = self.on_device(self.task.eval_dataset())
-        return batches(self._data, lambda: self.task.locate_bad_record("eval"))
+        return read_batches(self._data, lambda: self.task.locate_bad_record("eval"))
 
     def _summed(self) -> tuple[dict, int, float]:
         task, model, metrics = self.task, self.model(), self.metrics

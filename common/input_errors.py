@@ -61,9 +61,10 @@ def locate_bad_record(files: Sequence[str], check: Callable[[tf.Tensor], tf.Tens
     return None
 
 
-def batches(dataset, locate: Callable[[], str | None] | None = None) -> Iterator:
-    """Iterates ``dataset``, turning an input-pipeline failure (a corrupt record or image, a label
-    out of range, a DALI read error) into one ``DataError`` line naming the file where it can."""
+def read_batches(dataset, locate: Callable[[], str | None] | None = None) -> Iterator:
+    """The batches of ``dataset`` (a loop's data), an input-pipeline failure (a corrupt record
+    or image, a label out of range, a DALI read error) turned into one ``DataError`` line
+    naming the file where it can."""
     iterator = iter(dataset)
     while True:
         try:

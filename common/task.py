@@ -20,12 +20,13 @@ from common import dali, devices, errors, input_errors, tfrecord_index
 from common.distributed import Distributed
 from common.dllogger import Logger
 from common.errors import DataError, UsageError
+from common.flags import Settings
 from common.precision import Precision
 
 
 @dataclasses.dataclass
 class RunContext:
-    flags: flags.FlagValues
+    flags: Settings  # the flags as the run uses them (common/flags.py), derived ones included
     dist: Distributed
     precision: Precision
     logger: Logger

@@ -21,7 +21,7 @@ from common import (
 from common.errors import DataError, TrainingError
 from common.evaluation import Evaluator
 from common.graceful_stop import GracefulStop
-from common.input_errors import batches
+from common.input_errors import read_batches
 from common.nonfinite import NonFiniteGuard, first_non_finite
 from common.steppers import InferStep, TrainStep
 from common.task import RunContext, Task
@@ -181,7 +181,7 @@ class Trainer:
             return self.guard.check(step, loss, self.checkpoints.latest, self.loss_scale(),
                                     last=last and guard_last)
         return TrainStep(self.compiled_train_step(),
-                         batches(self.on_device(data), lambda: self.task.locate_bad_record(
+                         read_batches(self.on_device(data), lambda: self.task.locate_bad_record(
                              "train")),
                          self.flags.batch_chunk, self.flags.batch_size, self.dist.size,
                          self.task.items_in, self.initial_train_states, self.task.check_inputs,
@@ -193,7 +193,7 @@ class Trainer:
         logs, saves (before an evaluation, so that a failing one never costs the steps before
         it), evaluates, and stops on a signal with a checkpoint. Throughput counts the steps
         after the warm-up (a run no longer than it is timed whole, compilation included)."""
-        f, spe = self.flags, self.steps_per_epoch
+        f, epoch_steps = self.flags, self.steps_per_epoch
         self.restore()
         start = self.step
         if start >= total_steps:
@@ -202,15 +202,15 @@ class Trainer:
         if evaluate:
             self.evaluator.check_before_training()
         self.profiler.plan(start + 1, total_steps)
-        stepper = self.train_step(self.task.train_dataset_at(start), spe)
+        stepper = self.train_step(self.task.train_dataset_at(start), epoch_steps)
         short = 0 < f.warmup_steps and total_steps - start <= f.warmup_steps
         clock = loop.Clock(timed_from=start + (0 if short else f.warmup_steps))
         summary, loss, eval_results, displayed = {"start_step": start}, None, {}, 0
         with GracefulStop() as stop:
             for sp in loop.run(stepper, f, self.profiler, clock, start=start, total=total_steps,
-                               steps_per_epoch=spe, evaluate=evaluate, stop=stop,
+                               steps_per_epoch=epoch_steps, evaluate=evaluate, stop=stop,
                                dist=self.dist):
-                loss, epoch = sp.value, (sp.step - 1) // spe + 1
+                loss, epoch = sp.value, benchmark.epoch_of(sp.step, epoch_steps)
                 if sp.events.display:
                     self._display(sp, epoch, total_steps, stepper.skipped, clock.rate(displayed))
                     displayed = sp.window_index + 1
@@ -222,7 +222,7 @@ class Trainer:
                     self.log.print(f"{stop.requested_by or 'a signal on another rank'}: stopped at "
                                    f"step {sp.step}, checkpoint {path}; run again to resume")
                     summary["stopped_by_signal"] = True
-        summary.update(final_step=self.step, final_loss=loss, epochs=self.step / spe)
+        summary.update(final_step=self.step, final_loss=loss, epochs=self.step / epoch_steps)
         summary.update(self._train_figures(clock, stepper.skipped, short))
         return {**summary, **eval_results, **self.profiler.report}
 
@@ -268,7 +268,7 @@ class Trainer:
         """``--mode inference_benchmark``: the serving computation (TF-TRT's with
         ``--use_tftrt``) on the inference data, every step timed."""
         f, task = self.flags, self.task
-        data = batches(self.on_device(task.inference_dataset()))
+        data = read_batches(self.on_device(task.inference_dataset()))
         infer, state = inference.benchmarked_function(task, self.model, self.inference_model,
                                                       data, f, self.dist.size,
                                                       self.ctx.precision.xla, self.log)

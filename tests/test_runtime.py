@@ -11,7 +11,7 @@ import pytest
 from conftest import RN50, TINY, run_cli, stderr_last_line
 from linear_task import LinearTask
 
-from common import dllogger, runner
+from common import dllogger, runner, runs
 from rn50.task import ResNetTask
 
 MAIN = os.path.join(RN50, "main.py")
@@ -173,11 +173,11 @@ def test_benchmark_rounds_alternate_and_keep_the_highest_ceiling():
 
 
 def test_run_main_py_returns_the_log_and_raises_on_failure(tmp_path):
-    records = runner.run_main_py(MAIN, ["--mode", "train", *TINY, "--iter_unit", "batch",
+    records = runs.run_main_py(MAIN, ["--mode", "train", *TINY, "--iter_unit", "batch",
                                         "--num_iter", "2"], str(tmp_path / "ok"))
     assert dllogger.last_summary(records)["final_step"] == 2
     with pytest.raises(subprocess.CalledProcessError):
-        runner.run_main_py(MAIN, ["--mode", "no_such_mode"], str(tmp_path / "bad"))
+        runs.run_main_py(MAIN, ["--mode", "no_such_mode"], str(tmp_path / "bad"))
 
 
 def test_the_parameter_record_holds_what_the_run_derived(tmp_path):

@@ -24,7 +24,7 @@ _model_dir = os.path.dirname(_here)
 
 import numpy as np  # noqa: E402
 
-from common import dllogger, presets, runner  # noqa: E402
+from common import dllogger, presets, runner, runs  # noqa: E402
 from rn50 import digits  # noqa: E402
 from rn50.task import ResNetTask  # noqa: E402
 
@@ -46,7 +46,7 @@ def train(records: str, results: str, precision: str, epochs: int, seed: int) ->
         "--image_size", "32", "--batch_size", "32", "--num_iter", str(epochs),
         "--lr_warmup_epochs", "1", "--zero_init_residual", "--crop_area_min", "0.5",
         "--seed", str(seed), "--data_dir", records,
-        "--results_dir", runner.fresh_results_dir(results),
+        "--results_dir", runs.fresh_results_dir(results),
         "--display_every", "1", *PRECISIONS[precision]])
     records_ = dllogger.read_records(os.path.join(results, "log.json"))
     steps = dllogger.step_logs(records_)

@@ -36,7 +36,7 @@ import tempfile
 _here = os.path.dirname(os.path.abspath(__file__))
 _model_dir = os.path.dirname(_here)
 
-from common import dllogger, presets, runner  # noqa: E402
+from common import dllogger, presets, runs  # noqa: E402
 from ssd import shapes  # noqa: E402
 
 PRECISIONS = {p: presets.precision_flags(p) for p in ("fp32", "amp")}  # common/presets.py
@@ -65,12 +65,12 @@ def starts(backbone: str) -> dict:
 def train(records: str, results: str, precision: str, steps: int, seed: int,
           flags=()) -> dict:
     """One run of main.py, the command line a user would type; results read from its log."""
-    records = runner.run_main_py(
+    records = runs.run_main_py(
         os.path.join(_model_dir, "main.py"),
         ["--mode", "train_and_evaluate", *RECIPE, "--iter_unit", "batch", "--num_iter",
          str(steps), "--seed", str(seed), "--data_dir", records, *PRECISIONS[precision],
          *flags],
-        runner.fresh_results_dir(results))
+        runs.fresh_results_dir(results))
     evals = [r for r in dllogger.step_logs(records) if "eval_AP50" in r["data"]]
     return {"summary": dllogger.last_summary(records),
             "curve": [(r["step"][1], r["data"]["eval_AP50"]) for r in evals]}

@@ -25,7 +25,7 @@ with quiet_start.filtered_stderr():  # TensorFlow's start-up lines, as main.py's
 
 from benchtools.mfu import matmul_ceiling  # noqa: E402
 from benchtools.rounds import alternating_rounds, mfu_rows  # noqa: E402
-from common import dllogger, presets, runner  # noqa: E402
+from common import dllogger, presets, runs  # noqa: E402
 from txl.flops import run_flops_per_token  # noqa: E402
 
 # The presets every tool shares (common/presets.py), and the type their matmuls run in here.
@@ -47,7 +47,7 @@ def one(mode, precision, args) -> float:
     """One run of main.py in its own process (the command a user types; each run starts with
     clean memory, as a run of the full model at 32 rows needs much of this machine's 24 GiB)."""
     with tempfile.TemporaryDirectory() as tmp:
-        s = dllogger.last_summary(runner.run_main_py(
+        s = dllogger.last_summary(runs.run_main_py(
             os.path.join(_model_dir, "main.py"), flags(mode, precision, args)[1:], tmp))
     print(f"{mode} {precision}: {s['throughput_tokens_per_s']:.1f} tokens/s", flush=True)
     return s["throughput_tokens_per_s"]
