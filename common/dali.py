@@ -103,11 +103,6 @@ def serve(pipeline_def: Callable, where: Placement, batch_size: int,
     return Served(dataset, names)
 
 
-def rank_seed(seed: int | None, rank: int) -> int | None:
-    """Each rank's augmentation seed: other draws on every rank, reproducible with ``--seed``."""
-    return None if seed is None else seed + rank
-
-
 def index_files(files: Sequence[str], idx_dir: str) -> list[str]:
     return [tfrecord_index.index_path(idx_dir, f) for f in files]
 

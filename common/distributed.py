@@ -31,6 +31,12 @@ _SLURM_STEP_SIZE = "SLURM_STEP_NUM_TASKS"
 RANK_ENV = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
 
 
+def rank_seed(seed: int | None, rank: int) -> int | None:
+    """Each rank's data-order and augmentation seed (DALI's and tf.data's alike): other draws
+    on every rank, reproducible with ``--seed``."""
+    return None if seed is None else seed + rank
+
+
 def launched_world_size(environ=os.environ) -> int:
     """How many processes the launcher that started this one started (0: none did)."""
     for name in _WORLD_SIZE_ENV:

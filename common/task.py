@@ -17,7 +17,7 @@ import tensorflow as tf
 from absl import flags
 
 from common import dali, devices, errors, input_errors, tfrecord_index
-from common.distributed import Distributed
+from common.distributed import Distributed, rank_seed
 from common.dllogger import Logger
 from common.errors import DataError, UsageError
 from common.flags import Settings
@@ -337,6 +337,37 @@ class RecordTask(Task):
     def record_check(self) -> Callable[[tf.Tensor], tf.Tensor]:
         """What a serialized record must pass (parse, label range, decode): raises if bad."""
         raise NotImplementedError
+
+    # The two pipelines over the records, one decision between them (``record_dataset``).
+    def dali_dataset(self, files: list[str], training: bool):
+        """``files`` through the model's DALI pipeline (their index files are checked)."""
+        raise NotImplementedError
+
+    def tfdata_dataset(self, files: list[str], training: bool, seed: int | None):
+        """``files`` through the model's tf.data pipeline; ``seed``: this rank's."""
+        raise NotImplementedError
+
+    def synthetic_dataset(self):
+        """Synthetic batches (``Repeated``) for a run without --data_dir."""
+        raise NotImplementedError
+
+    def record_dataset(self, split: str, training: bool):
+        """This rank's batches of ``split`` ("train", "validation"): DALI's with --dali, its
+        index files built or checked first, else tf.data's."""
+        f, dist = self.flags, self.ctx.dist
+        files = self.record_files(split)
+        if f.dali:
+            tfrecord_index.ensure_indexes(files, f.data_idx_dir, dist)
+            return self.dali_dataset(files, training)
+        return self.tfdata_dataset(files, training, rank_seed(f.seed, dist.rank))
+
+    def train_dataset(self):
+        if self.flags.data_dir is None:
+            return self.synthetic_dataset()
+        return self.record_dataset("train", True)
+
+    def eval_dataset(self):
+        return self.record_dataset("validation", False)
 
     def record_files(self, split: str) -> list[str]:
         """``split``: "train" or "validation"; one complete set of shards."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from common import dali
+from common.distributed import rank_seed
 from common.images import MEAN, STD
 from rn50.tfdata_pipeline import eval_resize
 
@@ -60,7 +61,7 @@ def dataset(files, idx_dir: str, batch_size: int, image_size: int, training: boo
                            world, where, min_area)
     ds = dali.serve(pipe, where, batch_size,
                     ((batch_size, image_size, image_size, 3), (batch_size,)),
-                    (where.tf_image_dtype, tf.int32), num_threads, dali.rank_seed(seed, rank))
+                    (where.tf_image_dtype, tf.int32), num_threads, rank_seed(seed, rank))
     if training:
         return ds
     return dali.EvalPass(ds, dali.eval_shard_size(files, idx_dir, rank, world), batch_size)

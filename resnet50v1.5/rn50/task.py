@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from common import schedules, tfrecord_index
+from common import schedules
 from common.errors import UsageError
 from common.images import read_image
 from common.input_errors import DeviceRangeCheck
@@ -148,30 +148,23 @@ class ResNetTask(RecordTask):
     def record_check(self):
         return tfdata_pipeline.record_check(self.flags.num_classes)
 
-    def _dataset(self, split, training):
+    def dali_dataset(self, files, training):
+        from rn50 import dali_pipeline
         f, dist = self.flags, self.ctx.dist
-        files = self.record_files(split)
-        if f.dali:
-            from rn50 import dali_pipeline
-            tfrecord_index.ensure_indexes(files, f.data_idx_dir, dist)
-            return dali_pipeline.dataset(files, f.data_idx_dir, f.batch_size, f.image_size,
-                                         training, dist.rank, dist.size, self.dali_placement(),
-                                         f.seed, f.dali_threads, f.crop_area_min)
-        return tfdata_pipeline.dataset(files, f.batch_size, f.image_size, training, dist.rank,
-                                       dist.size, None if f.seed is None else f.seed + dist.rank,
-                                       f.crop_area_min, f.num_classes)
+        return dali_pipeline.dataset(files, f.data_idx_dir, f.batch_size, f.image_size,
+                                     training, dist.rank, dist.size, self.dali_placement(),
+                                     f.seed, f.dali_threads, f.crop_area_min)
 
-    def _synthetic(self):
+    def tfdata_dataset(self, files, training, seed):
+        f, dist = self.flags, self.ctx.dist
+        return tfdata_pipeline.dataset(files, f.batch_size, f.image_size, training, dist.rank,
+                                       dist.size, seed, f.crop_area_min, f.num_classes)
+
+    def synthetic_dataset(self):
         f = self.flags
         images = tf.random.normal((f.batch_size, f.image_size, f.image_size, 3), seed=f.seed)
         labels = tf.random.uniform((f.batch_size,), 0, f.num_classes, tf.int32, seed=f.seed)
         return Repeated((images, labels))
-
-    def train_dataset(self):
-        return self._synthetic() if self.flags.data_dir is None else self._dataset("train", True)
-
-    def eval_dataset(self):
-        return self._dataset("validation", False)
 
     int8_export = True
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from common import dali
+from common.distributed import rank_seed
 from common.images import MEAN, STD
 from ssd import tfdata_pipeline
 
@@ -85,7 +86,7 @@ def dataset(files, idx_dir: str, batch_size: int, image_size: int, training: boo
                      (batch_size, MAX_BOXES), (batch_size,), (batch_size,), (batch_size,),
                      (batch_size,)),
                     (where.tf_image_dtype, tf.float32, tf.int32, tf.int32, tf.int64, tf.int64,
-                     tf.int64), num_threads, dali.rank_seed(seed, rank), names=NAMES)
+                     tf.int64), num_threads, rank_seed(seed, rank), names=NAMES)
     if training:
         return ds
     return dali.EvalPass(ds, dali.eval_shard_size(files, idx_dir, rank, world), batch_size)

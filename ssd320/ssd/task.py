@@ -13,7 +13,7 @@ import os
 import keras
 import tensorflow as tf
 
-from common import checkpoint_settings, checkpoints, schedules, tfrecord_index
+from common import checkpoint_settings, checkpoints, schedules
 from common.errors import DataError, UsageError
 from common.images import normalize, read_image
 from common.input_errors import DeviceRangeCheck
@@ -191,20 +191,19 @@ class SSDTask(RecordTask):
     def record_check(self):
         return tfdata_pipeline.record_check(self.flags.num_classes)
 
-    def _dataset(self, split, training):
+    def dali_dataset(self, files, training):
+        from ssd import dali_pipeline
         f, dist = self.flags, self.ctx.dist
-        files = self.record_files(split)
-        if f.dali:
-            from ssd import dali_pipeline
-            tfrecord_index.ensure_indexes(files, f.data_idx_dir, dist)
-            return dali_pipeline.dataset(files, f.data_idx_dir, f.batch_size, f.image_size,
-                                         training, dist.rank, dist.size, self.dali_placement(),
-                                         f.seed, f.dali_threads)
-        return tfdata_pipeline.dataset(files, f.batch_size, f.image_size, training, self.anchors,
-                                       f.num_classes, dist.rank, dist.size,
-                                       None if f.seed is None else f.seed + dist.rank)
+        return dali_pipeline.dataset(files, f.data_idx_dir, f.batch_size, f.image_size,
+                                     training, dist.rank, dist.size, self.dali_placement(),
+                                     f.seed, f.dali_threads)
 
-    def _synthetic(self):
+    def tfdata_dataset(self, files, training, seed):
+        f, dist = self.flags, self.ctx.dist
+        return tfdata_pipeline.dataset(files, f.batch_size, f.image_size, training, self.anchors,
+                                       f.num_classes, dist.rank, dist.size, seed)
+
+    def synthetic_dataset(self):
         f, a = self.flags, len(self.anchors)
         batch = {"images": tf.random.normal((f.batch_size, f.image_size, f.image_size, 3)),
                  "cls": tf.where(tf.random.uniform((f.batch_size, a)) < 0.01,
@@ -215,12 +214,6 @@ class SSDTask(RecordTask):
                  "height": tf.fill([f.batch_size], tf.constant(f.image_size, tf.int64)),
                  "width": tf.fill([f.batch_size], tf.constant(f.image_size, tf.int64))}
         return Repeated(batch)
-
-    def train_dataset(self):
-        return self._synthetic() if self.flags.data_dir is None else self._dataset("train", True)
-
-    def eval_dataset(self):
-        return self._dataset("validation", False)
 
     int8_export = True
 
