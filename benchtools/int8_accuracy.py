@@ -48,19 +48,13 @@ def _prepare_resnet(data: str, smoke: bool = False) -> tuple[str, list[str]]:
                         os.path.join(data, "folder"), os.path.join(data, "records"),
                         "--train_shards", "4", "--val_shards", "2"], check=True,
                        stdout=subprocess.DEVNULL)
-    recipe = ["--arch", "resnet50", "--num_classes", "10", "--image_size", "32", "--batch_size",
-              "32", "--num_iter", "3", "--iter_unit", "epoch", "--lr_warmup_epochs", "1",
-              "--zero_init_residual", "--crop_area_min", "0.5", "--seed", "1"]
+    recipe = ["--preset", "digits", "--image_size", "32", "--seed", "1"]  # as make demo
     if smoke:
-        recipe = _replace(recipe, {"--arch": "resnet_tiny", "--num_iter": "1"})
+        recipe += ["--arch", "resnet_tiny", "--num_iter", "1"]
     return os.path.join(data, "records"), recipe
 
 
-def _replace(recipe: list[str], values: dict) -> list[str]:
-    out = list(recipe)
-    for flag, value in values.items():
-        out[out.index(flag) + 1] = value
-    return out
+
 
 
 def _prepare_ssd(data: str, smoke: bool = False) -> tuple[str, list[str]]:
@@ -72,12 +66,11 @@ def _prepare_ssd(data: str, smoke: bool = False) -> tuple[str, list[str]]:
                         os.path.join(data, "coco"), os.path.join(data, "records"),
                         "--train_shards", "4", "--val_shards", "1"], check=True,
                        stdout=subprocess.DEVNULL)
-    recipe = ["--arch", "resnet_tiny", "--image_size", "128", "--batch_size", "16", "--lr_init",
-              "0.64", "--lr_warmup_steps", "100", "--iter_unit", "batch", "--num_iter", "1800",
-              "--seed", "1"]
+    recipe = ["--preset", "shapes", "--image_size", "128", "--iter_unit", "batch",
+              "--num_iter", "1800", "--seed", "1"]  # as the learning check
     if smoke:
-        recipe = _replace(recipe, {"--image_size": "64", "--batch_size": "4",
-                                   "--lr_warmup_steps": "2", "--num_iter": "4"})
+        recipe += ["--image_size", "64", "--batch_size", "4", "--lr_warmup_steps", "2",
+                   "--num_iter", "4"]
     return os.path.join(data, "records"), recipe
 
 
@@ -102,6 +95,12 @@ def export(model: str, workdir: str, smoke: bool = False) -> tuple[str, str, lis
     return records, out, recipe
 
 
+def _image_size(recipe: list[str]) -> int:
+    """The recipe's image size (its last --image_size: a later flag wins, as main.py reads)."""
+    at = len(recipe) - 1 - recipe[::-1].index("--image_size")
+    return int(recipe[at + 1])
+
+
 def _records(run_dir: str) -> list:
     try:
         return read_records(os.path.join(run_dir, "log.json"))
@@ -118,7 +117,7 @@ def _validation(model: str, records: str, recipe: list[str]):
     """The held-out split's batches of 32 through the same tf.data pipeline evaluation uses."""
     import glob
     files = sorted(glob.glob(os.path.join(records, "validation-*")))
-    size = int(recipe[recipe.index("--image_size") + 1])
+    size = _image_size(recipe)
     if model == "resnet50v1.5":
         from rn50 import tfdata_pipeline
         return [(x.numpy(), y.numpy()) for x, y in
@@ -224,7 +223,7 @@ def main(argv=None) -> int:
            "machine": machine.cpu_name() + f", {platform.machine()}",
            "calibrated_on": f"{calibrated.get('calibration_images', '?')} training images",
            "accuracy": accuracy(args.model, records, export_dir, recipe),
-           "latency": latency(export_dir, int(recipe[recipe.index("--image_size") + 1]),
+           "latency": latency(export_dir, _image_size(recipe),
                               repeats=2 if args.smoke else 20, rounds=1 if args.smoke else ROUNDS)}
     print(report(args.model, res))
     if args.json:

@@ -99,6 +99,24 @@ def _define_common(fv: flags.FlagValues) -> None:
         flags.DEFINE_alias(alias, name, flag_values=fv)
 
 
+def define_preset(fv: flags.FlagValues, presets: Mapping[str, Mapping], default: str,
+                  help_text: str) -> None:
+    """``--preset``: a named set of flag values (a model's recipe, its tests' tiny size, a
+    learning check's) that become the defaults of the flags it names; a flag given on the
+    command line (or taken from a checkpoint) wins over it (``preset_values``)."""
+    flags.DEFINE_enum("preset", default, list(presets), help_text, flag_values=fv)
+
+
+def preset_values(settings: Settings, presets: Mapping[str, Mapping]) -> dict:
+    """``--preset``'s values for the flags neither the command line nor a checkpoint set: the
+    one place presets are resolved (``common/runner.py`` applies them before a task derives
+    anything from the settings)."""
+    if not presets or "preset" not in settings._fv:
+        return {}
+    return {name: value for name, value in presets[settings.preset].items()
+            if not settings.given(name)}
+
+
 def require_positive(fv: flags.FlagValues, *names: str) -> None:
     """A learning rate (or any such flag) of zero or less stops at parsing, with one line."""
     for name in names:

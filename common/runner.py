@@ -99,6 +99,7 @@ def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
     adopted = dist.broadcast_object(dist.on_chief(lambda: adopted_settings(task_cls, fv),
                                                   "reading the checkpoint's settings"))
     fv = fv.with_adopted(adopted[0]) if adopted and adopted[0] else fv
+    fv = fv.with_derived(flags.preset_values(fv, task_cls.presets))
     fv = fv.with_derived(task_cls.derive_settings(fv, dist.size))
     prec = precision.resolve(
         amp=fv.amp, amp_dtype=fv.amp_dtype, static_loss_scale=fv.static_loss_scale, tf32=fv.tf32,

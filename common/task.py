@@ -42,6 +42,9 @@ class Task(abc.ABC):
     item_unit = "items"  # what throughput counts: images, tokens, ...
     headline_metric: str | None = None  # the evaluation metric results quote (charts plot it)
     flag_defaults: Mapping[str, Any] = {}  # model-specific defaults for common flags
+    # --preset's named flag values (the model's config module defines the flag): resolved by
+    # common.flags.preset_values before derive_settings.
+    presets: Mapping[str, Mapping[str, Any]] = {}
 
     @staticmethod
     def define_flags(fv: flags.FlagValues) -> None:

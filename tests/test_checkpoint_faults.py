@@ -82,8 +82,7 @@ def test_no_readable_checkpoint_stops_and_touches_nothing(tmp_path, capsys):
 def test_checkpoint_of_another_model_stops_with_the_last_line_on_stderr(tmp_path):
     _train(tmp_path, 1)
     ckdir = tmp_path / "r" / "checkpoints"
-    argv = _args(tmp_path, "--num_iter", "3")
-    argv[argv.index("--num_classes") + 1] = "7"
+    argv = _args(tmp_path, "--num_iter", "3", "--num_classes", "7")
     # The checkpoint's settings.json names the flag that contradicts it, before any model.
     proc = run_cli([sys.executable, MAIN, *argv[1:]])
     assert proc.returncode == 2

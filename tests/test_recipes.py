@@ -58,11 +58,13 @@ def test_txl_keeps_256_rows_per_step(world, chunk, rows):
 
 
 def test_txl_preset_values_are_derived_settings_not_written_flags():
+    from common.flags import preset_values
     from txl.task import TransformerXLTask
     s = _settings(TransformerXLTask, "--preset", "tiny", "--d_model", "48")
-    derived = TransformerXLTask.derive_settings(s, 1)
+    derived = preset_values(s, TransformerXLTask.presets)
     assert derived["n_layer"] == 2 and "d_model" not in derived  # the command line wins
     assert derived["batch_size"] == 4 and "batch_chunk" not in derived  # the preset's rows
+    assert TransformerXLTask.derive_settings(s.with_derived(derived), 1) == {}
     assert s.n_layer == 16  # the flag is untouched
     with pytest.raises(AttributeError, match="read-only"):
         s.with_derived(derived).n_layer = 3

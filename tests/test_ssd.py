@@ -17,8 +17,7 @@ from ssd.model import build_ssd
 from ssd.task import SSDTask
 
 MAIN = os.path.join(ROOT, "ssd320", "main.py")
-TINY = ["--arch", "resnet_tiny", "--image_size", "128", "--batch_size", "4", "--display_every",
-        "1", "--lr_warmup_steps", "2"]
+TINY = ["--preset", "tiny"]  # ssd/config.py's PRESETS["tiny"]
 
 
 def _count(variables):

@@ -25,8 +25,7 @@ from ssd import prepare, shapes
 from ssd.task import SSDTask
 
 PREPARE = os.path.join(ROOT, "ssd320", "prepare_dataset.py")
-TINY = ["--arch", "resnet_tiny", "--image_size", "128", "--batch_size", "4", "--display_every",
-        "1", "--lr_warmup_steps", "2", "--iter_unit", "batch", "--seed", "1"]
+TINY = ["--preset", "tiny", "--iter_unit", "batch", "--seed", "1"]  # ssd/config.py's PRESETS
 
 
 def _main(capsys, *args) -> tuple[int, str]:

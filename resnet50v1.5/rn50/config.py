@@ -9,10 +9,25 @@ from common import flags as common_flags
 ARCH_NAMES = ("resnet50", "resnet_tiny")  # rn50.model.ARCHS: resnet_tiny is for tests
 # NVIDIA's recipe: 90 epochs at 256 images per GPU.
 FLAG_DEFAULTS = {"batch_size": 256, "num_iter": 90, "iter_unit": "epoch"}
+# --preset (common/flags.py): nvidia is the flags' own defaults; digits is `make demo`'s, the
+# learning check's and the INT8 table's run on scikit-learn's digits at 32x32 (small,
+# low-resolution images: crops keep half of each, the last batch norm of a block starts at
+# zero); tiny is the tests' (the classes: labels.txt's where there are data).
+PRESETS = {
+    "nvidia": {},
+    "digits": {"arch": "resnet50", "image_size": 32, "batch_size": 32, "num_iter": 3,
+               "iter_unit": "epoch", "lr_warmup_epochs": 1.0, "zero_init_residual": True,
+               "crop_area_min": 0.5},
+    "tiny": {"arch": "resnet_tiny", "num_classes": 10, "image_size": 32, "batch_size": 8,
+             "lr_warmup_epochs": 0.0, "display_every": 1},
+}
 
 
 def define_flags(fv: flags.FlagValues) -> None:
     d = dict(flag_values=fv)
+    common_flags.define_preset(fv, PRESETS, "nvidia", "Named flag values: nvidia (NVIDIA's "
+                               "recipe, the defaults), digits (the demo's and learning check's "
+                               "run on handwritten digits), tiny (the tests').")
     flags.DEFINE_enum("arch", "resnet50", list(ARCH_NAMES), "Network; resnet_tiny is for tests.",
                       **d)
     flags.DEFINE_integer("num_classes", None, "Classes (default: as many as labels.txt in "

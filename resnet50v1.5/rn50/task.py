@@ -42,6 +42,7 @@ class ResNetTask(RecordTask):
     headline_metric = "top1"
     flag_defaults = config.FLAG_DEFAULTS
     define_flags = staticmethod(config.define_flags)
+    presets = config.PRESETS
     prepare_script = "resnet50v1.5/prepare_dataset.py"
     synthetic_epoch = IMAGENET_TRAIN_IMAGES
 
@@ -59,7 +60,7 @@ class ResNetTask(RecordTask):
         names = read_labels(settings.data_dir)
         if names is None:
             return {} if settings.num_classes else {"num_classes": IMAGENET_CLASSES}
-        if settings.num_classes is None:
+        if not settings.given("num_classes"):  # a preset's count is for synthetic data
             return {"num_classes": len(names)}
         if settings.num_classes != len(names):
             whose = ("--num_classes" if settings["num_classes"].present

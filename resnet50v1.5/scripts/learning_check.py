@@ -42,10 +42,8 @@ def prepare_digits(root: str) -> str:
 
 def train(records: str, results: str, precision: str, epochs: int, seed: int) -> dict:
     summary = runner.run(ResNetTask, [
-        "main.py", "--mode", "train_and_evaluate", "--arch", "resnet50", "--num_classes", "10",
-        "--image_size", "32", "--batch_size", "32", "--num_iter", str(epochs),
-        "--lr_warmup_epochs", "1", "--zero_init_residual", "--crop_area_min", "0.5",
-        "--seed", str(seed), "--data_dir", records,
+        "main.py", "--mode", "train_and_evaluate", "--preset", "digits", "--num_iter",
+        str(epochs), "--seed", str(seed), "--data_dir", records,
         "--results_dir", runs.fresh_results_dir(results),
         "--display_every", "1", *PRECISIONS[precision]])
     records_ = dllogger.read_records(os.path.join(results, "log.json"))

@@ -17,10 +17,9 @@ if [ ! -f "$DEMO_DIR/records/label_map.json" ]; then
     --train_shards 4 --val_shards 1
 fi
 rm -rf "$DEMO_DIR/results" "$DEMO_DIR/to_predict"  # a fresh run (a checkpoint would be resumed)
-common=(--arch resnet_tiny --image_size 128 --batch_size 16 --data_dir "$DEMO_DIR/records"
-        --results_dir "$DEMO_DIR/results")
+common=(--preset shapes --data_dir "$DEMO_DIR/records" --results_dir "$DEMO_DIR/results")
 "$PY" "$here/main.py" --mode train_and_evaluate "${common[@]}" --iter_unit batch \
-  --num_iter "$STEPS" --lr_init 0.64 --lr_warmup_steps 100 --display_every 100 "$@"
+  --num_iter "$STEPS" --display_every 100 --noeval_at_epoch_end "$@"
 mkdir -p "$DEMO_DIR/to_predict"
 cp $(ls "$DEMO_DIR/coco/val2017/"*.jpg | head -8) "$DEMO_DIR/to_predict/"
 exec "$PY" "$here/main.py" --mode predict "${common[@]}" --to_predict "$DEMO_DIR/to_predict" \

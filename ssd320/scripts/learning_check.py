@@ -40,9 +40,7 @@ from common import dllogger, presets, runs  # noqa: E402
 from ssd import shapes  # noqa: E402
 
 PRECISIONS = {p: presets.precision_flags(p) for p in ("fp32", "amp")}  # common/presets.py
-RECIPE = ["--arch", "resnet_tiny", "--image_size", "128", "--batch_size", "16",
-          "--lr_init", "0.64", "--lr_warmup_steps", "100", "--display_every", "50",
-          "--eval_at_epoch_end"]  # a curve, where NVIDIA's recipe evaluates once at the end
+RECIPE = ["--preset", "shapes"]  # ssd/config.py: a curve (an evaluation every epoch)
 
 
 def prepare(root: str) -> str:

@@ -11,10 +11,23 @@ TRUNKS = ("resnet_v1", "resnet_v1.5")  # ssd.model.TRUNKS
 # NVIDIA's recipe evaluates once, after training; --eval_every adds evaluations.
 FLAG_DEFAULTS = {"batch_size": 32, "num_iter": 12500, "iter_unit": "batch",
                  "eval_at_epoch_end": False}
+# --preset (common/flags.py): nvidia is the flags' own defaults; shapes is the learning
+# check's, the demo's and the INT8 table's run on the generated shapes at 128x128 with the tiny
+# trunk (a curve: an evaluation at every epoch's end); tiny is the tests'.
+PRESETS = {
+    "nvidia": {},
+    "shapes": {"arch": "resnet_tiny", "image_size": 128, "batch_size": 16, "lr_init": 0.64,
+               "lr_warmup_steps": 100, "display_every": 50, "eval_at_epoch_end": True},
+    "tiny": {"arch": "resnet_tiny", "image_size": 128, "batch_size": 4, "display_every": 1,
+             "lr_warmup_steps": 2},
+}
 
 
 def define_flags(fv: flags.FlagValues) -> None:
     d = dict(flag_values=fv)
+    common_flags.define_preset(fv, PRESETS, "nvidia", "Named flag values: nvidia (NVIDIA's "
+                               "8-GPU recipe, the defaults), shapes (the learning check's and "
+                               "demo's on generated shapes), tiny (the tests').")
     flags.DEFINE_enum("arch", "resnet50", list(ARCH_NAMES), "Backbone; resnet_tiny is for tests.",
                       **d)
     flags.DEFINE_enum("trunk", "resnet_v1", list(TRUNKS), "The ResNet-50 the FPN stands on: "

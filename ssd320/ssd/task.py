@@ -41,6 +41,7 @@ class SSDTask(RecordTask):
     headline_metric = "AP50"
     flag_defaults = config.FLAG_DEFAULTS
     define_flags = staticmethod(config.define_flags)
+    presets = config.PRESETS
     prepare_script = "ssd320/prepare_dataset.py"
     synthetic_epoch = COCO_TRAIN_IMAGES
     gathers_eval_outputs = True

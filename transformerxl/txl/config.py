@@ -45,9 +45,9 @@ class TXLConfig:
 
 def define_flags(fv: flags.FlagValues) -> None:
     d = dict(flag_values=fv)
-    flags.DEFINE_enum("preset", "base", tuple(PRESETS), "Named configuration whose values "
-                      "become the defaults of the flags below (base: NVIDIA's; tiny: the "
-                      "tests'; small: the learning check's).", **d)
+    common_flags.define_preset(fv, PRESETS, "base", "Named configuration whose values become "
+                               "the defaults of the flags below (base: NVIDIA's; tiny: the "
+                               "tests'; small: the learning check's).")
     # Model (NVIDIA's names and base values).
     flags.DEFINE_integer("n_layer", 16, "Layers.", lower_bound=1, **d)
     flags.DEFINE_integer("d_model", 512, "Model width (and embedding size).", lower_bound=2, **d)
@@ -114,13 +114,6 @@ PRESETS = {
 
 
 RECIPE_ROWS = 256  # NVIDIA's global batch: rows of --tgt_len tokens per optimizer step
-
-
-def preset_values(settings) -> dict:
-    """``--preset``'s values for the flags the command line did not set (the task's derived
-    settings: the flags themselves are never written)."""
-    return {name: value for name, value in PRESETS[settings.preset].items()
-            if not settings.given(name)}
 
 
 def model_config(fv: flags.FlagValues, vocab_size: int, pad_multiple: int = 1,

@@ -39,18 +39,20 @@ class TransformerXLTask(Task):
     headline_metric = "ppl"
     flag_defaults = config.FLAG_DEFAULTS
     define_flags = staticmethod(config.define_flags)
+    presets = config.PRESETS
     # Every weight of its 16-bit layers is read rounded (tests/test_txl_model.py): inference
     # under AMP runs on bfloat16 weights, without casting them every step.
     infers_in_compute_dtype = True
 
     @classmethod
     def derive_settings(cls, settings, world):
-        """``--preset``'s values for the flags the command line did not set; then, unless a
-        batch size is given, NVIDIA's global batch of 256 rows: 256 / (processes x
+        """Unless a batch size is given (or set by ``--preset``, applied before this by
+        ``common.flags.preset_values``), NVIDIA's global batch of 256 rows: 256 / (processes x
         --batch_chunk) rows per process and micro-batch, with --batch_chunk 1 on 8 processes or
         more and 8 / processes below (32 rows a micro-batch, what fits a GPU)."""
-        out = config.preset_values(settings)
-        if "batch_size" not in out and not settings.given("batch_size"):
+        out = {}
+        if not settings.given("batch_size") and "batch_size" not in config.PRESETS[
+                settings.preset]:
             chunk = (settings.batch_chunk if settings.given("batch_chunk")
                      else 1 if world >= 8 else max(1, 8 // world))
             if config.RECIPE_ROWS % (world * chunk):
