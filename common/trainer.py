@@ -218,7 +218,7 @@ class Trainer:
                 if sp.events.evaluate:
                     eval_results = self.evaluate(epoch=epoch)
                 if sp.stopping:  # every rank calls save() once at this step, or none does
-                    path = saved or self.save()
+                    path = saved if sp.events.save else self.save()  # None on ranks > 0
                     self.log.print(f"{stop.requested_by or 'a signal on another rank'}: stopped at "
                                    f"step {sp.step}, checkpoint {path}; run again to resume")
                     summary["stopped_by_signal"] = True

@@ -119,9 +119,9 @@ def test_runs_of_other_configurations_are_charts_of_their_own_not_rounds(runs, t
                        {**fp32.summary, key: 30.0}, fp32.steps)
     groups = list(report.configurations([small, large]).values())
     assert [[r.params["image_size"] for r in g] for g in groups] == [[32], [64]]
-    assert report.describe_configuration(groups[1]) == "resnet_tiny, 64x64"
+    assert report.describe_configuration(groups[1]) == "resnet_tiny, 64x64, preset tiny"
     path = report.write_report([small, large], str(tmp_path / "out"), "report")
     page = open(path).read()
-    assert "## resnet50v1.5 (resnet_tiny, 32x32): training benchmark" in page
-    assert "## resnet50v1.5 (resnet_tiny, 64x64): training benchmark" in page
+    assert "## resnet50v1.5 (resnet_tiny, 32x32, preset tiny): training benchmark" in page
+    assert "## resnet50v1.5 (resnet_tiny, 64x64, preset tiny): training benchmark" in page
     assert page.count("| 8 | 1 | off | FP32 |") == 2 and "| 2 |" not in page  # no 2 rounds
