@@ -27,60 +27,32 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 
 import numpy as np
 
-from common import machine, runs
+from common import machine, presets, runs
 from common.dllogger import read_records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROUNDS = 5
 
 
-def _prepare_resnet(data: str, smoke: bool = False) -> tuple[str, list[str]]:
-    from rn50 import digits
-    if not os.path.exists(os.path.join(data, "records", "labels.txt")):
-        digits.export(os.path.join(data, "folder"), size=32, limit=200 if smoke else None)
-        subprocess.run([sys.executable, os.path.join(ROOT, "resnet50v1.5", "prepare_dataset.py"),
-                        os.path.join(data, "folder"), os.path.join(data, "records"),
-                        "--train_shards", "4", "--val_shards", "2"], check=True,
-                       stdout=subprocess.DEVNULL)
-    recipe = ["--preset", "digits", "--image_size", "32", "--seed", "1"]  # as make demo
-    if smoke:
-        recipe += ["--arch", "resnet_tiny", "--num_iter", "1"]
-    return os.path.join(data, "records"), recipe
+def _hooks(model: str):
+    """The model's part (``rn50/benchmarks.py``, ``ssd/benchmarks.py``): its data, recipe,
+    validation batches and metric, reached through the model table."""
+    return presets.benchmarks(model)
 
 
-
-
-
-def _prepare_ssd(data: str, smoke: bool = False) -> tuple[str, list[str]]:
-    from ssd import shapes
-    if not os.path.exists(os.path.join(data, "records", "label_map.json")):
-        shapes.export(os.path.join(data, "coco"), train=40 if smoke else 600,
-                      val=8 if smoke else 100, seed=0)
-        subprocess.run([sys.executable, os.path.join(ROOT, "ssd320", "prepare_dataset.py"),
-                        os.path.join(data, "coco"), os.path.join(data, "records"),
-                        "--train_shards", "4", "--val_shards", "1"], check=True,
-                       stdout=subprocess.DEVNULL)
-    recipe = ["--preset", "shapes", "--image_size", "128", "--iter_unit", "batch",
-              "--num_iter", "1800", "--seed", "1"]  # as the learning check
-    if smoke:
-        recipe += ["--image_size", "64", "--batch_size", "4", "--lr_warmup_steps", "2",
-                   "--num_iter", "4"]
-    return os.path.join(data, "records"), recipe
-
-
-MODELS = {"resnet50v1.5": _prepare_resnet, "ssd320": _prepare_ssd}
+def _int8_models() -> list[str]:
+    return [m for m in presets.MODELS if hasattr(_hooks(m), "int8_data")]
 
 
 def export(model: str, workdir: str, smoke: bool = False) -> tuple[str, str, list[str]]:
     """Trains (unless ``workdir`` holds the trained run) and exports; returns (records,
     export dir, recipe)."""
-    records, recipe = MODELS[model](os.path.join(workdir, "data"), smoke)
+    records, recipe = _hooks(model).int8_data(os.path.join(workdir, "data"), smoke)
     main_py = os.path.join(ROOT, model, "main.py")
     trained = os.path.join(workdir, "train")
     if not any(r.get("step") == [] for r in _records(trained)):
@@ -113,57 +85,19 @@ def _session(path: str):
     return ort.InferenceSession(path, providers=["CPUExecutionProvider"])
 
 
-def _validation(model: str, records: str, recipe: list[str]):
-    """The held-out split's batches of 32 through the same tf.data pipeline evaluation uses."""
-    import glob
-    files = sorted(glob.glob(os.path.join(records, "validation-*")))
-    size = _image_size(recipe)
-    if model == "resnet50v1.5":
-        from rn50 import tfdata_pipeline
-        return [(x.numpy(), y.numpy()) for x, y in
-                tfdata_pipeline.dataset(files, 32, size, False, num_classes=10)]
-    from ssd import anchors, tfdata_pipeline
-    with open(os.path.join(records, "label_map.json")) as f:
-        classes = json.load(f)["num_classes"]
-    data = tfdata_pipeline.dataset(files, 32, size, False, anchors.generate(size), classes)
-    return [{k: v.numpy() for k, v in b.items() if k in ("images", "image_id", "height",
-                                                          "width")} for b in data]
-
-
 def accuracy(model: str, records: str, export_dir: str, recipe: list[str]) -> dict:
-    """Each file's accuracy on the held-out split (and, ResNet, how often INT8's top class
-    agrees with float32's)."""
-    batches = _validation(model, records, recipe)
+    """Each file's accuracy on the held-out split by the model's metric (and, ResNet, how often
+    INT8's top class agrees with float32's)."""
+    hooks = _hooks(model)
+    batches = hooks.int8_validation(records, _image_size(recipe))
     files = {"float32": "model.onnx", "int8": "model_int8.onnx"}
-    out = {}
-    if model == "resnet50v1.5":
-        top = {}
-        for name, f in files.items():
-            s = _session(os.path.join(export_dir, f))
-            logits = np.concatenate([s.run(None, {"images": x})[0] for x, _ in batches])
-            labels = np.concatenate([y for _, y in batches])  # 0-based, as the pipeline gives
-            order = np.argsort(-logits, axis=1)
-            top[name] = order[:, 0]
-            out[name] = {"top1": float(np.mean(order[:, 0] == labels)),
-                         "top5": float(np.mean((order[:, :5] == labels[:, None]).any(1))),
-                         "images": int(len(labels))}
-        out["int8"]["top1_agreement"] = float(np.mean(top["int8"] == top["float32"]))
-        return out
-    from ssd import coco_eval
-    gt = coco_eval.ground_truth(os.path.join(records, "validation_annotations.json"))
-    for name, f in files.items():
-        s = _session(os.path.join(export_dir, f))
-        names = [o.name for o in s.get_outputs()]
-        parts = []
-        for b in batches:
-            det = dict(zip(names, s.run(None, {"images": b["images"]})))
-            parts.append({**det, "image_id": b["image_id"], "height": b["height"],
-                          "width": b["width"]})
-        merged = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-        stats = coco_eval.evaluate(gt, coco_eval.to_coco(merged), merged["image_id"])
-        out[name] = {k: float(stats[k]) for k in ("AP", "AP50", "AP75")}
-        out[name]["images"] = int(len(merged["image_id"]))
-    return out
+    sessions = {f: _session(os.path.join(export_dir, f)) for f in files.values()}
+
+    def run(f, images, named=False):
+        s = sessions[f]
+        out = s.run(None, {"images": images})
+        return dict(zip([o.name for o in s.get_outputs()], out)) if named else out
+    return hooks.int8_accuracy(run, files, batches, records)
 
 
 def latency(export_dir: str, image_size: int, batches=(1, 32), repeats: int = 20,
@@ -187,7 +121,7 @@ def latency(export_dir: str, image_size: int, batches=(1, 32), repeats: int = 20
 
 
 def report(model: str, res: dict) -> str:
-    metrics = ("top1", "top5") if model == "resnet50v1.5" else ("AP", "AP50", "AP75")
+    metrics = _hooks(model).METRICS
     lines = [f"| {model} | " + " | ".join(metrics) + " | batch 1 ms | batch 32 ms |",
              "|---|" + "---:|" * (len(metrics) + 2)]
     for name in ("float32", "int8"):
@@ -207,7 +141,7 @@ def report(model: str, res: dict) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchtools.int8_accuracy",
                                 description=__doc__.split("\n\n")[0])
-    p.add_argument("model", choices=sorted(MODELS))
+    p.add_argument("model", choices=sorted(_int8_models()))
     p.add_argument("--workdir", help="data, the trained run and the export (default "
                    "results/int8/MODEL); a trained run there is reused")
     p.add_argument("--json", help="also write the results here")

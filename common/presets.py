@@ -35,12 +35,24 @@ class Model:
     task: str  # module:class of its Task
     item_unit: str  # what its throughput counts
 
+    @property
+    def benchmarks(self) -> str:
+        """The module of what the benchmark tools ask of the model (its peer, its FLOP count,
+        the INT8 table's data and metric): ``<package>.benchmarks``."""
+        return f"{self.package}.benchmarks"
+
 
 MODELS = {
     "resnet50v1.5": Model("resnet50v1.5", "rn50", "rn50.task:ResNetTask", "images"),
     "ssd320": Model("ssd320", "ssd", "ssd.task:SSDTask", "images"),
     "transformerxl": Model("transformerxl", "txl", "txl.task:TransformerXLTask", "tokens"),
 }
+
+
+def benchmarks(model: str):
+    """The model's module for the benchmark tools (``Model.benchmarks``; imports it)."""
+    import importlib
+    return importlib.import_module(MODELS[model].benchmarks)
 
 
 def task_class(model: str):

@@ -72,3 +72,36 @@ def test_no_import_circles():
     assert _cycles(edges) == []
     # A circle is found where there is one.
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def _script_imports() -> dict[str, set[str]]:
+    """Each model script (``*/scripts/*.py``, ``main.py``, ...) -> the top-level packages it
+    imports."""
+    out = {}
+    for folder in ("resnet50v1.5", "ssd320", "transformerxl"):
+        for d, _, names in os.walk(os.path.join(ROOT, folder)):
+            for f in names:
+                if f.endswith(".py"):
+                    path = os.path.join(d, f)
+                    with open(path, encoding="utf-8") as fh:
+                        tree = ast.parse(fh.read())
+                    found = set()
+                    for node in ast.walk(tree):
+                        if isinstance(node, ast.Import):
+                            found |= {a.name.split(".")[0] for a in node.names}
+                        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                            found.add(node.module.split(".")[0])
+                    out[os.path.relpath(path, ROOT)] = found
+    return out
+
+
+def test_benchtools_stands_above_the_models():
+    """benchtools measures the models through the model table (common/presets.py: each model's
+    ``benchmarks`` module), never naming a model package; the models never import benchtools."""
+    edges = _imports()
+    named = {m: sorted(e for e in es if e.split(".")[0] in ("rn50", "ssd", "txl"))
+             for m, es in edges.items() if m.startswith("benchtools")}
+    assert {m: e for m, e in named.items() if e} == {}
+    scripts = _script_imports()
+    assert {p: "benchtools" for p, found in scripts.items() if "benchtools" in found} == {}
+    assert len(scripts) > 30  # every model file was read

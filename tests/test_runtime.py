@@ -157,7 +157,7 @@ def test_corrupt_image_inside_a_valid_record_fails_with_one_line(tmp_path):
 
 
 def test_benchmark_rounds_alternate_and_keep_the_highest_ceiling():
-    from benchtools.rounds import alternating_rounds, mfu_rows
+    from common.rounds import alternating_rounds, mfu_rows
 
     calls, ceilings_seen = [], iter([100.0, 10.0, 80.0, 40.0])  # fp32, amp per round
     rates, ceilings = alternating_rounds(

@@ -14,9 +14,9 @@ from common import quiet_start
 with quiet_start.filtered_stderr():  # TensorFlow's start-up lines, as main.py's
     import tensorflow as tf
 
-from benchtools.mfu import forward_flops, matmul_ceiling  # noqa: E402
-from benchtools.rounds import alternating_rounds, mfu_rows  # noqa: E402
 from common import presets, runner  # noqa: E402
+from common.mfu import forward_flops, matmul_ceiling  # noqa: E402
+from common.rounds import alternating_rounds, mfu_rows  # noqa: E402
 from ssd.model import build_ssd  # noqa: E402
 from ssd.task import SSDTask  # noqa: E402
 

@@ -23,9 +23,9 @@ with quiet_start.filtered_stderr():  # TensorFlow's start-up lines, as main.py's
     import keras
     import tensorflow as tf
 
-from benchtools.mfu import matmul_ceiling  # noqa: E402
-from benchtools.rounds import alternating_rounds, mfu_rows  # noqa: E402
 from common import dllogger, presets, runs  # noqa: E402
+from common.mfu import matmul_ceiling  # noqa: E402
+from common.rounds import alternating_rounds, mfu_rows  # noqa: E402
 from txl.flops import run_flops_per_token  # noqa: E402
 
 # The presets every tool shares (common/presets.py), and the type their matmuls run in here.
