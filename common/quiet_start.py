@@ -77,6 +77,17 @@ def kept(lines, driver: bool, extra=()):
     return [ln for ln in lines if not any(p.search(ln.rstrip("\n")) for p in benign)]
 
 
+_releases = []  # the open filtered_stderr blocks' write-backs, innermost last
+
+
+def release_held() -> None:
+    """Writes back now what the open ``filtered_stderr`` blocks hold: for a process about to end
+    with ``os._exit`` inside one (``common.versions``: a stop signal while TensorFlow imports),
+    whose last line would otherwise stay in the caught file."""
+    for release in reversed(list(_releases)):
+        release()
+
+
 @contextlib.contextmanager
 def filtered_stderr(extra=()):
     """Descriptor 2 caught for the block, then written back without the benign lines (also when
@@ -119,9 +130,11 @@ def filtered_stderr(extra=()):
         timer = threading.Timer(HOLD_SECONDS, release)  # a hang shows its lines
         timer.daemon = True
         timer.start()
+        _releases.append(release)
         try:
             yield
         finally:
+            _releases.remove(release)
             timer.cancel()
             if ours:
                 faulthandler.disable()

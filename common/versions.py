@@ -134,8 +134,10 @@ def quiet_interrupts(prog: str) -> None:
     def unraisable(info):
         from common.graceful_stop import Interrupted
         if issubclass(info.exc_type, Interrupted):  # a stop signal while TensorFlow imports
+            from common import quiet_start
             print(f"{prog}: {info.exc_value.signame} while starting: stopped before anything "
                   "was written", file=sys.stderr, flush=True)
+            quiet_start.release_held()  # os._exit would leave the line in the held stderr
             os._exit(0)
         if not issubclass(info.exc_type, KeyboardInterrupt):
             return previous_unraisable(info)

@@ -86,6 +86,27 @@ def test_a_process_that_dies_while_filtered_says_so_on_the_real_stderr():
     assert "Fatal Python error: Aborted" in proc.stderr and "<string>" in proc.stderr
 
 
+def test_a_stop_signal_swallowed_by_an_import_still_says_so_on_the_console():
+    """A stop signal that lands in a ``__del__`` or weakref callback while TensorFlow imports
+    reaches ``sys.unraisablehook``, which ends the process with os._exit: its one line used to
+    stay in the held stderr, so that one rank of a job stopped while starting said nothing."""
+    code = ("import gc, os, sys\nfrom common import graceful_stop, quiet_start, versions\n"
+            "versions.quiet_interrupts('main.py')\n"
+            "class Importing:\n"
+            "    def __del__(self):\n"
+            "        raise graceful_stop.Interrupted('SIGUSR1')\n"
+            "with quiet_start.filtered_stderr():\n"
+            "    os.write(2, b'E0000 held while starting\\n')\n"
+            "    Importing()\n"
+            "    gc.collect()\n"
+            "print('went on', file=sys.stderr)\n")
+    proc = run_cli([sys.executable, "-c", code], timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "E0000 held while starting",
+        "main.py: SIGUSR1 while starting: stopped before anything was written"], proc.stderr
+
+
 @pytest.mark.parametrize("model", list(MAINS))
 def test_help_lists_the_flags_without_importing_tensorflow(tmp_path, model):
     """A tensorflow package that fails to import comes first on the path: --help must not
