@@ -27,7 +27,15 @@ def fresh_results_dir(path: str) -> str:
 def run_main_py(main_py: str, args: Sequence[str], results_dir: str) -> list[dict]:
     """Runs ``python main_py ARGS --results_dir RESULTS_DIR`` in a process of its own, the
     command line a user types (and clean memory for each run), and returns the DLLogger records
-    of its log.json. Its stdout is dropped, its stderr shown; a failed run raises."""
+    of its log.json. Its stdout is dropped, its stderr shown; a failed run raises, and so does
+    one stopped by a signal (it exits 0 with a checkpoint, but its figures are not a whole
+    run's: a learning check's table failed on the missing throughput instead)."""
     subprocess.run([sys.executable, main_py, *args, "--results_dir", results_dir], check=True,
                    stdout=subprocess.DEVNULL)
-    return read_records(os.path.join(results_dir, "log.json"))
+    records = read_records(os.path.join(results_dir, "log.json"))
+    summaries = [r["data"] for r in records if r.get("step") == []]
+    if summaries and summaries[-1].get("stopped_by_signal"):
+        raise UsageError(f"{os.path.basename(main_py)} in {results_dir} was stopped by a signal "
+                         f"at step {summaries[-1].get('final_step')}: its figures are not a "
+                         "whole run's")
+    return records

@@ -12,6 +12,7 @@ from conftest import RN50, TINY, run_cli, stderr_last_line
 from linear_task import LinearTask
 
 from common import dllogger, runner, runs
+from common.errors import UsageError
 from rn50.task import ResNetTask
 
 MAIN = os.path.join(RN50, "main.py")
@@ -178,6 +179,21 @@ def test_run_main_py_returns_the_log_and_raises_on_failure(tmp_path):
     assert dllogger.last_summary(records)["final_step"] == 2
     with pytest.raises(subprocess.CalledProcessError):
         runs.run_main_py(MAIN, ["--mode", "no_such_mode"], str(tmp_path / "bad"))
+
+
+def test_run_main_py_refuses_a_run_stopped_by_a_signal(tmp_path):
+    """A run stopped by SIGTERM exits 0 with a checkpoint; its summary has no throughput, and a
+    learning check's table failed on that with a KeyError instead of saying what happened."""
+    fake = tmp_path / "main.py"
+    fake.write_text(
+        "import json, os, sys\n"
+        "d = sys.argv[sys.argv.index('--results_dir') + 1]\n"
+        "rec = {'type': 'LOG', 'step': [], 'data': {'final_step': 4, 'stopped_by_signal': True}}\n"
+        "open(os.path.join(d, 'log.json'), 'w').write('DLLL ' + json.dumps(rec) + '\\n')\n")
+    out = tmp_path / "run"
+    out.mkdir()
+    with pytest.raises(UsageError, match="stopped by a signal at step 4"):
+        runs.run_main_py(str(fake), [], str(out))
 
 
 def test_the_parameter_record_holds_what_the_run_derived(tmp_path):
