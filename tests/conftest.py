@@ -2,12 +2,19 @@
 import contextlib
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# The tests send SIGINT as a terminal's Ctrl-C would. A suite started in the background of a
+# script (`make test &`, nohup) inherits SIGINT ignored, which every process it starts would keep
+# (a shell cannot trap it, Python installs no handler): restore it, as a terminal has it.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 RN50 = os.path.join(ROOT, "resnet50v1.5")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

@@ -1,4 +1,5 @@
 """Real 2-process runs on localhost: horovodrun and mpirun, exact averaged updates, stop signal."""
+import contextlib
 import os
 import shutil
 import signal
@@ -109,6 +110,19 @@ def test_index_files_that_cannot_be_written_stop_every_rank_with_one_line(tmp_pa
     assert len(errors) == 2  # both ranks stop, neither waits for the other
     assert errors[0].startswith("main.py: error (rank 0): --dali needs index files in ")
     assert errors[1].endswith("building the DALI index files failed on rank 0 (see its message)")
+
+
+@pytest.fixture(autouse=True)
+def _nothing_outlives_its_test(tmp_path):
+    """A failed assertion must not leave a job training in the background of the rest of the
+    suite (a 100,000-step job took the cores for the next hour): whatever still runs with this
+    test's directory on its command line is killed."""
+    yield
+    import psutil
+    for p in psutil.process_iter(["cmdline"]):
+        if any(str(tmp_path) in a for a in p.info["cmdline"] or []):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
 
 
 def _launch(tmp_path, launcher, *args):

@@ -210,6 +210,23 @@ class _LazyReader(dict):
 KERAS_EPSILON = 1.001e-5
 
 
+def _load_every_weight(model, path: str) -> None:
+    """``model.load_weights(path)``, refused when Keras leaves a layer as initialised: newer
+    Keras 3 releases then warn ("Skipping nested container ... will retain their
+    freshly-initialized weights"), one warning per block, instead of raising, so that a file of
+    another network printed 60 lines before its error (or none, had the rest fitted)."""
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.load_weights(path)
+    left = [str(w.message) for w in caught if "freshly-initialized" in str(w.message)]
+    if left:
+        raise ValueError(f"{len(left)} layer group(s) of the model not in the file "
+                         f"({left[0]})")
+    for w in caught:  # anything else Keras said, as it said it
+        warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+
+
 def from_keras(path: str, arch: str) -> Imported:
     if arch != "resnet50":
         raise UsageError("--from keras: keras.applications has ResNet50 only (--arch resnet50)")
@@ -218,7 +235,7 @@ def from_keras(path: str, arch: str) -> Imported:
     for top in (True, False):
         candidate = keras.applications.ResNet50(weights=None, include_top=top)
         try:
-            candidate.load_weights(path)
+            _load_every_weight(candidate, path)
             app = candidate
             break
         except Exception as e:  # Keras raises ValueError, KeyError, OSError for a bad file
