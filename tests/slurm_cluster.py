@@ -9,6 +9,7 @@ the tests override with ``--gpus-per-node=0``, as the README tells users of a CP
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -61,6 +62,10 @@ class SlurmCluster:
         d = self.root
         lines = [
             "ClusterName=tests",
+            # Job ids of their own: Slurm's PMIx plugin makes /tmp/spmix_appdir_UID_JOB.STEP,
+            # which two clusters on one machine (the suite's workers, two suites side by side)
+            # both numbering from 1 would share, and the second job fails to launch.
+            f"FirstJobId={random.randrange(1000, 60_000_000)}",
             f"SlurmctldHost={self.host}(127.0.0.1)",
             f"SlurmctldPort={ctld_port}",
             f"SlurmdPort={d_port}",
