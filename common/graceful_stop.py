@@ -31,6 +31,10 @@ class Interrupted(BaseException):
 
 
 def _interrupt(signum, frame):
+    # One request ends the process: a second (launch.sh signals mpirun, which forwards, and the
+    # ranks too) must not interrupt the unwinding that cleans up and says so.
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
     raise Interrupted(signal.Signals(signum).name)
 
 

@@ -197,15 +197,30 @@ def _ranks_of(results_dir):
     return found
 
 
+def _catches_sigusr1(process) -> bool:
+    """Whether a rank's Python has a handler for SIGUSR1 (/proc's SigCgt mask)."""
+    import psutil
+    try:
+        with open(f"/proc/{process.pid}/status") as f:
+            caught = next(ln for ln in f if ln.startswith("SigCgt:")).split()[1]
+        return "python" in os.path.basename(process.cmdline()[0]) and bool(
+            int(caught, 16) >> (signal.SIGUSR1 - 1) & 1)
+    except (OSError, StopIteration, psutil.Error):
+        return False
+
+
 def test_a_sigterm_while_the_ranks_start_stops_them_cleanly(tmp_path):
     """Before main.py's first lines the ranks are still importing TensorFlow: the forwarded
     SIGUSR1 used to kill them ("signal 10", exit 138). They stop with one line, exit 0."""
     proc, out, log = _launch(tmp_path, "mpirun", "--mode", "train", "--iter_unit", "batch",
                              "--num_iter", "5")
     deadline = time.time() + 60
-    while time.time() < deadline and len(_ranks_of(out)) < 2:
-        time.sleep(0.1)
-    time.sleep(0.5)  # inside main.py's start-up, before TensorFlow is imported
+    # Both ranks' Pythons have taken SIGUSR1 (main.py's first step), and TensorFlow is still
+    # importing. Before that a Python only starting ends by the signal's default action: a
+    # window of the interpreter's own start-up that a fixed sleep missed on a loaded machine.
+    while time.time() < deadline and sum(map(_catches_sigusr1, _ranks_of(out))) < 2:
+        time.sleep(0.05)
+    assert "processes: 2" not in log.read_text(), "the ranks started before the signal"
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=180) == 0, log.read_text()[-3000:]
     text = log.read_text()
