@@ -42,7 +42,7 @@ lint:
 
 # The suites without the install step, for targets that have just run it. The fast one on
 # TEST_WORKERS pytest-xdist workers (0: in this process): most of its time is main.py processes
-# starting, which leave a core idle (1.7x faster on 2 cores).
+# starting, which leave a core idle.
 TEST_WORKERS ?= 2
 pytest-fast:
 	$(PYTHON) -m pytest tests -m "not slow" -n $(TEST_WORKERS) $(PYTEST_ARGS)

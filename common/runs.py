@@ -8,7 +8,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-from common.dllogger import read_records
+from common.dllogger import last_summary, read_records
 from common.errors import UsageError
 
 
@@ -33,9 +33,12 @@ def run_main_py(main_py: str, args: Sequence[str], results_dir: str) -> list[dic
     subprocess.run([sys.executable, main_py, *args, "--results_dir", results_dir], check=True,
                    stdout=subprocess.DEVNULL)
     records = read_records(os.path.join(results_dir, "log.json"))
-    summaries = [r["data"] for r in records if r.get("step") == []]
-    if summaries and summaries[-1].get("stopped_by_signal"):
+    try:
+        summary = last_summary(records)
+    except IndexError:  # no summary written (a mode that writes none): nothing to refuse
+        return records
+    if summary.get("stopped_by_signal"):
         raise UsageError(f"{os.path.basename(main_py)} in {results_dir} was stopped by a signal "
-                         f"at step {summaries[-1].get('final_step')}: its figures are not a "
-                         "whole run's")
+                         f"at step {summary.get('final_step')}: its figures are not a whole "
+                         "run's")
     return records
