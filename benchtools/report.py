@@ -39,7 +39,7 @@ BENCHMARK_MODES = ("training_benchmark", "inference_benchmark")
 _IGNORED = {"results_dir", "model_dir", "data_dir", "data_idx_dir", "log_filename",
             "export_dir", "export_onnx", "export_onnx_int8", "calibration_images", "to_predict",
             "display_every", "save_checkpoint_steps", "keep_checkpoints", "profile",
-            "max_bad_steps", "TF_XLA_FLAGS"}
+            "max_bad_steps", "hang_timeout", "TF_XLA_FLAGS"}
 # Settings that the precision label already says.
 _PRECISION_KEYS = {"amp", "amp_dtype", "dtype_policy", "loss_scale", "static_loss_scale", "tf32",
                    "no_tf32", "xla"}

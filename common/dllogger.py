@@ -187,6 +187,12 @@ class Logger:
         for k, v in data.items():
             self.print(f"  {k:<{width}}  {_fmt(v)}")
 
+    def records(self) -> list[dict]:
+        """What this log's file holds so far (nothing where this rank writes none)."""
+        if self._json is None:
+            return []
+        return read_records(self._json.path)
+
     def print(self, text: str) -> None:
         if self.enabled:
             try:
@@ -238,6 +244,37 @@ def step_logs(records: list[dict]) -> list[dict]:
     """The LOG records of training steps and evaluations: those whose step is (epoch, step)."""
     return [r for r in records if r["type"] == "LOG" and isinstance(r.get("step"), list)
             and len(r["step"]) == 2]
+
+
+def run_jobs(records: list[dict]) -> list[dict]:
+    """The jobs of the training run the log ends with, oldest first: a training run stopped by
+    a signal (a time limit, a preemption) or killed, and resumed by the next job, is one run over
+    several jobs. Each: ``{"summary": ... or None (killed), "train_seconds": ...}``; the run's
+    jobs go back to the last one that completed (or was not training)."""
+    jobs, current = [], None
+    for r in records:
+        if r.get("step") == "PARAMETER":
+            current = {"mode": r["data"].get("mode"), "summary": None, "steps": []}
+            jobs.append(current)
+        elif current is not None and r.get("step") == []:
+            current["summary"] = r["data"]
+        elif current is not None and r.get("type") == "LOG" and isinstance(r.get("step"), list):
+            current["steps"].append(r)
+    run = []
+    for job in reversed(jobs):
+        s = job["summary"]
+        if not str(job["mode"]).startswith("train") or (
+                run and s is not None and not s.get("stopped_by_signal")):
+            break  # another mode, or an earlier run that completed
+        if s is not None and "train_seconds" in s:
+            seconds = float(s["train_seconds"])
+        elif len(job["steps"]) > 1:  # killed: the span of its logged steps
+            seconds = float(job["steps"][-1]["elapsedtime"]) - float(
+                job["steps"][0]["elapsedtime"])
+        else:
+            seconds = 0.0
+        run.append({"summary": s, "train_seconds": seconds})
+    return run[::-1]
 
 
 def last_summary(records: list[dict]) -> dict:

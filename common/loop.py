@@ -21,6 +21,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from common import sync
+from common.watchdog import OFF as _NO_WATCH
 
 
 class Stepper:
@@ -134,16 +135,20 @@ class SyncPoint:
 
 def run(stepper: Stepper, flags, profiler, clock: Clock, *, start: int, total: int,
         steps_per_epoch: int | None = None, evaluate: bool = False, every_step: bool = False,
-        stop=None, dist=None) -> Iterator[SyncPoint]:
+        stop=None, dist=None, watchdog=None) -> Iterator[SyncPoint]:
     """Steps ``start + 1`` .. ``total``; yields each sync point after the wait, the profiler
     and the stepper's checks. ``stop`` (a ``GracefulStop``) is asked at the steps every rank
-    agrees to vote at (``sync.Events.vote``); a stopping point is the last."""
+    agrees to vote at (``sync.Events.vote``); a stopping point is the last. ``watchdog``
+    (``common/watchdog.py``) hears a beat at every step and after the caller's work at a sync
+    point."""
+    watchdog = watchdog or _NO_WATCH
     clock.begin(start + 1)
     profiled = False  # the open window holds a profiled step
     for step in range(start + 1, total + 1):
         if not profiler.active:
             profiler.before(step)
         handle = stepper.dispatch(step)
+        watchdog.beat(step)
         clock.add(stepper.items)
         profiled = profiled or profiler.active
         ev = sync.events(step, flags, start=start, total=total, steps_per_epoch=steps_per_epoch,
@@ -158,8 +163,10 @@ def run(stepper: Stepper, flags, profiler, clock: Clock, *, start: int, total: i
         if profiler.active:
             fn, args = stepper.profiled
             profiler.after(step, fn, args, final=ev.last or stopping)
+        watchdog.beat(step)
         stepper.check(step, value, ev.last)
         yield SyncPoint(step, ev, value, stopping, len(clock.windows) - 1)
+        watchdog.beat(step)
         if stopping:
             return
         clock.reopen()

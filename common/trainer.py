@@ -3,6 +3,7 @@ training run's actions hung off its sync points (log, save, evaluate, stop)."""
 from __future__ import annotations
 
 import os
+import time
 
 import keras
 import tensorflow as tf
@@ -10,13 +11,16 @@ import tensorflow as tf
 from common import (
     benchmark,
     checkpoints,
+    dllogger,
     files,
     inference,
+    job_time,
     loop,
     precision,
     profiling,
     starts,
     train_step,
+    watchdog,
 )
 from common.errors import DataError, TrainingError
 from common.evaluation import Evaluator
@@ -206,14 +210,19 @@ class Trainer:
         short = 0 < f.warmup_steps and total_steps - start <= f.warmup_steps
         clock = loop.Clock(timed_from=start + (0 if short else f.warmup_steps))
         summary, loss, eval_results, displayed = {"start_step": start}, None, {}, 0
-        with GracefulStop() as stop:
+        estimated, began = False, time.monotonic()
+        watch = watchdog.for_run(f.results_dir, self.dist.rank, self.dist.size, f.hang_timeout)
+        with GracefulStop() as stop, watch:
             for sp in loop.run(stepper, f, self.profiler, clock, start=start, total=total_steps,
                                steps_per_epoch=epoch_steps, evaluate=evaluate, stop=stop,
-                               dist=self.dist):
+                               dist=self.dist, watchdog=watch):
                 loss, epoch = sp.value, benchmark.epoch_of(sp.step, epoch_steps)
                 if sp.events.display:
                     self._display(sp, epoch, total_steps, stepper.skipped, clock.rate(displayed))
                     displayed = sp.window_index + 1
+                    if not estimated and clock.timed:  # how many Slurm jobs the run needs
+                        estimated = True
+                        self._estimate_jobs(clock, total_steps - sp.step, sp.step)
                 saved = self.save() if sp.events.save else None
                 if sp.events.evaluate:
                     eval_results = self.evaluate(epoch=epoch)
@@ -224,7 +233,28 @@ class Trainer:
                     summary["stopped_by_signal"] = True
         summary.update(final_step=self.step, final_loss=loss, epochs=self.step / epoch_steps)
         summary.update(self._train_figures(clock, stepper.skipped, short))
+        summary.update(self._run_jobs(time.monotonic() - began))
         return {**summary, **eval_results, **self.profiler.report}
+
+    def _estimate_jobs(self, clock: loop.Clock, remaining: int, step: int) -> None:
+        timed = clock.timed
+        line = job_time.estimate(remaining, sum(w.seconds for w in timed) /
+                                 sum(w.steps for w in timed), step)
+        if line:
+            self.log.print(line)
+
+    def _run_jobs(self, seconds: float) -> dict:
+        """This job's training time and, for a run resumed over several jobs (a time limit, a
+        preemption), how many it took and their training time in all."""
+        out = {"train_seconds": round(seconds, 1)}
+        try:
+            earlier = dllogger.run_jobs(self.log.records())[:-1]  # the last is this job's
+        except (OSError, ValueError):
+            earlier = []
+        if earlier:
+            out.update(jobs=len(earlier) + 1, total_train_seconds=round(
+                seconds + sum(j["train_seconds"] for j in earlier), 1))
+        return out
 
     def _display(self, sp, epoch: int, total: int, skipped: int, rate: float) -> None:
         extra = {"skipped_steps": skipped} if skipped else {}

@@ -87,7 +87,9 @@ case "${LAUNCHER:-mpirun}" in
     # task gets one CPU for its input pipeline, TensorFlow's threads and Horovod's.
     cpus=${SLURM_CPUS_ON_NODE:-}
     [ -z "$cpus" ] || [[ "$cpus" =~ ^[0-9]+$ ]] || die "SLURM_CPUS_ON_NODE is not a number: $cpus"
-    launch=(srun --mpi="${SRUN_MPI:-pmix}" --ntasks-per-node="$GPUS")
+    # --kill-on-bad-exit: a task that fails (or whose --hang_timeout watch ends it) ends the step,
+    # rather than leaving the others in their next allreduce until the job's time limit.
+    launch=(srun --mpi="${SRUN_MPI:-pmix}" --ntasks-per-node="$GPUS" --kill-on-bad-exit=1)
     if [ -n "$cpus" ]; then
       launch+=(--cpus-per-task=$(( cpus / GPUS > 0 ? cpus / GPUS : 1 )) --cpu-bind=none)
     fi
@@ -171,6 +173,7 @@ stopping=""
 on_signal() { stopping=$1; ask_to_stop "$1"; }
 trap 'on_signal SIGTERM' TERM
 trap 'on_signal SIGINT' INT
+trap 'on_signal SIGUSR1' USR1  # Slurm's warning before a time limit (sbatch --signal=B:USR1@)
 if command -v setsid >/dev/null; then setsid "${cmd[@]}" & else "${cmd[@]}" & fi
 pid=$!
 rc=0

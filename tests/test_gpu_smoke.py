@@ -65,7 +65,8 @@ def test_under_slurm_the_multi_gpu_stages_go_through_srun(tmp_path, data_root):
     assert proc.returncode == 0, proc.stderr[-2000:]
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("dali-4gpu-resnet50v1.5:")][0]
     assert line.split(": ", 1)[1].startswith(
-        "srun --mpi=pmix --ntasks-per-node=4 --cpus-per-task=16 --cpu-bind=none bash ")
+        "srun --mpi=pmix --ntasks-per-node=4 --kill-on-bad-exit=1 --cpus-per-task=16 "
+        "--cpu-bind=none bash ")
 
 
 def test_without_a_gpu_the_real_run_is_refused_with_one_line(tmp_path, data_root):

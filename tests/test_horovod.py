@@ -226,3 +226,54 @@ def test_a_sigterm_while_the_ranks_start_stops_them_cleanly(tmp_path):
     text = log.read_text()
     assert "exited on signal" not in text and "Traceback" not in text, text[-3000:]
     assert text.count("main.py: SIGUSR1") == 2, text[-3000:]
+
+
+def _rank_pid(results_dir, rank):
+    """A rank's pid, from its heartbeat (common/watchdog.py)."""
+    import json
+    return json.load(open(results_dir / ".heartbeat" / f"rank-{rank}.json"))["pid"]
+
+
+@pytest.mark.parametrize("launcher, sig", [("mpirun", signal.SIGSTOP),
+                                           ("horovodrun", signal.SIGSTOP),
+                                           ("mpirun", signal.SIGKILL)])
+def test_a_rank_that_stops_answering_or_dies_ends_the_job_within_the_bound(tmp_path, launcher,
+                                                                          sig):
+    """A rank stopped without dying left the other in its allreduce for good (100 s watched: no
+    line); a killed one ended the job through the launcher. Both now end the job, with a line
+    that names rank 1, within --hang_timeout and a few heartbeats; the last checkpoint is whole
+    and the next run resumes from it."""
+    timeout = 10
+    proc, out, log = _launch(tmp_path, launcher, "--mode", "train", "--iter_unit", "batch",
+                             "--num_iter", "100000", "--save_checkpoint_steps", "5",
+                             "--display_every", "1", "--hang_timeout", str(timeout))
+    deadline = time.time() + 180
+    while time.time() < deadline and "step 12/" not in log.read_text():
+        time.sleep(0.5)
+    victim = _rank_pid(out, 1)
+    sent = time.monotonic()
+    os.kill(victim, sig)
+    code = proc.wait(timeout=120)
+    took = time.monotonic() - sent
+    text = log.read_text()
+    assert code != 0 and "Traceback" not in text, text[-3000:]
+    if sig == signal.SIGSTOP:
+        bound = timeout + 3 * 1.0 + 5  # the timeout, the heartbeats, the launcher's kill
+        assert took < bound, f"{took:.0f} s: {text[-2000:]}"
+        lines = [ln for ln in text.splitlines() if "stopped answering" in ln]
+        assert len(lines) == 1 and "main.py: error (rank 0): no training step finished" in \
+            lines[0] and f"rank 1 (" in lines[0] and f"pid {victim})" in lines[0], text[-3000:]
+    else:
+        assert took < 15 and "process rank 1" in text and "signal 9" in text, text[-3000:]
+    assert not _ranks_of(out), "ranks left running"
+    ckpts = sorted(int(c[5:-6]) for c in os.listdir(out / "checkpoints")
+                   if c.startswith("ckpt-") and c.endswith(".index"))
+    assert ckpts and not [c for c in os.listdir(out / "checkpoints") if "tmp" in c]
+    if launcher == "mpirun" and sig == signal.SIGSTOP:  # the next job resumes from it
+        proc = run_cli(["bash", os.path.join(ROOT, "scripts", "launch.sh"),
+                        os.path.join(ROOT, "resnet50v1.5", "main.py"), "fp32", "2", "noxla",
+                        *TINY, "--results_dir", str(out), "--mode", "train", "--iter_unit",
+                        "batch", "--num_iter", str(ckpts[-1] + 2)],
+                       env={"PYTHON": sys.executable, "LAUNCHER": "mpirun"}, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert f"restored {out}/checkpoints/ckpt-{ckpts[-1]} at step {ckpts[-1]}" in proc.stdout

@@ -149,9 +149,9 @@ def test_srun_gives_each_task_its_share_of_the_node_and_the_chosen_mpi_plugin():
                        SLURM_JOB_NUM_NODES="2", SLURM_NTASKS_PER_NODE="8",
                        SLURM_CPUS_ON_NODE="128", SRUN_MPI="pmi2")
     assert code == 0
-    assert cmd[:5] == ["srun", "--mpi=pmi2", "--ntasks-per-node=8", "--cpus-per-task=16",
-                       "--cpu-bind=none"]
-    assert cmd[5:7] == ["bash", os.path.join(ROOT, "scripts", "bind.sh")]
+    assert cmd[:6] == ["srun", "--mpi=pmi2", "--ntasks-per-node=8", "--kill-on-bad-exit=1",
+                       "--cpus-per-task=16", "--cpu-bind=none"]
+    assert cmd[6:8] == ["bash", os.path.join(ROOT, "scripts", "bind.sh")]
 
 
 def _fake_gpu_machine(tmp_path, numa_nodes):

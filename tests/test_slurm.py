@@ -151,3 +151,135 @@ def test_srun_without_pmix_is_refused_instead_of_training_twice(slurm, tmp_path)
     assert len(errors) == 2 and all(e.endswith(
         "srun started 2 processes without an MPI plugin: run srun --mpi=pmix (or the plugin "
         "Open MPI was built for: srun --mpi=list)") for e in errors), proc.stderr[-2000:]
+
+
+# --- long runs: a time limit, a lost rank (scripts/slurm_job.sh, common/watchdog.py) ---------
+def _submit(slurm, tmp_path, args, results, log, **env):
+    return slurm.sbatch([*NODE, "-o", str(log),
+                         os.path.join(ROOT, "resnet50v1.5/scripts/slurm.sbatch"), "fp32", "noxla",
+                         *args],
+                        env={"PYTHON": sys.executable, "DATA_DIR": "", "RESULTS_DIR": results,
+                             **env}, cwd=ROOT)
+
+
+def _wait_for(log, text, timeout=180):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if text in (log.read_text() if log.exists() else ""):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"no {text!r} in {timeout} s:\n" + log.read_text()[-3000:])
+
+
+def _weights(results):
+    import tensorflow as tf
+    reader = tf.train.load_checkpoint(os.path.join(results, "checkpoints"))
+    return {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map()
+            if "model" in k and "OPTIMIZER" not in k}
+
+
+def test_the_time_limit_warning_stops_requeues_and_resumes_as_one_run(slurm, tmp_path):
+    """What Slurm does before a job's limit (sbatch --signal=B:USR1@300), sent at once with
+    scancel --batch: the ranks stop at a step with a checkpoint, the job requeues itself (same id,
+    same results directory), resumes at that step and completes, with the weights of an
+    uninterrupted run and one log whose last summary counts both jobs."""
+    results, log = str(tmp_path / "r"), tmp_path / "job.out"
+    args = [*RN50_TINY, "--num_iter", "300", "--display_every", "10"]
+    job = _submit(slurm, tmp_path, args, results, log)
+    _wait_for(log, "step 100/")
+    assert slurm.run(["scancel", "--signal=USR1", "--batch", job]).returncode == 0
+    deadline = time.time() + 120
+    while time.time() < deadline and slurm._job_field(job, "Restarts", "0") == "0":
+        time.sleep(0.5)
+    assert slurm._job_field(job, "Restarts", "0") == "1", log.read_text()[-3000:]
+    # Slurm holds a requeued job back for a while (BeginTime): the test does not wait for it.
+    slurm.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])
+    state = slurm.wait(job, timeout=300)
+    text = log.read_text()
+    assert state == "COMPLETED" and "Traceback" not in text, text[-4000:]
+    assert text.count("SIGUSR1: stopped at step ") == 1
+    stopped = int(text.split("SIGUSR1: stopped at step ")[1].split(",")[0])
+    assert "requeueing job" in text and f"slurm_job.sh: job {job}, start 2" in text
+    assert f"restored {results}/checkpoints/ckpt-{stopped} at step {stopped}" in text
+    records = read_records(os.path.join(results, "log.json"))
+    steps = [r["step"][1] for r in records if r["type"] == "LOG" and isinstance(r["step"], list)
+             and "loss" in r["data"]]
+    assert steps == sorted(set(steps)) and steps[-1] == 300  # continuous, none twice
+    params, summaries = _summary(results)
+    assert len(params) == 2 and summaries[-1]["jobs"] == 2 and summaries[-1]["final_step"] == 300
+    assert summaries[-1]["total_train_seconds"] > summaries[-1]["train_seconds"]
+    # The same run without the stop, in one job: the same weights.
+    whole = str(tmp_path / "whole")
+    _sbatch(slurm, "resnet50v1.5/scripts/slurm.sbatch", ["fp32", "noxla", *args],
+            {"DATA_DIR": "", "RESULTS_DIR": whole}, str(tmp_path / "whole.out"))
+    a, b = _weights(results), _weights(whole)
+    assert a.keys() == b.keys() and a
+    for k in a:
+        np.testing.assert_allclose(a[k], b[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+def test_a_complete_run_or_a_spent_max_requeues_is_not_requeued(slurm, tmp_path):
+    results, log = str(tmp_path / "r"), tmp_path / "job.out"
+    job = _submit(slurm, tmp_path, [*RN50_TINY, "--num_iter", "100000", "--display_every", "10"],
+                  results, log, MAX_REQUEUES="0")
+    _wait_for(log, "step 30/")
+    assert slurm.run(["scancel", "--signal=USR1", "--batch", job]).returncode == 0
+    assert slurm.wait(job, timeout=120) == "COMPLETED"
+    text = log.read_text()
+    assert "start 1 of at most 1" in text and "MAX_REQUEUES=0 requeues are spent" in text
+    assert slurm._job_field(job, "Restarts", "?") == "0"
+
+
+@pytest.mark.parametrize("sig", ["KILL", "STOP"])
+def test_a_lost_rank_under_srun_ends_the_job_within_the_bound(slurm, tmp_path, sig):
+    """SIGKILL: Slurm's own "task 1: Killed". SIGSTOP (a rank that neither dies nor answers):
+    rank 0's --hang_timeout watch names it and srun --kill-on-bad-exit ends the step."""
+    import json
+    results, log = tmp_path / "r", tmp_path / "job.out"
+    job = _submit(slurm, tmp_path, [*RN50_TINY, "--num_iter", "100000", "--display_every", "1",
+                                    "--save_checkpoint_steps", "5", "--hang_timeout", "10"],
+                  str(results), log)
+    _wait_for(log, "step 12/")
+    victim = json.load(open(results / ".heartbeat" / "rank-1.json"))["pid"]
+    sent = time.monotonic()
+    os.kill(victim, getattr(__import__("signal"), f"SIG{sig}"))
+    state = slurm.wait(job, timeout=120)
+    took = time.monotonic() - sent
+    text = log.read_text()
+    assert state == "FAILED" and "Traceback" not in text, text[-3000:]
+    if sig == "KILL":
+        assert took < 15 and "task 1: Killed" in text, text[-3000:]
+    else:
+        assert took < 10 + 3 + 10, f"{took:.0f} s"
+        lines = [ln for ln in text.splitlines() if "stopped answering" in ln]
+        assert len(lines) == 1 and f"rank 1 (" in lines[0] and f"pid {victim})" in lines[0]
+    ckpts = os.listdir(results / "checkpoints")
+    assert any(c.endswith(".index") for c in ckpts) and not [c for c in ckpts if "tmp" in c]
+
+
+@pytest.mark.slow
+def test_a_real_time_limit_is_outlived_by_requeueing(slurm, tmp_path):
+    """The limit itself, not a stand-in: --time=2 with the warning 60 s before it. Slurm may send
+    the warning up to a minute early and checks limits every 30 s or so, so each job trains for
+    somewhere under two minutes; the run needs several and completes as one."""
+    results, log = str(tmp_path / "r"), tmp_path / "job.out"
+    job = slurm.sbatch([*NODE, "--time=2", "--signal=B:USR1@60", "-o", str(log),
+                        os.path.join(ROOT, "resnet50v1.5/scripts/slurm.sbatch"), "fp32", "noxla",
+                        *RN50_TINY, "--num_iter", "6000", "--display_every", "100"],
+                       env={"PYTHON": sys.executable, "DATA_DIR": "", "RESULTS_DIR": results},
+                       cwd=ROOT)
+    deadline = time.time() + 1800
+    while time.time() < deadline:
+        state = slurm.job_state(job)
+        if state == "PENDING" and slurm._job_field(job, "Restarts", "0") != "0":
+            slurm.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])
+        if state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "UNKNOWN"):
+            break
+        time.sleep(2)
+    text = log.read_text()
+    assert state == "COMPLETED" and "Traceback" not in text, text[-4000:]
+    restarts = int(slurm._job_field(job, "Restarts", "0"))
+    assert restarts >= 1 and text.count("requeueing job") == restarts
+    assert "DUE TO TIME LIMIT" not in text
+    params, summaries = _summary(results)
+    assert summaries[-1]["final_step"] == 6000 and summaries[-1]["jobs"] == restarts + 1

@@ -1,0 +1,173 @@
+"""The hang watch's decisions (common/watchdog.py) on heartbeat files written by hand: which
+rank it names, when it waits, and that it never fires before the first step. The real thing, a
+rank stopped with SIGSTOP under mpirun, horovodrun and srun, is in test_horovod.py and
+test_slurm.py."""
+import json
+import os
+import time
+
+import pytest
+
+from common import job_time, watchdog
+from common.dllogger import run_jobs
+
+
+def _peer(directory, rank, beat, idle=0.0, pid=100):
+    with open(os.path.join(directory, f"rank-{rank}.json"), "w") as f:
+        json.dump({"rank": rank, "host": "node2", "pid": pid + rank, "beat": beat, "idle": idle,
+                   "step": 7}, f)
+
+
+@pytest.fixture
+def wd(tmp_path):
+    d = str(tmp_path / "hb")
+    os.makedirs(d)
+    return watchdog.Watchdog(d, rank=0, size=3, timeout=10)
+
+
+def _waited(wd, seconds):
+    """As if this rank's last beat was ``seconds`` ago."""
+    wd.beat(7)
+    wd._last_beat = time.monotonic() - seconds
+
+
+def test_before_the_first_step_nothing_fires_however_long(wd):
+    _peer(wd.directory, 1, 1)
+    now = time.monotonic()
+    wd.check(now)
+    assert wd.idle() == 0 and wd.check(now + 1000) is None
+
+
+def test_a_rank_whose_heartbeat_stopped_is_named(wd):
+    for r in (1, 2):
+        _peer(wd.directory, r, 1)
+    now = time.monotonic()
+    wd.check(now)
+    _peer(wd.directory, 2, 2)  # rank 2 still answers; rank 1 does not
+    _waited(wd, 11)
+    line = wd.check(now + 6)
+    assert line.startswith("no training step finished on rank 0 for 11 s (--hang_timeout 10)")
+    assert "rank 1 (node2, pid 101) stopped answering 6 s ago" in line and "rank 2" not in line
+
+
+def test_no_line_while_this_rank_still_steps_or_a_peer_is_only_briefly_quiet(wd):
+    for r in (1, 2):
+        _peer(wd.directory, r, 1)
+    now = time.monotonic()
+    wd.check(now)
+    _waited(wd, 3)
+    assert wd.check(now + 30) is None  # this rank stepped 3 s ago: nothing to say
+    _waited(wd, 11)
+    _peer(wd.directory, 1, 2, idle=11)
+    _peer(wd.directory, 2, 2, idle=11)
+    assert wd.check(now + 31) is not None  # both answer, both wait: a stuck collective
+    _peer(wd.directory, 1, 3, idle=1)  # rank 1 still works (rank 0 waits for it): no hang
+    assert wd.check(now + 32) is None
+
+
+def test_every_rank_answering_but_waiting_is_a_stuck_collective(wd):
+    now = time.monotonic()
+    for r in (1, 2):
+        _peer(wd.directory, r, 5, idle=12)
+    wd.check(now)
+    for r in (1, 2):
+        _peer(wd.directory, r, 6, idle=13)
+    _waited(wd, 12)
+    assert wd.check(now + 1).endswith(
+        "every rank answers but none finishes a step (a collective is stuck); ending the job")
+
+
+def test_ranks_it_cannot_see_are_named_after_twice_the_timeout(wd):
+    _peer(wd.directory, 1, 1)
+    now = time.monotonic()
+    wd.check(now)
+    _peer(wd.directory, 1, 2, idle=15)
+    _waited(wd, 15)
+    assert wd.check(now + 1) is None
+    _peer(wd.directory, 1, 3, idle=21)
+    _waited(wd, 21)
+    assert "rank(s) 2 cannot be seen from here" in wd.check(now + 2)
+
+
+def test_only_the_lowest_answering_rank_speaks_first(tmp_path):
+    d = str(tmp_path)
+    w2 = watchdog.Watchdog(d, rank=2, size=3, timeout=10)  # rank 0 stopped; 1 and 2 answer
+    _peer(d, 0, 1)
+    _peer(d, 1, 1)
+    now = time.monotonic()
+    w2.check(now)
+    _peer(d, 1, 2)
+    _waited(w2, 11)
+    assert w2.check(now + 6) is None  # rank 1 says it; rank 2 follows only if still alive
+    _peer(d, 1, 3)
+    assert w2.check(now + 7) is None
+    _peer(d, 1, 4)
+    assert "rank 0 (node2, pid 100) stopped answering" in w2.check(now + 8)
+
+
+def test_the_thread_writes_its_heartbeat_fires_once_and_cleans_up(tmp_path):
+    ended, lines = [], []
+
+    class Stream:
+        def write(self, text):
+            lines.append(text)
+
+        def flush(self):
+            pass
+    d = str(tmp_path / "hb")
+    wd = watchdog.Watchdog(d, rank=0, size=2, timeout=2, exit=ended.append, stream=Stream())
+    assert wd.interval == 1.0
+    with wd:
+        _peer(d, 1, 1)
+        wd.beat(1)
+        assert json.load(open(os.path.join(d, "rank-0.json")))["pid"] == os.getpid()
+        deadline = time.time() + 20
+        while not ended and time.time() < deadline:
+            time.sleep(0.2)
+    assert ended == [watchdog.EXIT_STATUS]
+    assert "".join(lines).startswith("main.py: error (rank 0): no training step finished on "
+                                     "rank 0 for ")
+    assert "rank 1 (node2, pid 101) stopped answering" in "".join(lines)
+    assert not os.path.exists(os.path.join(d, "rank-0.json"))
+
+
+def test_off_for_one_process_or_a_zero_timeout(tmp_path):
+    assert watchdog.for_run(str(tmp_path), 0, 1, 600) is watchdog.OFF
+    assert watchdog.for_run(str(tmp_path), 0, 2, 0) is watchdog.OFF
+    assert isinstance(watchdog.for_run(str(tmp_path), 0, 2, 600), watchdog.Watchdog)
+
+
+# --- how many jobs a run takes (common/job_time.py) -----------------------------------------
+def test_the_job_estimate_says_how_many_requeues_and_where_a_cap_stops_the_run():
+    env = {"JOB_END_TIME": "14400", "JOB_TIME_LIMIT": "14400"}  # a 4-hour job, just started
+    assert job_time.estimate(1000, 1.0, 0, env, now=0).endswith("the run ends in this job")
+    line = job_time.estimate(40000, 1.0, 0, env, now=0)  # 11 h 07 min of steps
+    assert "the remaining 40,000 steps need about 11 h 07 min" in line
+    assert "about 2 more job(s) after this one" in line and "MAX_REQUEUES" not in line
+    capped = job_time.estimate(40000, 1.0, 0, {**env, "MAX_REQUEUES": "1"}, now=0)
+    assert "MAX_REQUEUES=1 leaves 1: the run will stop near step 28,200" in capped
+    assert job_time.estimate(40000, 1.0, 0, {}, now=0) is None  # not in a Slurm job
+
+
+# --- one run's record over several jobs (common/dllogger.run_jobs) --------------------------
+def _param(mode="train"):
+    return {"type": "LOG", "step": "PARAMETER", "data": {"mode": mode}}
+
+
+def _step(step, elapsed):
+    return {"type": "LOG", "step": [0, step], "elapsedtime": str(elapsed), "data": {}}
+
+
+def _summary(**data):
+    return {"type": "LOG", "step": [], "data": data}
+
+
+def test_the_jobs_of_a_run_go_back_to_the_last_completed_run():
+    records = [_param(), _summary(final_step=10, train_seconds=5.0),  # an earlier, complete run
+               _param(), _step(20, 1.0), _step(40, 31.0),  # killed: 30 s between its steps
+               _param(), _summary(stopped_by_signal=True, train_seconds=100.0),  # time limit
+               _param()]  # this job
+    jobs = run_jobs(records)
+    assert [j["train_seconds"] for j in jobs] == [30.0, 100.0, 0.0]
+    assert run_jobs([_param("evaluate"), _summary(), _param()]) == [
+        {"summary": None, "train_seconds": 0.0}]
