@@ -189,7 +189,8 @@ def test_the_time_limit_warning_stops_requeues_and_resumes_as_one_run(slurm, tmp
     _wait_for(log, "step 100/")
     assert slurm.run(["scancel", "--signal=USR1", "--batch", job]).returncode == 0
     deadline = time.time() + 120
-    while time.time() < deadline and slurm._job_field(job, "Restarts", "0") == "0":
+    while time.time() < deadline and not (slurm._job_field(job, "Restarts", "0") == "1"
+                                          and slurm.job_state(job) == "PENDING"):
         time.sleep(0.5)
     assert slurm._job_field(job, "Restarts", "0") == "1", log.read_text()[-3000:]
     # Slurm holds a requeued job back for a while (BeginTime): the test does not wait for it.
@@ -272,7 +273,7 @@ def test_a_real_time_limit_is_outlived_by_requeueing(slurm, tmp_path):
     while time.time() < deadline:
         state = slurm.job_state(job)
         if state == "PENDING" and slurm._job_field(job, "Restarts", "0") != "0":
-            slurm.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])
+            slurm.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])  # no hold-back
         if state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "UNKNOWN"):
             break
         time.sleep(2)
