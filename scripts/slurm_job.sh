@@ -8,9 +8,10 @@
 #   stop at a step they agree on with a checkpoint (common/graceful_stop.py); then, unless the run
 #   completed meanwhile, the job requeues itself (scontrol requeue: same job id, so the same
 #   RESULTS_DIR) and its next start resumes from that checkpoint, appending to the same log.
-# * Preemption: Slurm sends SIGTERM to every task (the ranks stop with a checkpoint within the
-#   partition's GraceTime) and requeues the job itself where PreemptMode=REQUEUE; nothing to do
-#   here but not requeue a second time.
+# * Preemption: Slurm sends SIGTERM to every task, and the ranks stop with a checkpoint within
+#   the partition's GraceTime. A job that ends within its GraceTime is not requeued by Slurm,
+#   even with PreemptMode=REQUEUE (it completed): so this shell requeues it, seeing the
+#   preemption in scontrol's PreemptTime.
 # * scancel (SIGTERM, or --signal=TERM): the ranks stop with a checkpoint; no requeue.
 # * A rank that dies or stops answering ends the job with an error (srun --kill-on-bad-exit,
 #   main.py's --hang_timeout): no requeue, so that a fault does not loop; resubmitting resumes.
@@ -68,7 +69,13 @@ complete() {
   last=$(grep -F '"step": []' "$log" | tail -n 1)
   [ -n "$last" ] && [[ "$last" != *'"stopped_by_signal": true'* ]]
 }
-if [ "$signalled" != USR1 ]; then
+preempted() { scontrol show job "$job" 2>/dev/null | grep -qE '(^|[[:space:]])PreemptTime=[0-9]'; }
+why=""
+if [ "$signalled" = USR1 ]; then
+  why="the time limit is near"
+elif preempted; then
+  why="the job was preempted"
+else
   exit "$rc"
 fi
 if [ "$rc" -ne 0 ]; then
@@ -83,7 +90,7 @@ if [ -n "${MAX_REQUEUES:-}" ] && [ "$restarts" -ge "$MAX_REQUEUES" ]; then
   echo "$me: the run stopped before its end with a checkpoint, but MAX_REQUEUES=$MAX_REQUEUES requeues are spent: resubmit (same RESULTS_DIR) to resume" >&2
   exit 0
 fi
-echo "$me: the run stopped before its end with a checkpoint: requeueing job $job to resume it" >&2
+echo "$me: $why: the run stopped before its end with a checkpoint: requeueing job $job to resume it" >&2
 if ! scontrol requeue "$job"; then
   echo "$me: error: scontrol requeue $job failed (the job needs sbatch --requeue, and the cluster JobRequeue): resubmit with RESULTS_DIR=$RESULTS_DIR to resume" >&2
   exit 1

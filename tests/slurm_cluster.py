@@ -16,6 +16,10 @@ import socket
 import subprocess
 import time
 
+# A job in these states has not ended (SIGNALING: Slurm is sending a --signal warning; REQUEUED:
+# on its way back to PENDING).
+UNFINISHED = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SIGNALING", "REQUEUED",
+              "UNKNOWN")
 DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "srun", "scancel", "sinfo")
 
 
@@ -82,6 +86,8 @@ class SlurmCluster:
             "ReturnToService=2",
             "KillWait=30",
             "JobAcctGatherType=jobacct_gather/none",
+            "PreemptType=preempt/partition_prio",
+            "PreemptMode=REQUEUE",
             "SwitchType=switch/none",
             f"StateSaveLocation={d}/state",
             f"SlurmdSpoolDir={d}/spool",
@@ -93,7 +99,11 @@ class SlurmCluster:
             "State=UNKNOWN",
             # Two tasks of more than one CPU each still fit on a 2-CPU node.
             "PartitionName=cpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP "
-            "OverSubscribe=FORCE:4",
+            "OverSubscribe=FORCE:4 PriorityTier=1 PreemptMode=REQUEUE GraceTime=60",
+            # A job here takes the node from the cpu partition's: preemption as a shared
+            # cluster's, SIGTERM, GraceTime, then the preempted job requeued.
+            "PartitionName=urgent Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=2 "
+            "PreemptMode=OFF",
         ]
         with open(self.conf, "w") as f:
             f.write("\n".join(lines) + "\n")
@@ -180,7 +190,7 @@ class SlurmCluster:
         deadline = time.time() + timeout
         while time.time() < deadline:
             state = self.job_state(job)
-            if state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "UNKNOWN"):
+            if state not in UNFINISHED:
                 return state
             time.sleep(1)
         self.run(["scancel", job], timeout=30)

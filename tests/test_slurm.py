@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 from conftest import ROOT, run_cli
-from slurm_cluster import SlurmCluster, missing
+from slurm_cluster import UNFINISHED, SlurmCluster, missing
 
 from common.dllogger import read_records
 
@@ -219,6 +219,31 @@ def test_the_time_limit_warning_stops_requeues_and_resumes_as_one_run(slurm, tmp
         np.testing.assert_allclose(a[k], b[k], rtol=1e-5, atol=1e-6, err_msg=k)
 
 
+def test_a_preempted_job_stops_with_a_checkpoint_and_comes_back_to_resume(slurm, tmp_path):
+    """A job of the cluster's urgent partition (PriorityTier 2) takes the node: Slurm sends
+    SIGTERM to the steps (GraceTime 60 s), the ranks stop with a checkpoint, and the job, which
+    Slurm would count as completed for ending within its grace, requeues itself; it runs again
+    after the urgent job and resumes at that step."""
+    results, log = str(tmp_path / "r"), tmp_path / "job.out"
+    job = _submit(slurm, tmp_path, [*RN50_TINY, "--num_iter", "300", "--display_every", "10"],
+                  results, log)
+    _wait_for(log, "step 100/")
+    urgent = slurm.sbatch(["-p", "urgent", "--exclusive", "-N1", "-o", str(tmp_path / "u.out"),
+                           "--wrap", "sleep 2"])
+    assert slurm.wait(urgent, timeout=180) == "COMPLETED"
+    deadline = time.time() + 60
+    while time.time() < deadline and slurm.job_state(job) != "PENDING":
+        time.sleep(0.5)
+    slurm.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])  # no hold-back
+    state = slurm.wait(job, timeout=300)
+    text = log.read_text()
+    assert state == "COMPLETED" and slurm._job_field(job, "Restarts", "?") == "1", text[-4000:]
+    stopped = int(text.split("SIGTERM: stopped at step ")[1].split(",")[0])
+    assert "slurm_job.sh: the job was preempted: the run stopped before its end" in text
+    assert f"restored {results}/checkpoints/ckpt-{stopped} at step {stopped}" in text
+    assert _summary(results)[1][-1]["final_step"] == 300
+
+
 def test_a_complete_run_or_a_spent_max_requeues_is_not_requeued(slurm, tmp_path):
     results, log = str(tmp_path / "r"), tmp_path / "job.out"
     job = _submit(slurm, tmp_path, [*RN50_TINY, "--num_iter", "100000", "--display_every", "10"],
@@ -274,7 +299,7 @@ def test_a_real_time_limit_is_outlived_by_requeueing(slurm, tmp_path):
         state = slurm.job_state(job)
         if state == "PENDING" and slurm._job_field(job, "Restarts", "0") != "0":
             slurm.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])  # no hold-back
-        if state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "UNKNOWN"):
+        if state not in UNFINISHED:
             break
         time.sleep(2)
     text = log.read_text()
