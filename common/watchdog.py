@@ -38,7 +38,6 @@ import threading
 import time
 
 EXIT_STATUS = 1  # an error, as a data or training error: the launcher ends the other ranks
-DEFAULT_TIMEOUT = 600
 
 
 def interval_for(timeout: float) -> float:
@@ -46,9 +45,8 @@ def interval_for(timeout: float) -> float:
 
 
 class Watchdog:
-    """``beat()`` after each step. ``exit`` is
-    what ends the process (``os._exit``: the main thread is stuck in a collective, so nothing
-    that needs it can run)."""
+    """``beat()`` after each step. ``exit`` is what ends the process (``os._exit``: the main
+    thread is stuck in a collective, so nothing that needs it can run)."""
 
     def __init__(self, directory: str, rank: int, size: int, timeout: float, prog: str = "main.py",
                  exit=os._exit, stream=None):
@@ -61,7 +59,9 @@ class Watchdog:
         self._counter = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._peers: dict[int, tuple[object, float]] = {}  # rank -> (what it wrote, when it changed)
+        # rank -> (what it last wrote, when that changed): counters, not file times, since
+        # hosts' clocks need not agree
+        self._peers: dict[int, tuple[object, float]] = {}
         self.fired: str | None = None
         self._waited_extra = 0.0
 
@@ -121,7 +121,8 @@ class Watchdog:
         silent = {r: now - self._peers[r][1] for r, rec in records.items()
                   if rec is not None and now - self._peers[r][1] > self.timeout / 2}
         invisible = [r for r, rec in records.items() if rec is None]
-        waited = f"no training step finished on rank {self.rank} for {idle:.0f} s (--hang_timeout {self.timeout:g})"
+        waited = (f"no training step finished on rank {self.rank} for {idle:.0f} s "
+                  f"(--hang_timeout {self.timeout:g})")
         if silent:
             who = ", ".join(f"rank {r} ({records[r].get('host')}, pid {records[r].get('pid')}) "
                             f"stopped answering {s:.0f} s ago"
@@ -162,7 +163,8 @@ class Watchdog:
 
     # --- start and stop -------------------------------------------------------------------
     def __enter__(self) -> Watchdog:
-        os.makedirs(self.directory, exist_ok=True)
+        with contextlib.suppress(OSError):  # the run's own checks have found the directory fit
+            os.makedirs(self.directory, exist_ok=True)
         self._write()
         self._thread = threading.Thread(target=self._run, name="hang-watchdog", daemon=True)
         self._thread.start()
@@ -174,6 +176,8 @@ class Watchdog:
             self._thread.join()
         with contextlib.suppress(OSError):
             os.remove(self._path(self.rank))
+        with contextlib.suppress(OSError):  # the last rank out removes the folder
+            os.rmdir(self.directory)
         return False
 
 

@@ -262,7 +262,7 @@ def test_a_rank_that_stops_answering_or_dies_ends_the_job_within_the_bound(tmp_p
         assert took < bound, f"{took:.0f} s: {text[-2000:]}"
         lines = [ln for ln in text.splitlines() if "stopped answering" in ln]
         assert len(lines) == 1 and "main.py: error (rank 0): no training step finished" in \
-            lines[0] and f"rank 1 (" in lines[0] and f"pid {victim})" in lines[0], text[-3000:]
+            lines[0] and "rank 1 (" in lines[0] and f"pid {victim})" in lines[0], text[-3000:]
     else:
         assert took < 15 and "process rank 1" in text and "signal 9" in text, text[-3000:]
     assert not _ranks_of(out), "ranks left running"

@@ -209,6 +209,9 @@ def test_the_time_limit_warning_stops_requeues_and_resumes_as_one_run(slurm, tmp
     params, summaries = _summary(results)
     assert len(params) == 2 and summaries[-1]["jobs"] == 2 and summaries[-1]["final_step"] == 300
     assert summaries[-1]["total_train_seconds"] > summaries[-1]["train_seconds"]
+    from benchtools.report import find_runs
+    (run,) = find_runs([results])  # one run: both jobs' steps, the last summary
+    assert [s for s, _ in run.series("loss")] == steps and run.summary["jobs"] == 2
     # The same run without the stop, in one job: the same weights.
     whole = str(tmp_path / "whole")
     _sbatch(slurm, "resnet50v1.5/scripts/slurm.sbatch", ["fp32", "noxla", *args],
@@ -278,9 +281,15 @@ def test_a_lost_rank_under_srun_ends_the_job_within_the_bound(slurm, tmp_path, s
     else:
         assert took < 10 + 3 + 10, f"{took:.0f} s"
         lines = [ln for ln in text.splitlines() if "stopped answering" in ln]
-        assert len(lines) == 1 and f"rank 1 (" in lines[0] and f"pid {victim})" in lines[0]
+        assert len(lines) == 1 and "rank 1 (" in lines[0] and f"pid {victim})" in lines[0]
     ckpts = os.listdir(results / "checkpoints")
     assert any(c.endswith(".index") for c in ckpts) and not [c for c in ckpts if "tmp" in c]
+    if sig == "STOP":  # a new job resumes from the last checkpoint
+        last = max(int(c[5:-6]) for c in ckpts if c.startswith("ckpt-") and c.endswith(".index"))
+        out = _sbatch(slurm, "resnet50v1.5/scripts/slurm.sbatch",
+                      ["fp32", "noxla", *RN50_TINY, "--num_iter", str(last + 2)],
+                      {"DATA_DIR": "", "RESULTS_DIR": str(results)}, str(tmp_path / "resume.out"))
+        assert f"restored {results}/checkpoints/ckpt-{last} at step {last}" in out
 
 
 @pytest.mark.slow
