@@ -49,3 +49,33 @@ def test_missing_split_stops_with_one_line(tmp_path):
     assert proc.returncode == 1
     assert stderr_last_line(proc).startswith(
         f"prepare_dataset.py: error: {tmp_path / 'c'}/valid.txt")
+
+
+def test_wikitext_103_as_its_archive_unpacks(tmp_path):
+    """wikitext-103-v1.zip unpacks to wikitext-103/wiki.{train,valid,test}.tokens, which the
+    README's quick start names: they convert as train/valid/test.txt do (it used to exit 1,
+    "train.txt does not exist")."""
+    corpus = tmp_path / "wikitext-103"
+    corpus.mkdir()
+    text = {"train": " = Valkyria = \n\n a b <unk> a\n", "valid": " a zz\n", "test": " b\n"}
+    for split, body in text.items():
+        (corpus / f"wiki.{split}.tokens").write_text(body)
+    proc = run_cli([sys.executable, PREPARE, str(corpus), str(tmp_path / "out")])
+    assert proc.returncode == 0, proc.stderr
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for split, body in text.items():
+        (plain / f"{split}.txt").write_text(body)
+    prepare.prepare(str(plain), str(tmp_path / "out2"), log=lambda *_: None)
+    for name in ("vocab.txt", "train.npy", "valid.npy", "test.npy"):
+        assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "out2" / name).read_bytes()
+    (corpus / "wiki.test.tokens").unlink()
+    proc = run_cli([sys.executable, PREPARE, str(corpus), str(tmp_path / "out3")])
+    assert proc.returncode == 1 and stderr_last_line(proc) == (
+        f"prepare_dataset.py: error: {corpus}/wiki.test.tokens does not exist (expected "
+        f"wiki.train.tokens, wiki.valid.tokens, wiki.test.tokens in {corpus})")
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "wiki.train.raw").write_text("A b\n")
+    proc = run_cli([sys.executable, PREPARE, str(raw), str(tmp_path / "out4")])
+    assert proc.returncode == 1 and "wikitext-103-v1.zip (wiki.*.tokens)" in stderr_last_line(proc)

@@ -1,12 +1,14 @@
 """A corpus in WikiText-103's layout -> vocabulary and token streams, with no pickle.
 
-Input: ``CORPUS_DIR/{train,valid,test}.txt``. As NVIDIA's (and kimiyoung's) ``vocabulary.py``:
-the vocabulary comes from ``train.txt`` alone, split on whitespace with case kept and no minimum
-frequency; ``<eos>`` is index 0, then every symbol by descending frequency (ties in order of
-first appearance); every line, empty ones included, ends with ``<eos>``. A word of valid or test
-that train never has maps to ``<unk>``: WikiText writes ``<unk>`` in its text, so it already has
-an index; any other corpus gets ``<unk>`` appended at the end of the vocabulary, and the count
-of such words is reported.
+Input: WikiText-103 as its archive unpacks, ``CORPUS_DIR/wiki.{train,valid,test}.tokens`` (the
+tokenized ``wikitext-103-v1.zip`` that NVIDIA's ``getdata.sh`` downloads), or any corpus as
+``CORPUS_DIR/{train,valid,test}.txt`` (the names ``getdata.sh`` renames them to). As NVIDIA's
+(and kimiyoung's) ``vocabulary.py``: the vocabulary comes from the training split alone, split
+on whitespace with case kept and no minimum frequency; ``<eos>`` is index 0, then every symbol
+by descending frequency (ties in order of first appearance); every line, empty ones included,
+ends with ``<eos>``. A word of valid or test that train never has maps to ``<unk>``: WikiText
+writes ``<unk>`` in its text, so it already has an index; any other corpus gets ``<unk>``
+appended at the end of the vocabulary, and the count of such words is reported.
 
 Output in ``OUT_DIR``: ``vocab.txt`` (one symbol a line, in index order), ``{train,valid,test}
 .npy`` (int32 token ids) and ``corpus-info.json`` (vocabulary size, token counts, unknowns).
@@ -72,12 +74,34 @@ def encode(path: str, index: dict, unk: int | None, log=print) -> tuple[np.ndarr
     return np.asarray(ids, dtype=np.int32), unknown
 
 
+# The two layouts a corpus comes in: WikiText's own file names, and getdata.sh's.
+LAYOUTS = ("wiki.{}.tokens", "{}.txt")
+
+
+def split_paths(corpus_dir: str) -> dict[str, str]:
+    """The three splits' files, in the first layout of which ``corpus_dir`` holds any file; one
+    line naming the missing ones (and the raw archive's names, which are not the recipe's)."""
+    if not os.path.isdir(corpus_dir):
+        raise DataError(f"{corpus_dir} is not a directory")
+    for layout in LAYOUTS:
+        paths = {s: os.path.join(corpus_dir, layout.format(s)) for s in SPLITS}
+        present = [p for p in paths.values() if os.path.isfile(p)]
+        if present:
+            missing = [p for p in paths.values() if not os.path.isfile(p)]
+            if missing:
+                raise DataError(f"{missing[0]} does not exist (expected "
+                                f"{', '.join(layout.format(s) for s in SPLITS)} in {corpus_dir})")
+            return paths
+    if os.path.isfile(os.path.join(corpus_dir, "wiki.train.raw")):
+        raise DataError(f"{corpus_dir} holds WikiText's raw text (wiki.*.raw); the recipe reads "
+                        "the tokenized release, wikitext-103-v1.zip (wiki.*.tokens)")
+    raise DataError(f"{corpus_dir} holds neither wiki.train.tokens, wiki.valid.tokens and "
+                    "wiki.test.tokens (WikiText-103 unpacked) nor train.txt, valid.txt and "
+                    "test.txt")
+
+
 def prepare(corpus_dir: str, out_dir: str, log=print) -> dict:
-    paths = {s: os.path.join(corpus_dir, f"{s}.txt") for s in SPLITS}
-    missing = [p for p in paths.values() if not os.path.isfile(p)]
-    if missing:
-        raise DataError(f"{missing[0]} does not exist (expected train.txt, valid.txt and "
-                        f"test.txt in {corpus_dir})")
+    paths = split_paths(corpus_dir)
     vocab = build_vocab(paths["train"], log)
     if len(vocab) < 2:
         raise DataError(f"{paths['train']} has no words")
@@ -115,6 +139,7 @@ def vocab_hash(words) -> str:
 
 def main(argv: Iterable[str] | None = None) -> int:
     def arguments(p):
-        p.add_argument("corpus_dir", help="folder with train.txt, valid.txt and test.txt")
+        p.add_argument("corpus_dir", help="folder with WikiText-103's wiki.{train,valid,test}"
+                       ".tokens, or train.txt, valid.txt and test.txt")
         p.add_argument("out_dir", help="where the vocabulary and token streams go")
     return prepare_cli.main(__doc__, arguments, lambda a: prepare(a.corpus_dir, a.out_dir), argv)
