@@ -171,6 +171,14 @@ def _wait_for(log, text, timeout=180):
     raise AssertionError(f"no {text!r} in {timeout} s:\n" + log.read_text()[-3000:])
 
 
+def _release(slurm, job):
+    """Lets a requeued job start without Slurm's hold-back (its BeginTime, a minute or two), but
+    not within the second of its requeue: slurmd revokes the old start's credential with a time
+    in seconds, and a start in that second is killed ("Job credential revoked")."""
+    time.sleep(3)
+    slurm.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])
+
+
 def _weights(results):
     import tensorflow as tf
     reader = tf.train.load_checkpoint(os.path.join(results, "checkpoints"))
@@ -193,8 +201,7 @@ def test_the_time_limit_warning_stops_requeues_and_resumes_as_one_run(slurm, tmp
                                           and slurm.job_state(job) == "PENDING"):
         time.sleep(0.5)
     assert slurm._job_field(job, "Restarts", "0") == "1", log.read_text()[-3000:]
-    # Slurm holds a requeued job back for a while (BeginTime): the test does not wait for it.
-    slurm.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])
+    _release(slurm, job)
     state = slurm.wait(job, timeout=300)
     text = log.read_text()
     assert state == "COMPLETED" and "Traceback" not in text, text[-4000:]
@@ -237,7 +244,7 @@ def test_a_preempted_job_stops_with_a_checkpoint_and_comes_back_to_resume(slurm,
     deadline = time.time() + 60
     while time.time() < deadline and slurm.job_state(job) != "PENDING":
         time.sleep(0.5)
-    slurm.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])  # no hold-back
+    _release(slurm, job)
     state = slurm.wait(job, timeout=300)
     text = log.read_text()
     assert state == "COMPLETED" and slurm._job_field(job, "Restarts", "?") == "1", text[-4000:]
@@ -307,7 +314,7 @@ def test_a_real_time_limit_is_outlived_by_requeueing(slurm, tmp_path):
     while time.time() < deadline:
         state = slurm.job_state(job)
         if state == "PENDING" and slurm._job_field(job, "Restarts", "0") != "0":
-            slurm.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])  # no hold-back
+            _release(slurm, job)
         if state not in UNFINISHED:
             break
         time.sleep(2)
