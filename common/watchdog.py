@@ -64,6 +64,7 @@ class Watchdog:
         self._peers: dict[int, tuple[object, float]] = {}
         self.fired: str | None = None
         self._waited_extra = 0.0
+        self._last_tick: float | None = None
 
     # --- what the loop calls --------------------------------------------------------------
     def beat(self, step: int | None = None) -> None:
@@ -82,10 +83,12 @@ class Watchdog:
     def _path(self, rank: int) -> str:
         return os.path.join(self.directory, f"rank-{rank}.json")
 
-    def _write(self) -> None:
+    def _write(self, ending: str | None = None) -> None:
         self._counter += 1
         record = {"rank": self.rank, "host": socket.gethostname(), "pid": os.getpid(),
                   "beat": self._counter, "idle": round(self.idle(), 1), "step": self._step}
+        if ending:
+            record["ending"] = ending  # this rank ends the job: the others need not say so
         tmp = self._path(self.rank) + f".{os.getpid()}.tmp"
         try:
             with open(tmp, "w") as f:
@@ -102,7 +105,9 @@ class Watchdog:
             return None
 
     def check(self, now: float | None = None) -> str | None:
-        """Reads the other ranks' heartbeats; returns the line to end with, or None."""
+        """Reads the other ranks' heartbeats; returns the line to end with, or None; "" when
+        another rank is ending the job already (it said why: this one ends without a line,
+        rather than wait for the launcher's kill, which Slurm sends only after KillWait)."""
         now = time.monotonic() if now is None else now
         records = {}
         for r in range(self.size):
@@ -114,6 +119,8 @@ class Watchdog:
                 seen = (rec.get("pid"), rec.get("beat"))
                 if r not in self._peers or self._peers[r][0] != seen:
                     self._peers[r] = (seen, now)
+        if any(rec is not None and rec.get("ending") for rec in records.values()):
+            return ""
         idle = self.idle()
         if idle <= self.timeout:
             self._waited_extra = 0.0
@@ -148,15 +155,31 @@ class Watchdog:
                 return None
         return line + "; ending the job"
 
+    def tick(self, now: float) -> str | None:
+        """One round of the thread: the heartbeat, then the check. A round that comes long
+        after the last one means this process was itself stopped (SIGSTOP, then the SIGCONT that
+        slurmstepd sends before it kills a step) or starved: what it saw of the others before is
+        stale, so it starts watching them afresh rather than name a rank that went quiet while
+        this one was frozen (the rank that named it has just ended the job)."""
+        self._write()
+        frozen = self._last_tick is not None and now - self._last_tick > 3 * self.interval
+        self._last_tick = now
+        if frozen:
+            self._peers.clear()
+            self._waited_extra = 0.0
+            return None
+        return self.check(now)
+
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            self._write()
-            line = self.check()
+            line = self.tick(time.monotonic())
             if line is not None:
                 self.fired = line
-                stream = self._stream or sys.stderr
                 try:
-                    print(f"{self.prog}: error (rank {self.rank}): {line}", file=stream, flush=True)
+                    if line:
+                        self._write(ending=line)
+                        print(f"{self.prog}: error (rank {self.rank}): {line}",
+                              file=self._stream or sys.stderr, flush=True)
                 finally:
                     self._exit(EXIT_STATUS)
                 return

@@ -77,6 +77,34 @@ def test_every_rank_answering_but_waiting_is_a_stuck_collective(wd):
         "every rank answers but none finishes a step (a collective is stuck); ending the job")
 
 
+def test_a_rank_woken_from_a_stop_does_not_name_the_rank_that_named_it(wd):
+    """slurmstepd sends SIGCONT before it kills a step: the stopped rank wakes with its own
+    wait long past the timeout and the rank that named it gone quiet (it has just exited). It
+    must not print a second line naming that rank."""
+    for r in (1, 2):
+        _peer(wd.directory, r, 1)
+    now = time.monotonic()
+    assert wd.tick(now) is None
+    _waited(wd, 40)  # its last step was before the stop
+    assert wd.tick(now + 40) is None  # the first round after the freeze: watching afresh
+    for t in range(41, 47):  # the others' silence counts from the wake-up (rounds 1 s apart)
+        assert wd.tick(now + t) is None, t
+    assert "rank 1 (node2" in wd.tick(now + 47)  # ... and is named once it lasts
+
+
+def test_a_rank_ends_quietly_once_another_has_said_why(wd):
+    """The rank that names the culprit marks its heartbeat as ending the job; the others (a
+    stopped rank woken by slurmstepd's SIGCONT, which then waits KillWait for its SIGKILL) end
+    without a second line."""
+    _peer(wd.directory, 1, 1)
+    _peer(wd.directory, 2, 1)
+    now = time.monotonic()
+    with open(os.path.join(wd.directory, "rank-2.json"), "w") as f:
+        json.dump({"rank": 2, "host": "node2", "pid": 102, "beat": 2, "idle": 12,
+                   "ending": "rank 1 stopped answering"}, f)
+    assert wd.check(now) == ""
+
+
 def test_ranks_it_cannot_see_are_named_after_twice_the_timeout(wd):
     _peer(wd.directory, 1, 1)
     now = time.monotonic()
@@ -124,6 +152,9 @@ def test_the_thread_writes_its_heartbeat_fires_once_and_cleans_up(tmp_path):
         deadline = time.time() + 20
         while not ended and time.time() < deadline:
             time.sleep(0.2)
+        # It told the others that it ends the job, so that they end without a line of their own.
+        assert json.load(open(os.path.join(d, "rank-0.json")))["ending"].startswith(
+            "no training step finished")
     assert ended == [watchdog.EXIT_STATUS]
     assert "".join(lines).startswith("main.py: error (rank 0): no training step finished on "
                                      "rank 0 for ")
