@@ -92,7 +92,7 @@ def _script_flags(script: str) -> set[str]:
     with open(os.path.join(ROOT, script)) as f:
         source = f.read()
     target = re.search(r"""\(__file__, ["']([a-z0-9_.]+):""", source)
-    if target and not script.endswith("prepare_dataset.py"):
+    if target:
         with open(importlib.util.find_spec(target.group(1)).origin) as f:
             source += f.read()
     names = set(re.findall(r"""add_argument\(\s*["']--([a-z][a-z0-9_]*)""", source))

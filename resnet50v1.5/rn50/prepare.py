@@ -4,7 +4,10 @@ Input layout (that of ImageNet after the usual extraction)::
 
     <src>/train/<class>/*.JPEG
     <src>/val/<class>/*.JPEG              (either this ...)
-    <src>/val/*.JPEG + <src>/val_labels.txt   (... or flat images and "<file> <class>" lines)
+    <src>/val/*.JPEG + <src>/val_labels.txt   (... or flat images and "<file> <class>" lines,
+    <src>/val/ILSVRC2012_val_*.JPEG + --val_labels   ... or ILSVRC2012's own: the devkit's
+                                                  ground truth, or a file of synsets; see
+                                                  rn50/imagenet_labels.py)
 
 Output: ``train-XXXXX-of-YYYYY`` and ``validation-XXXXX-of-YYYYY`` with ``image/encoded`` (JPEG
 bytes; every image is decoded in full first, and other formats are re-encoded as JPEG) and
@@ -21,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from common import prepare_cli, tfrecord_writer
 from common.errors import DataError
 from common.images import jpeg_bytes
+from rn50 import imagenet_labels
 
 IMAGE_EXTENSIONS = (".jpeg", ".jpg", ".png", ".bmp")
 
@@ -46,6 +50,11 @@ def list_split(src: str, split: str, classes: Sequence[str] | None = None):
                     raise DataError(f"{labels_file}:{n}: expected '<file> <class>'")
                 items.append((os.path.join(root, parts[0]), parts[1]))
     else:
+        tars = [f for f in os.listdir(root) if f.endswith(".tar")]
+        if tars and not any(os.path.isdir(os.path.join(root, f)) for f in os.listdir(root)):
+            raise DataError(f"{root} holds {len(tars)} per-class tars (ILSVRC2012_img_train.tar "
+                            "unpacked once): unpack each into its class folder, as "
+                            "resnet50v1.5/README.md shows under Getting the data")
         items = [(os.path.join(root, c, f), c)
                  for c in sorted(os.listdir(root)) if os.path.isdir(os.path.join(root, c))
                  for f in sorted(os.listdir(os.path.join(root, c))) if _is_image(f)]
@@ -84,9 +93,16 @@ def write_split(items, classes, out_dir: str, prefix: str, shards: int, seed: in
 
 
 def prepare(src: str, out_dir: str, train_shards: int, val_shards: int, seed: int = 0,
-            log=print) -> dict:
+            log=print, val_labels: str | None = None) -> dict:
     train, classes = list_split(src, "train")
-    val, _ = list_split(src, "val", classes)
+    if val_labels:
+        val = imagenet_labels.validation_items(os.path.join(src, "val"), val_labels)
+        unknown = sorted({c for _, c in val} - set(classes))
+        if unknown:
+            raise DataError(f"--val_labels {val_labels} names classes that train lacks: "
+                            f"{unknown[:5]}")
+    else:
+        val, _ = list_split(src, "val", classes)
     with prepare_cli.staged(out_dir, log) as stage:
         with open(os.path.join(stage, "labels.txt"), "w") as f:
             f.write("".join(c + "\n" for c in classes))
@@ -103,5 +119,8 @@ def main(argv: Iterable[str] | None = None) -> int:
         p.add_argument("out_dir", help="where the TFRecords go")
         prepare_cli.add_shards(p, train=1024, val=128)
         p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--val_labels", default=None, help="ILSVRC2012's validation classes for "
+                       "a flat val/ folder: the devkit (ILSVRC2012_devkit_t12, as unpacked) or a "
+                       "file of one synset per validation image, in file order")
     return prepare_cli.main(__doc__, arguments, lambda a: prepare(
-        a.src, a.out_dir, a.train_shards, a.val_shards, a.seed), argv)
+        a.src, a.out_dir, a.train_shards, a.val_shards, a.seed, val_labels=a.val_labels), argv)

@@ -1,0 +1,177 @@
+"""The dataset guides of the model READMEs, run as written on small trees made in exactly the
+archives' layouts: ILSVRC2012's tar of per-class tars, flat validation tar and devkit (whose
+ground truth names classes by ILSVRC2012_ID, mapped to WordNet ids by meta.mat), and COCO 2017's
+three zips. WikiText-103's is in test_txl_prepare.py."""
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+
+import numpy as np
+import tensorflow as tf
+from conftest import ROOT, run_cli, stderr_last_line
+
+from common import tfrecord_index
+
+# meta.mat's ILSVRC2012_IDs do not follow the folder names' order, as in the real devkit
+# (id 1 is n02119789, kit fox; n01440764, tench, is id 449).
+IDS = {"n15075141": 1, "n01440764": 2, "n01443537": 3}
+WNIDS = sorted(IDS)
+
+
+def _guide(readme: str, marker: str) -> str:
+    """The README's bash block that holds ``marker``."""
+    text = open(os.path.join(ROOT, readme)).read()
+    blocks = re.findall(r"```bash\n(.*?)```", text, re.S)
+    found = [b for b in blocks if marker in b]
+    assert len(found) == 1, f"{readme}: {len(found)} bash blocks hold {marker!r}"
+    return found[0]
+
+
+def _run_guide(block: str, env: dict, tmp_path):
+    script = tmp_path / "guide.sh"
+    script.write_text("set -euo pipefail\n" + block.replace("python ", f"{sys.executable} "))
+    return subprocess.run(["bash", str(script)], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=600)
+
+
+def _jpeg(seed: int) -> bytes:
+    pixels = np.random.RandomState(seed).randint(0, 255, (40, 48, 3), dtype=np.uint8)
+    return tf.io.encode_jpeg(pixels).numpy()
+
+
+def _add(tar, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _imagenet_archives(dl) -> dict[bytes, str]:
+    """The three ILSVRC2012 archives in ``dl``; returns each validation image's class."""
+    import scipy.io
+    dl.mkdir()
+    with tarfile.open(dl / "ILSVRC2012_img_train.tar", "w") as outer:
+        for k, wnid in enumerate(WNIDS):
+            inner = io.BytesIO()
+            with tarfile.open(fileobj=inner, mode="w") as t:
+                for i in range(2):
+                    _add(t, f"{wnid}_{i + 1}.JPEG", _jpeg(10 * k + i))
+            _add(outer, f"{wnid}.tar", inner.getvalue())
+    classes = [WNIDS[(i * 2) % 3] for i in range(6)]
+    val = {}
+    with tarfile.open(dl / "ILSVRC2012_img_val.tar", "w") as t:
+        for i, wnid in enumerate(classes):
+            data = _jpeg(100 + i)
+            _add(t, f"ILSVRC2012_val_{i + 1:08d}.JPEG", data)
+            val[data] = wnid
+    kit = dl / "ILSVRC2012_devkit_t12"
+    (kit / "data").mkdir(parents=True)
+    (kit / "data" / "ILSVRC2012_validation_ground_truth.txt").write_text(
+        "".join(f"{IDS[w]}\n" for w in classes))
+    # 1,860 synsets in the real file: the 1,000 leaves (ids 1..1000) and their ancestors.
+    synsets = np.zeros((4, 1), dtype=[("ILSVRC2012_ID", "O"), ("WNID", "O"), ("words", "O"),
+                                      ("num_children", "O")])
+    for wnid, sid in IDS.items():
+        synsets[sid - 1, 0] = (sid, wnid, wnid, 0)
+    synsets[3, 0] = (4, "n00001740", "entity", 3)
+    scipy.io.savemat(str(kit / "data" / "meta.mat"), {"synsets": synsets})
+    with tarfile.open(dl / "ILSVRC2012_devkit_t12.tar.gz", "w:gz") as t:
+        t.add(kit, arcname="ILSVRC2012_devkit_t12")
+    shutil.rmtree(kit)
+    return val
+
+
+def _records(out, prefix):
+    files = tfrecord_index.shard_files(str(out), prefix, prefix)
+    feats = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
+             "image/class/synset": tf.io.FixedLenFeature([], tf.string),
+             "image/class/label": tf.io.FixedLenFeature([], tf.int64)}
+    for raw in tf.data.TFRecordDataset(files):
+        ex = tf.io.parse_single_example(raw, feats)
+        yield (ex["image/encoded"].numpy(), ex["image/class/synset"].numpy().decode(),
+               int(ex["image/class/label"]))
+
+
+def test_imagenet_from_its_archives_with_the_devkits_labels(tmp_path):
+    """The README's commands on ILSVRC2012's archives: every validation image gets the class
+    the devkit gives it (through meta.mat, not the id's position among the folder names), and
+    the labels are 1..N in the folders' order, as for training."""
+    val = _imagenet_archives(tmp_path / "dl")
+    proc = _run_guide(_guide("resnet50v1.5/README.md", "ILSVRC2012_img_train.tar"),
+                      {"DL": str(tmp_path / "dl"), "RAW": str(tmp_path / "raw"),
+                       "OUT": str(tmp_path / "imagenet")}, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = list(_records(tmp_path / "imagenet", "validation"))
+    assert len(got) == 6
+    for data, synset, label in got:
+        assert synset == val[data] and label == WNIDS.index(synset) + 1
+    assert len(list(_records(tmp_path / "imagenet", "train"))) == 6
+    assert (tmp_path / "imagenet" / "labels.txt").read_text().split() == WNIDS
+
+
+def test_the_widely_used_synset_file_gives_the_same_records(tmp_path):
+    val = _imagenet_archives(tmp_path / "dl")
+    raw = tmp_path / "raw"
+    (raw / "val").mkdir(parents=True)
+    with tarfile.open(tmp_path / "dl" / "ILSVRC2012_img_val.tar") as t:
+        t.extractall(raw / "val", filter="data")
+    (raw / "train").mkdir()
+    for wnid in WNIDS:
+        (raw / "train" / wnid).mkdir()
+        (raw / "train" / wnid / "a.JPEG").write_bytes(_jpeg(7))
+    names = sorted(os.listdir(raw / "val"))
+    synsets = tmp_path / "imagenet_2012_validation_synset_labels.txt"
+    synsets.write_text("".join(val[(raw / "val" / n).read_bytes()] + "\n" for n in names))
+    proc = run_cli([sys.executable, os.path.join(ROOT, "resnet50v1.5", "prepare_dataset.py"),
+                    str(raw), str(tmp_path / "out"), "--val_labels", str(synsets)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert all(s == val[d] for d, s, _ in _records(tmp_path / "out", "validation"))
+    # A devkit without meta.mat, or a file that is not synsets: one line each.
+    bad = tmp_path / "bad.txt"
+    bad.write_text("n01440764\n449\n")
+    proc = run_cli([sys.executable, os.path.join(ROOT, "resnet50v1.5", "prepare_dataset.py"),
+                    str(raw), str(tmp_path / "out2"), "--val_labels", str(bad)])
+    assert proc.returncode == 1 and stderr_last_line(proc) == (
+        f"prepare_dataset.py: error: {bad}:2: '449' is not a WordNet id (n########): expected "
+        "one synset per validation image, in file order")
+
+
+def test_train_left_as_per_class_tars_is_named(tmp_path):
+    _imagenet_archives(tmp_path / "dl")
+    raw = tmp_path / "raw"
+    (raw / "train").mkdir(parents=True)
+    (raw / "val").mkdir()
+    with tarfile.open(tmp_path / "dl" / "ILSVRC2012_img_train.tar") as t:
+        t.extractall(raw / "train", filter="data")
+    proc = run_cli([sys.executable, os.path.join(ROOT, "resnet50v1.5", "prepare_dataset.py"),
+                    str(raw), str(tmp_path / "out")])
+    assert proc.returncode == 1 and "per-class tars" in stderr_last_line(proc)
+
+
+def test_coco_2017_from_its_three_zips(tmp_path):
+    """COCO 2017's zips unpack to train2017/, val2017/ and annotations/ (with the captions and
+    keypoints files beside the instances ones): the README's commands convert them."""
+    from ssd import shapes
+    src = tmp_path / "src"
+    shapes.export(str(src), train=6, val=3, seed=1)
+    dl = tmp_path / "dl"
+    dl.mkdir()
+    for name, folder in (("train2017", "train2017"), ("val2017", "val2017"),
+                         ("annotations_trainval2017", "annotations")):
+        with zipfile.ZipFile(dl / f"{name}.zip", "w") as z:
+            for f in sorted(os.listdir(src / folder)):
+                z.write(src / folder / f, f"{folder}/{f}")
+            if folder == "annotations":
+                for other in ("captions", "person_keypoints"):
+                    for split in ("train2017", "val2017"):
+                        z.writestr(f"annotations/{other}_{split}.json", "{}")
+    proc = _run_guide(_guide("ssd320/README.md", "unzip -q -o"),
+                      {"DL": str(dl), "COCO": str(tmp_path / "coco"),
+                       "OUT": str(tmp_path / "records")}, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert os.path.exists(tmp_path / "records" / "validation_annotations.json")
+    assert tfrecord_index.shard_files(str(tmp_path / "records"), "train", "train")
