@@ -193,6 +193,9 @@ def test_the_time_limit_warning_stops_requeues_and_resumes_as_one_run(slurm, tmp
     uninterrupted run and one log whose last summary counts both jobs."""
     results, log = str(tmp_path / "r"), tmp_path / "job.out"
     args = [*RN50_TINY, "--num_iter", "300", "--display_every", "10"]
+    # The same run without the stop, in one job beside it (the partition shares the node).
+    whole = str(tmp_path / "whole")
+    whole_job = _submit(slurm, tmp_path, args, whole, tmp_path / "whole.out")
     job = _submit(slurm, tmp_path, args, results, log)
     _wait_for(log, "step 100/")
     assert slurm.run(["scancel", "--signal=USR1", "--batch", job]).returncode == 0
@@ -219,10 +222,8 @@ def test_the_time_limit_warning_stops_requeues_and_resumes_as_one_run(slurm, tmp
     from benchtools.report import find_runs
     (run,) = find_runs([results])  # one run: both jobs' steps, the last summary
     assert [s for s, _ in run.series("loss")] == steps and run.summary["jobs"] == 2
-    # The same run without the stop, in one job: the same weights.
-    whole = str(tmp_path / "whole")
-    _sbatch(slurm, "resnet50v1.5/scripts/slurm.sbatch", ["fp32", "noxla", *args],
-            {"DATA_DIR": "", "RESULTS_DIR": whole}, str(tmp_path / "whole.out"))
+    # The uninterrupted run: the same weights.
+    assert slurm.wait(whole_job, timeout=300) == "COMPLETED", (tmp_path / "whole.out").read_text()
     a, b = _weights(results), _weights(whole)
     assert a.keys() == b.keys() and a
     for k in a:
