@@ -242,8 +242,11 @@ def read_records(path: str) -> list[dict]:
 
 def step_logs(records: list[dict]) -> list[dict]:
     """The LOG records of training steps and evaluations: those whose step is (epoch, step)."""
-    return [r for r in records if r["type"] == "LOG" and isinstance(r.get("step"), list)
-            and len(r["step"]) == 2]
+    return [r for r in records if _is_step_log(r)]
+
+
+def _is_step_log(r: dict) -> bool:
+    return r["type"] == "LOG" and isinstance(r.get("step"), list) and len(r["step"]) == 2
 
 
 def run_jobs(records: list[dict]) -> list[dict]:
@@ -258,7 +261,7 @@ def run_jobs(records: list[dict]) -> list[dict]:
             jobs.append(current)
         elif current is not None and r.get("step") == []:
             current["summary"] = r["data"]
-        elif current is not None and r.get("type") == "LOG" and isinstance(r.get("step"), list):
+        elif current is not None and _is_step_log(r):
             current["steps"].append(r)
     run = []
     for job in reversed(jobs):

@@ -62,11 +62,15 @@ def list_split(src: str, split: str, classes: Sequence[str] | None = None):
         raise DataError(f"no images found under {root}")
     found = sorted({c for _, c in items})
     if classes is not None:
-        unknown = set(found) - set(classes)
-        if unknown:
-            raise DataError(f"{split} has classes that train lacks: {sorted(unknown)[:5]}")
+        _refuse_unknown_classes(items, classes, split)
         found = list(classes)
     return items, found
+
+
+def _refuse_unknown_classes(items, classes: Sequence[str], what: str) -> None:
+    unknown = sorted({c for _, c in items} - set(classes))
+    if unknown:
+        raise DataError(f"{what} has classes that train lacks: {unknown[:5]}")
 
 
 def _example(jpeg: bytes, label: int, name: str):
@@ -97,10 +101,7 @@ def prepare(src: str, out_dir: str, train_shards: int, val_shards: int, seed: in
     train, classes = list_split(src, "train")
     if val_labels:
         val = imagenet_labels.validation_items(os.path.join(src, "val"), val_labels)
-        unknown = sorted({c for _, c in val} - set(classes))
-        if unknown:
-            raise DataError(f"--val_labels {val_labels} names classes that train lacks: "
-                            f"{unknown[:5]}")
+        _refuse_unknown_classes(val, classes, f"--val_labels {val_labels}")
     else:
         val, _ = list_split(src, "val", classes)
     with prepare_cli.staged(out_dir, log) as stage:
