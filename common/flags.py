@@ -62,6 +62,9 @@ def _define_common(fv: flags.FlagValues) -> None:
     flags.DEFINE_boolean("export_onnx_int8", False, "With --export_dir and --data_dir: also an "
                          "INT8 ONNX beside each ONNX file (model_int8.onnx: explicit Q/DQ "
                          "quantization calibrated on training images, for trtexec --int8).", **d)
+    flags.DEFINE_string("export_triton", None, "With --export_dir: also a Triton Inference "
+                        "Server model repository here (the SavedModel; with --export_onnx the "
+                        "ONNX and a TensorRT engine's config and build script).", **d)
     flags.DEFINE_integer("calibration_images", 512, "--export_onnx_int8: training images the "
                          "activation ranges are calibrated on.", lower_bound=1, **d)
     flags.DEFINE_enum("use_tftrt", None, ("FP32", "FP16"), "inference_benchmark: time the "
@@ -232,6 +235,12 @@ def validate(f: flags.FlagValues) -> dict:
                          "nothing; use --mode inference_benchmark for speed)")
     if f.export_onnx and not f.export_dir:
         raise UsageError("--export_onnx writes model.onnx into --export_dir: give --export_dir")
+    if f.export_triton and not f.export_dir:
+        raise UsageError("--export_triton makes a model repository of the export: give "
+                         "--export_dir")
+    if f.export_triton and f.export_dir and (
+            os.path.abspath(f.export_triton) == os.path.abspath(f.export_dir)):
+        raise UsageError("--export_triton needs a directory of its own, not --export_dir")
     if f.export_onnx_int8 and not f.export_dir:
         raise UsageError("--export_onnx_int8 writes model_int8.onnx into --export_dir: give "
                          "--export_dir")

@@ -22,14 +22,12 @@ from common import (
     flags,
     graceful_stop,
     machine,
-    onnx_export,
-    onnx_int8,
     precision,
     profiling,
-    tftrt,
 )
 from common.dllogger import Logger
 from common.errors import DataError, TrainingError, UsageError
+from common.export import onnx_convert, onnx_int8, tftrt
 from common.task import RunContext, Task
 from common.trainer import INFERENCE_MODES, Trainer
 
@@ -82,11 +80,12 @@ def adopted_settings(task_cls: type[Task], fv: flags.Settings) -> tuple[dict, st
 def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
     """Flags, Horovod, precision, logs and the model: everything before the mode runs."""
     fv = flags.parse(flags.build(task_cls.define_flags, task_cls.flag_defaults), argv,
-                     task_cls.name, task_cls.int8_export)
+                     task_cls.name,
+                     task_cls.serving_class is not None and task_cls.serving_class.int8)
     if fv.use_tftrt:
         tftrt.require(fv.use_tftrt, fv.mode)
     if fv.export_onnx or fv.export_onnx_int8:
-        onnx_export.require()
+        onnx_convert.require()
     if fv.export_onnx_int8:
         onnx_int8.require()
     profiled = profiling.parse_range(fv.profile)  # a malformed range stops here, with one line

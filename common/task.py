@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -16,10 +17,10 @@ import numpy as np
 import tensorflow as tf
 from absl import flags
 
-from common import dali, devices, errors, input_errors, tfrecord_index
+from common import dali, devices, input_errors, tfrecord_index
 from common.distributed import Distributed, rank_seed
 from common.dllogger import Logger
-from common.errors import DataError, UsageError
+from common.errors import UsageError
 from common.flags import Settings
 from common.precision import Precision
 
@@ -244,12 +245,6 @@ class Task(abc.ABC):
         """The model inputs of a batch, for the inference benchmark."""
         return batch[0]
 
-    def serving_call(self, inputs, state) -> tuple[str, Any]:
-        """The exported SavedModel's signature (``export``) that computes what ``infer``
-        computes, and its arguments: a tensor when the signature takes one, else a dict by
-        argument name. The TF-TRT benchmark (--use_tftrt) times this call."""
-        return "serving_default", inputs
-
     def inference_dataset(self):
         """Batches for the inference benchmark, endless and all of one size (a smaller last
         batch would be compiled anew inside the timed steps): evaluation data if any, else
@@ -272,37 +267,15 @@ class Task(abc.ABC):
         whole), or None for the record's fields as they are."""
         return None
 
-    # --export_onnx_int8: whether this model's ONNX is calibrated for INT8 (it then provides
-    # ``calibration_dataset``).
-    int8_export = False
+    # --- export -----------------------------------------------------------------------------
+    # The model's serving object (common/export/serving.py): what its exports hold.
+    serving_class: type = None
 
-    def calibration_dataset(self) -> tf.data.Dataset:
-        """Batches of model inputs (``inference_inputs``' form, float32) from the training
-        split, preprocessed as for evaluation: what an INT8 export's activation ranges are
-        calibrated on. Read by tf.data on the host, whatever the run's pipeline."""
-        raise NotImplementedError(f"{self.name} has no INT8 calibration data")
-
-    def calibration_batches(self):
-        """``--calibration_images`` images of ``calibration_dataset``, as numpy batches. A
-        record that cannot be read stops with one line naming its file and number."""
-        left = self.flags.calibration_images
-        try:
-            for batch in self.calibration_dataset():
-                if left <= 0:
-                    return
-                batch = batch.numpy()[:left]
-                left -= len(batch)
-                yield batch
-        except tf.errors.OpError as e:
-            where = self.locate_bad_record("train") or errors.one_line(e.message)
-            raise DataError(f"--export_onnx_int8: a calibration image cannot be read ({where})"
-                            ) from None
-
-    # What --export_onnx writes in --export_dir: file name -> the SavedModel signature in it.
-    onnx_files: Mapping[str, str] = {"model.onnx": "serving_default"}
-
-    def export(self, model: keras.Model, export_dir: str) -> None:
-        model.export(export_dir, format="tf_saved_model", verbose=False)
+    @functools.cached_property
+    def serving(self):
+        if self.serving_class is None:
+            raise NotImplementedError(f"{self.name} has no export")
+        return self.serving_class(self)
 
 
 class Repeated:

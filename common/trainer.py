@@ -12,6 +12,7 @@ from common import (
     benchmark,
     checkpoints,
     dllogger,
+    export,
     files,
     inference,
     job_time,
@@ -38,7 +39,7 @@ class Trainer:
     scaling for float16) and their checkpoint store, restores (or fine-tunes from another
     checkpoint), trains on the step loop (``common/loop.py``) and saves, evaluates
     (``common/evaluation.py``), benchmarks (``common/benchmark.py``, given a stepper),
-    predicts and exports (``common/inference.py``)."""
+    predicts (``common/inference.py``) and exports (``common/export/``)."""
 
     def __init__(self, task: Task, ctx: RunContext):
         self.task, self.ctx = task, ctx
@@ -83,8 +84,8 @@ class Trainer:
                 files.check_output_dir(f.model_dir, "--model_dir", need, "a checkpoint needs"),
                 self.checkpoints.clean_leftovers()), "checking --model_dir")
         if f.export_dir:  # its room measured by a trial export
-            self.dist.on_chief(lambda: inference.check_export_dir(self.task, self.model, f,
-                                                                  self.log.print),
+            self.dist.on_chief(lambda: export.check_export_dir(self.task.serving, self.model,
+                                                               f, self.log.print),
                                "checking --export_dir")
 
     # --- state ----------------------------------------------------------------------------
@@ -318,5 +319,6 @@ class Trainer:
     def export(self, export_dir: str) -> None:
         if self.dist.is_chief:
             f = self.flags
-            inference.export(self.task, self.model, export_dir, f.export_onnx or f.export_onnx_int8,
-                             self.log, int8=f.export_onnx_int8)
+            export.export(self.task.serving, self.model, export_dir,
+                          f.export_onnx or f.export_onnx_int8, self.log,
+                          int8=f.export_onnx_int8, triton_dir=f.export_triton)

@@ -35,11 +35,12 @@ def test_resnet_onnx_gives_the_savedmodel_logits(tmp_path, amp):
     runner.run(ResNetTask, ["main.py", *TINY, *BENCH, "--results_dir", str(tmp_path),
                             "--export_dir", str(out), "--export_onnx"] + (["--amp"] if amp else []))
     images = np.random.RandomState(0).randn(3, 32, 32, 3).astype(np.float32)
-    want, got = _compare(out, {"images": images})
-    (key,) = want
-    assert got[key].dtype == np.float32
+    want, got = _compare(out, {"images": images}, "preprocessed")
+    assert sorted(got) == ["classes", "logits", "probabilities"]
+    assert got["logits"].dtype == np.float32 and got["classes"].dtype == np.int32
     # Under AMP the SavedModel computes in bfloat16, the ONNX graph in float32.
-    np.testing.assert_allclose(got[key], want[key], atol=0.05 if amp else 1e-4)
+    np.testing.assert_allclose(got["logits"], want["logits"], atol=0.05 if amp else 1e-4)
+    np.testing.assert_array_equal(got["classes"], np.argmax(got["logits"], -1))
     if not amp:
         return
     import onnx
@@ -66,8 +67,9 @@ def test_ssd_onnx_gives_the_detections_and_what_nms_takes(tmp_path, shapes_recor
     logits = trainer.model(images, training=False)["cls_logits"]
     kernel.assign(kernel * 2.0 / tf.math.reduce_std(logits))
     trainer.export(str(tmp_path / "export"))
-    want, got = _compare(tmp_path / "export", {"images": images})
-    assert sorted(want) == ["boxes", "classes", "num_detections", "scores"]
+    want, got = _compare(tmp_path / "export", {"images": images}, "preprocessed")
+    assert sorted(want) == ["detection_boxes", "detection_classes", "detection_scores",
+                            "num_detections"]
     np.testing.assert_array_equal(got["num_detections"], want["num_detections"])
     assert want["num_detections"].min() > 0
     _same_detections(got, want)
@@ -80,7 +82,7 @@ def test_ssd_onnx_gives_the_detections_and_what_nms_takes(tmp_path, shapes_recor
     for key in want:
         np.testing.assert_allclose(got[key], want[key], atol=1e-5)
     # Both, in INT8 (explicit Q/DQ), and TensorRT's EfficientNMS on the graph before NMS.
-    _check_int8(tmp_path / "export" / "model_int8.onnx", {"images": images}, "boxes")
+    _check_int8(tmp_path / "export" / "model_int8.onnx", {"images": images}, "detection_boxes")
     for name in ("model_before_nms.onnx", "model_before_nms_int8.onnx"):
         _check_efficient_nms(tmp_path / "export" / name, tmp_path / f"nms-{name}")
 
@@ -145,8 +147,8 @@ def _check_int8(path, feeds, output):
 def _same_detections(a, b):
     """Each image's detections alike up to order: two scores 1e-6 apart may swap places."""
     for i, n in enumerate(b["num_detections"]):
-        rows = [np.concatenate([d["boxes"][i, :n], d["scores"][i, :n, None],
-                                d["classes"][i, :n, None]], axis=1) for d in (a, b)]
+        rows = [np.concatenate([d["detection_boxes"][i, :n], d["detection_scores"][i, :n, None],
+                                d["detection_classes"][i, :n, None]], axis=1) for d in (a, b)]
         for row in rows[0]:
             close = np.all(np.abs(rows[1] - row) <= [1e-4] * 4 + [1e-5, 0], axis=1)
             assert close.any(), (i, row)
@@ -160,7 +162,7 @@ def test_txl_onnx_gives_log_probs_and_memory(tmp_path, corpus):
     rng = np.random.RandomState(0)
     saved = tf.saved_model.load(str(out)).signatures["serving_default"]
     layers, _, _, d_model = saved.structured_input_signature[1]["mems"].shape
-    vocab = len((out / "vocab.txt").read_text().splitlines())
+    vocab = len((out / "assets" / "vocab.txt").read_text().splitlines())
     feeds = {"tokens": rng.randint(0, vocab, (2, 5)).astype(np.int32),
              "mems": rng.randn(layers, 2, 3, d_model).astype(np.float32)}
     want, got = _compare(out, feeds)
@@ -177,9 +179,9 @@ def test_resnet_int8_onnx_is_calibrated_on_training_images(tmp_path, digits_reco
     assert "INT8 calibrated on 20 training images (max)" in capsys.readouterr().out
     assert (out / "model.onnx").exists()  # the float32 graph it comes from
     images = np.random.RandomState(0).rand(4, 32, 32, 3).astype(np.float32)
-    _check_int8(out / "model_int8.onnx", {"images": images}, "output_0")
-    float32 = ort.InferenceSession(str(out / "model.onnx")).run(None, {"images": images})[0]
-    int8 = ort.InferenceSession(str(out / "model_int8.onnx")).run(None, {"images": images})[0]
+    _check_int8(out / "model_int8.onnx", {"images": images}, "logits")
+    float32, int8 = (ort.InferenceSession(str(out / name)).run(["logits"], {"images": images})[0]
+                     for name in ("model.onnx", "model_int8.onnx"))
     assert np.abs(int8 - float32).max() < 0.1 * np.abs(float32).max()
 
 

@@ -118,9 +118,10 @@ def test_predict_returns_classes_for_image_files_and_exports(tmp_path, digits_re
     one = runner.run(ResNetTask, base + ["--mode", "predict", "--to_predict",
                                          str(tmp_path / "one.png")])
     assert one["predictions"] == 1
-    served = tf.saved_model.load(str(tmp_path / "export"))
-    logits = served.serve(tf.zeros((2, 32, 32, 3)))
-    assert logits.shape == (2, 10)
+    served = tf.saved_model.load(str(tmp_path / "export")).signatures["preprocessed"]
+    assert served(images=tf.zeros((2, 32, 32, 3)))["logits"].shape == (2, 10)
+    # The labels the checkpoint was trained with travel in the export.
+    assert (tmp_path / "export" / "assets" / "labels.txt").read_text().split()[0] == "digit_0"
 
 
 def test_amp_environment_variable_through_main(tmp_path):

@@ -11,7 +11,6 @@ import tensorflow as tf
 from conftest import ROOT, dtype_policy, run_cli
 
 from common import devices, dllogger, runner, tfrecord_index
-from common.images import normalize
 from ssd import anchors, coco_eval, dali_pipeline, shapes, targets, tfdata_pipeline
 from ssd.model import build_ssd
 from ssd.task import SSDTask
@@ -174,14 +173,12 @@ def test_predict_draws_and_the_export_gives_the_same_detections(tmp_path, shapes
     assert len(first["boxes_ymin_xmin_ymax_xmax"]) == len(first["scores"]) == 100
     assert set(first["names"]) <= {c["name"] for c in shapes.CATEGORIES}
     served = tf.saved_model.load(str(tmp_path / "export")).signatures["serving_default"]
-    image = tf.io.decode_image(tf.io.read_file(first["file"]), channels=3)
-    x = normalize(tf.image.resize(image, (128, 128)))[None]
-    det = served(x)
-    h, w = image.shape[:2]
-    np.testing.assert_allclose(det["boxes"][0].numpy() * [h, w, h, w],
+    det = served(images=tf.io.read_file(first["file"])[None])  # the file's bytes, as sent
+    h, w = tf.io.decode_image(tf.io.read_file(first["file"])).shape[:2]
+    np.testing.assert_allclose(det["detection_boxes"][0].numpy() * [h, w, h, w],
                                first["boxes_ymin_xmin_ymax_xmax"], atol=0.02)
-    np.testing.assert_allclose(det["scores"][0].numpy(), first["scores"], atol=1e-4)
-    assert list(det["classes"][0].numpy()) == first["classes"]
+    np.testing.assert_allclose(det["detection_scores"][0].numpy(), first["scores"], atol=1e-4)
+    assert list(det["detection_classes"][0].numpy()) == first["classes"]
 
 
 def test_backbone_checkpoint_of_resnet50v15_loads_into_the_trunk(tmp_path):

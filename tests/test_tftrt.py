@@ -10,7 +10,8 @@ import types
 import pytest
 from conftest import RN50, TINY, run_cli, stderr_last_line
 
-from common import runner, tftrt
+from common import runner
+from common.export import tftrt
 from rn50.task import ResNetTask
 from txl.task import TransformerXLTask
 
@@ -70,7 +71,7 @@ def test_resnet_tftrt_benchmark_converts_the_serving_signature(fake_tensorrt, tm
     (conv,) = fake_tensorrt
     assert conv.kwargs["precision_mode"] == "FP16"
     assert conv.kwargs["input_saved_model_dir"] == str(tmp_path / "tftrt" / "saved_model")
-    assert conv.kwargs["input_saved_model_signature_key"] == "serving_default"
+    assert conv.kwargs["input_saved_model_signature_key"] == "preprocessed"  # float images
     assert conv.kwargs["use_dynamic_shape"] is True
     ((example,),) = [list(e.values()) for e in conv.examples]
     assert tuple(example.shape) == (8, 32, 32, 3)  # engines built for the benchmark's batch

@@ -122,7 +122,7 @@ def test_export_scores_and_continues_like_the_model(tmp_path, corpus):
                                         mems=tf.stack(model.initial_mems(2)))
     nll, _ = model(tokens[:, :-1], model.initial_mems(2), tokens[:, 1:], training=False)
     np.testing.assert_allclose(scored["nll"].numpy(), nll.numpy(), rtol=1e-5)
-    assert (export / "vocab.txt").read_text().split("\n")[0] == "<eos>"
+    assert (export / "assets" / "vocab.txt").read_text().split("\n")[0] == "<eos>"
 
 
 def test_dali_trains_exactly_as_tfdata(tmp_path, corpus):

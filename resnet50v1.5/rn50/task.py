@@ -20,6 +20,7 @@ from common.input_errors import DeviceRangeCheck
 from common.task import RecordTask, Repeated, l2_regularization
 from rn50 import config, tfdata_pipeline
 from rn50.model import build_resnet, decayed_kernels
+from rn50.serving import ResNetServing
 
 IMAGENET_TRAIN_IMAGES = 1_281_167  # the nominal epoch of synthetic data
 IMAGENET_CLASSES = 1000
@@ -45,6 +46,7 @@ class ResNetTask(RecordTask):
     presets = config.PRESETS
     prepare_script = "resnet50v1.5/prepare_dataset.py"
     synthetic_epoch = IMAGENET_TRAIN_IMAGES
+    serving_class = ResNetServing
 
     # What a checkpoint is (common/checkpoint_settings.py): padding changes what the same
     # weights compute, so it is recorded with the shapes' settings.
@@ -166,13 +168,6 @@ class ResNetTask(RecordTask):
         images = tf.random.normal((f.batch_size, f.image_size, f.image_size, 3), seed=f.seed)
         labels = tf.random.uniform((f.batch_size,), 0, f.num_classes, tf.int32, seed=f.seed)
         return Repeated((images, labels))
-
-    int8_export = True
-
-    def calibration_dataset(self):
-        f = self.flags
-        return tfdata_pipeline.dataset(self.record_files("train"), f.batch_size, f.image_size,
-                                       False, num_classes=f.num_classes).map(lambda x, _: x)
 
     # --- inference ----------------------------------------------------------------------
     def predict_file(self, model, path):

@@ -15,12 +15,13 @@ import tensorflow as tf
 
 from common import checkpoint_settings, checkpoints, schedules
 from common.errors import DataError, UsageError
-from common.images import normalize, read_image
+from common.images import read_image
 from common.input_errors import DeviceRangeCheck
 from common.task import RecordTask, Repeated, l2_regularization
 from ssd import anchors as anchor_gen
 from ssd import coco_eval, coco_json, config, losses, postprocess, targets, tfdata_pipeline
 from ssd.model import ARCHS, build_ssd, decayed_kernels
+from ssd.serving import SSDServing
 
 COCO_TRAIN_IMAGES = 118_287  # the nominal epoch of synthetic data
 REFERENCE_BATCH = 256  # NVIDIA's 8 x 32: the batch the learning rate and warm-up are given for
@@ -37,6 +38,7 @@ def _label_map(data_dir):
 
 class SSDTask(RecordTask):
     name = "ssd320"
+    serving_class = SSDServing
     item_unit = "images"
     headline_metric = "AP50"
     flag_defaults = config.FLAG_DEFAULTS
@@ -90,8 +92,10 @@ class SSDTask(RecordTask):
         # checks its own as it parses them).
         self.class_check = DeviceRangeCheck("class", 1, f.num_classes)
         # Category names for predict: the data's, else those kept beside the checkpoint.
-        names = self.label_map or _label_map(f.model_dir)
-        self.names = {c["id"]: c["name"] for c in (names or {}).get("categories", [])}
+        # The data's label map, else the checkpoint's: what predict names and exports hold.
+        self.known_label_map = self.label_map or _label_map(f.model_dir)
+        self.names = {c["id"]: c["name"]
+                      for c in (self.known_label_map or {}).get("categories", [])}
         self._gt = None
         self._detect = None  # predict's compiled detection, made at its first file
 
@@ -216,14 +220,6 @@ class SSDTask(RecordTask):
                  "width": tf.fill([f.batch_size], tf.constant(f.image_size, tf.int64))}
         return Repeated(batch)
 
-    int8_export = True
-
-    def calibration_dataset(self):
-        f = self.flags
-        return tfdata_pipeline.dataset(self.record_files("train"), f.batch_size, f.image_size,
-                                       False, self.anchors, f.num_classes).map(
-                                           lambda b: b["images"])
-
     def items_in(self, batch):
         return int(batch["images"].shape[0])
 
@@ -243,7 +239,7 @@ class SSDTask(RecordTask):
             self._drawn = set()
         image = read_image(path)
         h, w = int(image.shape[0]), int(image.shape[1])
-        x = normalize(tf.image.resize(image, (f.image_size, f.image_size)))
+        x = tfdata_pipeline.resize_normalize(image, f.image_size)
         det = {k: v[0].numpy() for k, v in self._detect(x[None]).items()}
         keep = [k for k in range(int(det["num_detections"]))
                 if det["scores"][k] >= f.score_threshold]
@@ -267,33 +263,3 @@ class SSDTask(RecordTask):
         return (f"{record['file']}: {len(record['scores'])} detection(s) above "
                 f"{self.flags.score_threshold}{': ' + found if found else ''} "
                 f"(drawn: {record['drawn']})")
-
-    # With NMS (ONNX NonMaxSuppression), and without it for TensorRT's EfficientNMS plugin.
-    onnx_files = {"model.onnx": "serving_default", "model_before_nms.onnx": "decoded"}
-
-    def export(self, model, export_dir):
-        """A SavedModel over normalised (N, S, S, 3) ``images``: ``serving_default`` returns
-        the post-NMS detections (normalised boxes, scores, category ids, counts); ``decoded``
-        returns what NMS takes, every anchor's clipped box ``decoded_boxes`` (N, A, 4) and
-        class scores ``class_scores`` (N, A, C)."""
-        size = self.flags.image_size
-        module = tf.Module()
-        module.model = model
-        module.anchors = tf.constant(self.anchors)
-        spec = [tf.TensorSpec([None, size, size, 3], tf.float32, name="images")]
-
-        @tf.function(input_signature=spec)
-        def decoded(images):
-            out = model(images, training=False)
-            boxes, scores = postprocess.decode(out["cls_logits"], out["box_codes"],
-                                               module.anchors)
-            return {"decoded_boxes": boxes, "class_scores": scores}
-
-        @tf.function(input_signature=spec)
-        def serve(images):
-            d = decoded(images)
-            return postprocess.nms(*postprocess.top_candidates(d["decoded_boxes"],
-                                                               d["class_scores"]))
-        module.serve, module.decoded = serve, decoded
-        tf.saved_model.save(module, export_dir,
-                            signatures={"serving_default": serve, "decoded": decoded})

@@ -95,8 +95,18 @@ def preprocess(ex, image_size: int, anchors, seed=None):
         image, boxes = tf.cond(tf.random.stateless_uniform([], flip_seed) < 0.5,
                                lambda: flip(image, boxes), lambda: (image, boxes))
         image, boxes, classes = random_crop(image, boxes, classes, crop_seed)
-    image = tf.image.resize(image, (image_size, image_size), method="bilinear")
-    return finish(normalize(image), boxes, classes, ex, anchors)
+    return finish(resize_normalize(image, image_size), boxes, classes, ex, anchors)
+
+
+def resize_normalize(image, image_size: int):
+    """Bilinear resize to (image_size, image_size), the aspect not kept, then normalised: the
+    last step of training's and evaluation's preprocessing, and of predict's and serving's."""
+    return normalize(tf.image.resize(image, (image_size, image_size), method="bilinear"))
+
+
+def eval_image(encoded, image_size: int):
+    """An encoded image as evaluation prepares it (the exports' ``serving_default`` too)."""
+    return resize_normalize(decode(encoded), image_size)
 
 
 def dataset(files, batch_size: int, image_size: int, training: bool, anchors, num_classes: int,

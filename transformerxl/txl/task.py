@@ -25,16 +25,17 @@ from common.errors import DataError, UsageError
 from common.task import Task
 from txl import config, tfdata_pipeline
 from txl.config import WT103_TRAIN_TOKENS
-from txl.export import export
 from txl.generate import generate
 from txl.lamb import NvidiaLamb
 from txl.metrics import PerplexityMetric
 from txl.model import TransformerXL
 from txl.prepare import utf8_lines, vocab_hash
+from txl.serving import TXLServing
 
 
 class TransformerXLTask(Task):
     name = "transformerxl"
+    serving_class = TXLServing
     item_unit = "tokens"
     headline_metric = "ppl"
     flag_defaults = config.FLAG_DEFAULTS
@@ -278,13 +279,6 @@ class TransformerXLTask(Task):
     def inference_inputs(self, batch):
         return batch
 
-    def serving_call(self, inputs, state):
-        """The ``score`` signature at the evaluation's memory length (the steady state: the
-        memory keeps --eval_mem_len positions; TF-TRT needs fixed shapes per engine)."""
-        tokens, targets = inputs
-        mems = tf.cast(tf.stack(state), tf.float32)  # the signature's dtype
-        return "score", {"tokens": tokens, "targets": targets, "mems": mems}
-
     # --- inference ----------------------------------------------------------------------
     @functools.cached_property
     def _index(self) -> dict:
@@ -322,6 +316,3 @@ class TransformerXLTask(Task):
                             "continuation": " ".join(self.vocab[i] for i in ids),
                             "token_ids": ids, "sampled": f.sample})
         return records
-
-    def export(self, model, export_dir):
-        export(model, self.cfg, self.vocab, export_dir)

@@ -1,9 +1,10 @@
-"""``--export_onnx``: the exported SavedModel's ``serving_default`` as ONNX (``model.onnx``
-beside it), converted by tf2onnx, the input of TensorRT's ``trtexec`` and of ONNX Runtime.
+"""``--export_onnx``: the exported SavedModel's signatures that take tensors (``preprocessed``
+for the image models) as ONNX (``model.onnx`` beside it), converted by tf2onnx, the input of
+TensorRT's ``trtexec`` and of ONNX Runtime.
 
 tf2onnx runs in a process of its own (its command line, ``python -m tf2onnx.convert``): it
 rewrites TensorFlow graphs with process-wide settings that a training process should not
-carry, and its many lines of output stay in its own log (``model.onnx.log``).
+carry, and its many lines of output go to a log of its own, kept (and named) only when it fails.
 """
 from __future__ import annotations
 
@@ -47,20 +48,19 @@ def export(saved_model: str, out_path: str | None = None, signature: str = "serv
     return out_path
 
 
-def export_task(task, model, export_dir: str) -> list[str]:
-    """The task's ONNX files (``Task.onnx_files``, ``model.onnx`` at least) in ``export_dir``
-    (which holds the task's SavedModel): its signatures, of the model in float32. Under AMP the
-    model is rebuilt in float32 with the trained weights (AMP keeps float32 weights), so the
-    graph holds no casts and TensorRT picks the engine's precision (``trtexec --fp16``), as
-    NVIDIA's ONNX exports do."""
+def export_serving(serving, model, export_dir: str) -> list[str]:
+    """The model's ONNX files (``Serving.onnx_files``) in ``export_dir`` (which holds its
+    SavedModel): its signatures, of the model in float32. Under AMP the model is rebuilt in
+    float32 with the trained weights (AMP keeps float32 weights), so the graph holds no casts
+    and TensorRT picks the engine's precision (``trtexec --fp16``), as NVIDIA's ONNX exports
+    do. The ONNX files' inputs and outputs are named as the signatures name theirs."""
+    from common import export as export_lib
     with tempfile.TemporaryDirectory(dir=export_dir) as tmp:
         source = export_dir
-        float32 = precision.float32_model(task.build_model, model)
-        if float32 is not model:
-            task.export(float32, tmp)
-            source = tmp
+        if precision.float32_model(serving.task.build_model, model) is not model:
+            source = export_lib.float32_saved_model(serving, model, tmp)
         try:
             return [export(source, os.path.join(export_dir, name), signature)
-                    for name, signature in task.onnx_files.items()]
+                    for name, signature in serving.onnx_files.items()]
         except RuntimeError as e:
             raise TrainingError(f"{e}; the SavedModel in {export_dir} is complete") from None

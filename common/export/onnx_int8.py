@@ -105,20 +105,20 @@ def quantize(float_path: str, int8_path: str,
     return int8_path
 
 
-def export_task(task, export_dir: str, log) -> list[str]:
-    """An INT8 file beside each of the task's ONNX files in ``export_dir``, calibrated on the
-    task's ``calibration_batches``; returns their paths."""
+def export_serving(serving, export_dir: str, log) -> list[str]:
+    """An INT8 file beside each of the model's ONNX files in ``export_dir``, calibrated on its
+    ``calibration_batches``; returns their paths."""
     seen = []  # images of each pass
 
     def batches():
         seen.append(0)
-        for batch in task.calibration_batches():
+        for batch in serving.calibration_batches():
             seen[-1] += len(batch)
             yield batch
 
     out = [quantize(os.path.join(export_dir, name), os.path.join(export_dir, int8_name(name)),
-                    batches) for name in task.onnx_files]
-    asked = task.flags.calibration_images
+                    batches) for name in serving.onnx_files]
+    asked = serving.flags.calibration_images
     log(f"INT8 calibrated on {seen[0] if seen else 0} training images (max)"
         + (f": the training split holds fewer than --calibration_images {asked}"
            if seen and seen[0] < asked else ""))

@@ -1,5 +1,5 @@
 """TF-TRT for ``--mode inference_benchmark --use_tftrt FP32|FP16``: the model's SavedModel
-(``Task.export``, the one ``--export_dir`` writes) converted by TensorFlow's TensorRT
+(the one ``--export_dir`` writes) converted by TensorFlow's TensorRT
 integration, engines built for the benchmark's input shapes, then timed through its serving
 signature.
 
@@ -16,7 +16,6 @@ import os
 import tensorflow as tf
 
 from common import files
-from common import precision as precision_lib
 from common.errors import UsageError
 
 
@@ -103,20 +102,22 @@ def paths(results_dir: str) -> tuple[str, str]:
     return os.path.join(root, "saved_model"), os.path.join(root, "converted")
 
 
-def benchmark_infer(task, model, results_dir: str, precision: str, inputs, state, log=print):
-    """``infer(x, state) -> (outputs, state)`` through the task's SavedModel (of the model in
+def benchmark_infer(serving, model, results_dir: str, precision: str, inputs, state,
+                    log=print):
+    """``infer(x, state) -> (outputs, state)`` through the model's SavedModel (of the model in
     float32) converted by TF-TRT at ``precision``, with engines built for the shapes of
     ``inputs``: exported, converted and loaded here, before any step is timed."""
+    from common import export as export_lib
     saved, converted = paths(results_dir)
-    key, example = task.serving_call(inputs, state)
+    key, example = serving.serving_call(inputs, state)
     # TF-TRT converts what it is given: an AMP graph's float16 casts would make "FP32" mean
     # float16 in places. The model is exported in float32 and TF-TRT sets the precision.
     with files.staged_dir(saved, "the SavedModel for TF-TRT") as stage:
-        task.export(precision_lib.float32_model(task.build_model, model), stage)
+        export_lib.float32_saved_model(serving, model, stage)
     convert(saved, converted, precision, key,
             serving_arguments(load_serving(saved, key), example), log=log)
     fn = load_serving(converted, key)
 
     def infer(x, state):
-        return fn(**serving_arguments(fn, task.serving_call(x, state)[1])), state
+        return fn(**serving_arguments(fn, serving.serving_call(x, state)[1])), state
     return infer

@@ -1,0 +1,142 @@
+"""What a model's export is: the base of each model's serving object.
+
+A model's serving object (``Task.serving_class``: ``rn50/serving.py``, ``ssd/serving.py``,
+``txl/serving.py``) says what a client of its export calls and needs; ``common.export`` writes
+it (the SavedModel, its ONNX and INT8 forms, a Triton model repository) the same way for every
+model. Kept apart from the Task, as TF Model Garden keeps ``official/vision/serving/`` apart
+from its tasks: training does not need it, and what an export holds is decided in one place.
+
+Every export holds, besides its signatures, ``assets/`` with the files a client reads (class
+names, label map or vocabulary) and ``assets/client.json``: the signatures' inputs and outputs,
+how to prepare an input, the precision it was trained in and the checkpoint's settings.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+
+import keras
+import tensorflow as tf
+
+from common import errors
+from common.errors import DataError
+
+CLIENT_INFO = "client.json"  # in the SavedModel's assets/
+
+
+class Serving:
+    """A model's export. Subclasses give ``signatures`` and, where they have them, ``assets``,
+    ``client_info`` and the calibration data of an INT8 export."""
+
+    # What --export_onnx writes beside the SavedModel: file name -> the signature it converts
+    # (one whose inputs are tensors TensorRT takes: not encoded images).
+    onnx_files: Mapping[str, str] = {"model.onnx": "serving_default"}
+    # Whether --export_onnx_int8 calibrates this model's ONNX (``calibration_dataset`` then).
+    int8: bool = False
+    # --export_triton: the models' names in the repository (``<triton_name>_savedmodel``, ...)
+    # and the most requests Triton batches into one (where the model's tensors are batched).
+    triton_name: str = "model"
+    triton_max_batch_size: int = 64
+
+    def __init__(self, task):
+        self.task, self.flags = task, task.flags
+
+    # --- what the SavedModel holds ---------------------------------------------------------
+    def signatures(self, model: keras.Model) -> dict:
+        """The SavedModel's signatures by name (``serving_default`` first): ``tf.function``s
+        with an input signature, over ``model``, each returning a dict of named outputs."""
+        raise NotImplementedError
+
+    def assets(self) -> dict[str, str]:
+        """Files in the SavedModel's ``assets/`` by name -> text (class names, a vocabulary)."""
+        return {}
+
+    def client_info(self) -> dict:
+        """This model's part of ``client.json``: how a client prepares an input and reads an
+        output (input size, mean and standard deviation, the class names' file)."""
+        return {}
+
+    def serving_call(self, inputs, state) -> tuple[str, object]:
+        """The signature that computes what ``Task.infer`` computes, and its arguments (a
+        tensor when the signature takes one, else a dict by argument name): what the TF-TRT
+        benchmark (--use_tftrt) times."""
+        return "serving_default", inputs
+
+    # --- INT8 -------------------------------------------------------------------------------
+    def calibration_dataset(self) -> tf.data.Dataset:
+        """Batches of the ONNX files' float32 input from the training split, preprocessed as
+        for evaluation: what an INT8 export's activation ranges are calibrated on. Read by
+        tf.data on the host, whatever the run's pipeline."""
+        raise NotImplementedError(f"{self.task.name} has no INT8 calibration data")
+
+    def calibration_batches(self):
+        """``--calibration_images`` images of ``calibration_dataset``, as numpy batches. A
+        record that cannot be read stops with one line naming its file and number."""
+        left = self.flags.calibration_images
+        try:
+            for batch in self.calibration_dataset():
+                if left <= 0:
+                    return
+                batch = batch.numpy()[:left]
+                left -= len(batch)
+                yield batch
+        except tf.errors.OpError as e:
+            where = self.task.locate_bad_record("train") or errors.one_line(e.message)
+            raise DataError(f"--export_onnx_int8: a calibration image cannot be read ({where})"
+                            ) from None
+
+    # --- writing it -------------------------------------------------------------------------
+    def checkpoint_settings(self) -> dict:
+        """The settings that shape the model (the checkpoint's, ``Task.checkpoint_flags``) and
+        those read from its data (``Task.checkpoint_facts``)."""
+        task = self.task
+        return {**{n: getattr(self.flags, n) for n in task.checkpoint_flags},
+                **task.checkpoint_facts()}
+
+    def describe(self, signatures: Mapping) -> dict:
+        """``client.json``: each signature's inputs and outputs (dtype, shape; -1 where any
+        size goes), the model's own fields, the precision it was trained in and its
+        checkpoint's settings."""
+        def spec(t):
+            return {"dtype": t.dtype.name, "shape": [-1 if d is None else int(d)
+                                                     for d in t.shape]}
+        described = {}
+        for name, fn in signatures.items():
+            concrete = fn.get_concrete_function()
+            described[name] = {
+                "inputs": {s.name: spec(s) for s in fn.input_signature},
+                "outputs": {k: spec(v) for k, v in concrete.structured_outputs.items()}}
+        p = self.task.ctx.precision
+        return {"model": self.task.name, "signatures": described, **self.client_info(),
+                "triton_model": f"{self.triton_name}_savedmodel",
+                "trained_precision": p.policy, "exported_weights": "float32"
+                if not p.amp else f"float32 (computed in {p.compute_dtype})",
+                "checkpoint_settings": self.checkpoint_settings()}
+
+    def save(self, model: keras.Model, export_dir: str) -> None:
+        """The SavedModel of ``model`` in ``export_dir``: ``signatures``, and ``assets`` with
+        ``client.json`` in its ``assets/``."""
+        module = tf.Module()
+        # The variables, not the Keras model: tracking the model would have the SavedModel
+        # trace its own call, which not every model's call can be (memories, targets).
+        module.weights = [v.value for v in model.variables]
+        signatures = self.signatures(model)
+        module.functions = dict(signatures)
+        texts = {**self.assets(), CLIENT_INFO: json.dumps(self.describe(signatures), indent=1)
+                 + "\n"}
+        with tempfile.TemporaryDirectory() as tmp:
+            module.assets = []
+            for name, text in texts.items():
+                path = os.path.join(tmp, name)
+                with open(path, "w", encoding="utf-8") as fh:
+                    fh.write(text)
+                module.assets.append(tf.saved_model.Asset(path))
+            tf.saved_model.save(module, export_dir, signatures=signatures)
+
+
+def load(export_dir: str):
+    """(the loaded SavedModel, its client.json): what a client of the export reads."""
+    with open(os.path.join(export_dir, "assets", CLIENT_INFO), encoding="utf-8") as fh:
+        return tf.saved_model.load(export_dir), json.load(fh)

@@ -1,0 +1,64 @@
+"""ResNet-50's export: what a client sends and gets back.
+
+``serving_default`` takes what a client has, encoded images (JPEG, PNG, BMP or GIF bytes, any
+size), and prepares each as evaluation does (``tfdata_pipeline.eval_image``: decode, shorter
+side to size / 0.875, central crop, ImageNet normalisation); ``preprocessed`` takes the float
+(N, size, size, 3) batch the network itself takes, the input of the ONNX file and of TensorRT.
+Both return ``logits`` and ``probabilities`` (N, classes) float32 and ``classes`` (N,) int32,
+each image's most probable class (0-based: the line of ``assets/labels.txt``).
+"""
+from __future__ import annotations
+
+import tensorflow as tf
+
+from common.export.serving import Serving
+from common.images import MEAN, STD
+from rn50 import tfdata_pipeline
+
+
+class ResNetServing(Serving):
+    triton_name = "resnet50"
+    onnx_files = {"model.onnx": "preprocessed"}
+    int8 = True
+
+    def signatures(self, model):
+        size = self.flags.image_size
+
+        def outputs(images):
+            logits = tf.cast(model(images, training=False), tf.float32)
+            return {"logits": logits, "probabilities": tf.nn.softmax(logits),
+                    "classes": tf.argmax(logits, axis=-1, output_type=tf.int32)}
+
+        @tf.function(input_signature=[tf.TensorSpec([None, size, size, 3], tf.float32,
+                                                    name="images")])
+        def preprocessed(images):
+            return outputs(images)
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")])
+        def encoded(images):
+            prepared = tf.map_fn(lambda e: tfdata_pipeline.eval_image(e, size), images,
+                                 fn_output_signature=tf.TensorSpec([size, size, 3],
+                                                                   tf.float32))
+            return outputs(prepared)
+        return {"serving_default": encoded, "preprocessed": preprocessed}
+
+    def assets(self):
+        names = self.task.class_names
+        return {"labels.txt": "".join(n + "\n" for n in names)} if names else {}
+
+    def client_info(self):
+        f = self.flags
+        return {"input_size": [f.image_size, f.image_size], "channels": "RGB",
+                "layout": "NHWC", "resize_shorter_side": tfdata_pipeline.eval_resize(
+                    f.image_size), "crop": "central", "mean": list(MEAN), "std": list(STD),
+                "scale": "0..255", "num_classes": f.num_classes,
+                "labels": "labels.txt" if self.task.class_names else None}
+
+    def serving_call(self, inputs, state):
+        return "preprocessed", inputs
+
+    def calibration_dataset(self):
+        f = self.flags
+        return tfdata_pipeline.dataset(self.task.record_files("train"), f.batch_size,
+                                       f.image_size, False, num_classes=f.num_classes).map(
+                                           lambda x, _: x)

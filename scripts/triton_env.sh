@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# An environment for Triton on a machine without Triton's containers: Triton's Python client
+# (tritonclient, HTTP and gRPC), PyTriton (nvidia-pytriton, which ships Triton's server binary
+# and serves a Python function: scripts/serve_pytriton.py serves an export's SavedModel with
+# it), TensorFlow and Pillow. Apart from the training environment: PyTriton 0.7 needs numpy 1
+# and tritonclient's gRPC needs protobuf 6, where TensorFlow 2.21's stack has numpy 2 and
+# protobuf 7 (and NGC 25.02's protobuf 4). Made with the machine's python3 whatever stack runs
+# the suite. Idempotent: returns at once when it is there; prints the python as its last line.
+#   TRITON_PYTHON=python3 bash scripts/triton_env.sh
+# On GPU machines use Triton's own containers instead (README, "Deployment").
+set -euo pipefail
+
+PY=${TRITON_PYTHON:-python3}
+TF=2.21.0 NUMPY=1.26.4 PYTRITON=0.7.0 TRITONCLIENT=2.73.0 PILLOW=13.0.0
+cache=${TF_MODEL_SCRIPTS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tf-model-scripts}
+tag=$("$PY" -c 'import sys; print("py%d.%d" % sys.version_info[:2])')
+venv="$cache/venvs/triton-pytriton$PYTRITON-tf$TF-$tag"
+log() { printf '[triton_env] %s\n' "$*" >&2; }
+check='import tensorflow, pytriton, tritonclient.grpc, tritonclient.http, PIL'
+
+if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "$check" >/dev/null 2>&1; then
+  echo "$venv/bin/python"
+  exit 0
+fi
+log "making $venv: tensorflow $TF, nvidia-pytriton $PYTRITON, tritonclient $TRITONCLIENT (about 2.5 GB)"
+rm -rf "$venv"
+"$PY" -m venv "$venv"
+"$venv/bin/python" -m pip install --disable-pip-version-check --no-input -q \
+  "tensorflow==$TF" "numpy==$NUMPY" "nvidia-pytriton==$PYTRITON" \
+  "tritonclient[grpc,http]==$TRITONCLIENT" "pillow==$PILLOW" >&2
+"$venv/bin/python" -c "$check" || { log "the Triton packages do not import in $venv"; exit 1; }
+log "ready: $venv"
+echo "$venv/bin/python"

@@ -1,0 +1,81 @@
+"""SSD320's export: what a client sends and gets back.
+
+``serving_default`` takes encoded images (JPEG, PNG, BMP or GIF bytes, any size) and prepares
+each as evaluation does (``tfdata_pipeline.eval_image``: decode, bilinear resize to
+``image_size`` without keeping the aspect, ImageNet normalisation); ``preprocessed`` takes the
+float (N, size, size, 3) batch the network takes (the input of ``model.onnx``). Both return
+the post-NMS detections under TF Object Detection API's names: ``detection_boxes`` (N, 100, 4)
+normalised (ymin, xmin, ymax, xmax) of the image as sent (the resize keeps no aspect, so they
+scale by its own height and width), ``detection_scores`` (N, 100), ``detection_classes``
+(N, 100) int32 category ids (``assets/label_map.json``'s) and ``num_detections`` (N,) int32,
+the rows that hold a detection. ``decoded`` returns what NMS takes, every anchor's clipped box
+``decoded_boxes`` (N, A, 4) and class scores ``class_scores`` (N, A, C): the input of
+TensorRT's EfficientNMS plugin (``model_before_nms.onnx``, ``scripts/attach_efficient_nms.py``).
+"""
+from __future__ import annotations
+
+import json
+
+import tensorflow as tf
+
+from common.export.serving import Serving
+from common.images import MEAN, STD
+from ssd import postprocess, tfdata_pipeline
+
+# postprocess.nms's keys -> TF Object Detection API's output names.
+TF_OD_NAMES = {"boxes": "detection_boxes", "scores": "detection_scores",
+               "classes": "detection_classes", "num_detections": "num_detections"}
+
+
+class SSDServing(Serving):
+    triton_name = "ssd320"
+    triton_max_batch_size = 32
+    onnx_files = {"model.onnx": "preprocessed", "model_before_nms.onnx": "decoded"}
+    int8 = True
+
+    def signatures(self, model):
+        size = self.flags.image_size
+        anchors = tf.constant(self.task.anchors)
+        spec = tf.TensorSpec([None, size, size, 3], tf.float32, name="images")
+
+        @tf.function(input_signature=[spec])
+        def decoded(images):
+            out = model(images, training=False)
+            boxes, scores = postprocess.decode(out["cls_logits"], out["box_codes"], anchors)
+            return {"decoded_boxes": boxes, "class_scores": scores}
+
+        @tf.function(input_signature=[spec])
+        def preprocessed(images):
+            d = decoded(images)
+            found = postprocess.nms(*postprocess.top_candidates(d["decoded_boxes"],
+                                                                d["class_scores"]))
+            return {TF_OD_NAMES[k]: v for k, v in found.items()}
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")])
+        def encoded(images):
+            return preprocessed(tf.map_fn(
+                lambda e: tfdata_pipeline.eval_image(e, size), images,
+                fn_output_signature=tf.TensorSpec([size, size, 3], tf.float32)))
+        return {"serving_default": encoded, "preprocessed": preprocessed, "decoded": decoded}
+
+    def assets(self):
+        found = self.task.known_label_map  # the data's, else the checkpoint's
+        return {"label_map.json": json.dumps(found, indent=1) + "\n"} if found else {}
+
+    def client_info(self):
+        f = self.flags
+        return {"input_size": [f.image_size, f.image_size], "channels": "RGB",
+                "layout": "NHWC", "resize": "bilinear, aspect not kept", "mean": list(MEAN),
+                "std": list(STD), "scale": "0..255", "boxes": "ymin, xmin, ymax, xmax; "
+                "normalised to the image as sent", "num_classes": f.num_classes,
+                "score_threshold": f.score_threshold,
+                "label_map": "label_map.json" if self.task.names else None}
+
+    def serving_call(self, inputs, state):
+        return "preprocessed", inputs
+
+    def calibration_dataset(self):
+        f, task = self.flags, self.task
+        return tfdata_pipeline.dataset(task.record_files("train"), f.batch_size, f.image_size,
+                                       False, task.anchors, f.num_classes).map(
+                                           lambda b: b["images"])

@@ -1,0 +1,57 @@
+"""Transformer-XL's export: next-word log-probabilities and scoring, both with memory.
+
+Two signatures over (B, Q) int32 ``tokens`` (ids of ``assets/vocab.txt``'s lines) and the
+memory ``mems`` (n_layer, B, M, d_model) float32 (zeros of any M to start; M grows up to
+--mem_len): ``serving_default`` -> the next word's log-probabilities ``log_probs`` (B, vocab)
+and the new memory ``new_mems`` (an output named as an input would clash in ONNX); ``score``
+(also given ``targets``) -> the NLL ``nll`` (B, Q) and the new memory. The memory is float32 at
+the signatures under every policy (the model keeps it in its compute dtype).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import tensorflow as tf
+
+from common.export.serving import Serving
+
+
+class TXLServing(Serving):
+    triton_name = "transformerxl"
+
+    def signatures(self, model):
+        cfg = self.task.cfg
+        tokens = tf.TensorSpec([None, None], tf.int32, name="tokens")
+        mems = tf.TensorSpec([cfg.n_layer, None, None, cfg.d_model], tf.float32, name="mems")
+
+        @tf.function(input_signature=[tokens, mems])
+        def next_word(tokens, mems):
+            logp, new = model.log_prob(tokens, tf.unstack(mems, cfg.n_layer))
+            return {"log_probs": logp[:, -1], "new_mems": tf.cast(tf.stack(new), tf.float32)}
+
+        @tf.function(input_signature=[tokens, tf.TensorSpec([None, None], tf.int32,
+                                                            name="targets"), mems])
+        def score(tokens, targets, mems):
+            nll, new = model(tokens, tf.unstack(mems, cfg.n_layer), targets, training=False)
+            return {"nll": nll, "new_mems": tf.cast(tf.stack(new), tf.float32)}
+        return {"serving_default": next_word, "score": score}
+
+    def assets(self):
+        out = {"config.json": json.dumps(dataclasses.asdict(self.task.cfg), indent=1) + "\n"}
+        if self.task.vocab:
+            out["vocab.txt"] = "".join(w + "\n" for w in self.task.vocab)
+        return out
+
+    def client_info(self):
+        cfg, f = self.task.cfg, self.flags
+        return {"vocab": "vocab.txt" if self.task.vocab else None, "config": "config.json",
+                "n_layer": cfg.n_layer, "d_model": cfg.d_model, "mem_len": f.mem_len,
+                "start_memory": f"zeros of shape ({cfg.n_layer}, batch, 0, {cfg.d_model})"}
+
+    def serving_call(self, inputs, state):
+        """``score`` at the evaluation's memory length (the steady state: the memory keeps
+        --eval_mem_len positions; TF-TRT needs fixed shapes per engine)."""
+        tokens, targets = inputs
+        mems = tf.cast(tf.stack(state), tf.float32)  # the signature's dtype
+        return "score", {"tokens": tokens, "targets": targets, "mems": mems}
