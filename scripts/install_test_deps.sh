@@ -6,6 +6,8 @@
 #   slim's own resnet_v1_50. Constrained to the installed TensorFlow, numpy and protobuf.
 # * PyTorch, torchvision and timm in an environment of their own (tests/torch_env.sh): the
 #   ResNet-50 import is compared with their own models.
+# * Triton's client and PyTriton (a real Triton server binary) in an environment of their own
+#   (scripts/triton_env.sh): tests/test_serving.py serves the exports through it.
 # * A real Slurm (Debian's slurm-wlm, with its PMIx plugin, and munge for its authentication)
 #   that tests/slurm_cluster.py starts as a one-node cluster around the suite. Needs root or
 #   sudo only to install them. A machine without apt-get and without Slurm gets a note, and the
@@ -32,6 +34,7 @@ EOF
     "tf-slim==1.1.0" "tf-keras~=$tf_minor.0"
 fi
 bash "$here/tests/torch_env.sh" >/dev/null
+bash "$here/scripts/triton_env.sh" >/dev/null
 
 missing=()
 for cmd in slurmctld slurmd srun sbatch scancel; do
