@@ -2,12 +2,15 @@
 # Both install what is missing first (scripts/install_deps.sh; quick when nothing is).
 PYTHON ?= python3
 PYTEST_ARGS ?=
-export PYTHON
+# Which stack's suite this is: tests marked one_stack run in one of the two (pytest.ini).
+TEST_STACK ?= pip
+export PYTHON TEST_STACK
 
 # The replica of NGC 25.02's Python stack (scripts/ngc_stack.sh), kept between runs.
 NGC_VENV ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/tf-model-scripts/venvs/ngc-25.02
 # Runs a target with the replica's python, pip console scripts (horovodrun, tfrecord2idx) first.
-NGC_MAKE = PATH="$(NGC_VENV)/bin:$$PATH" VIRTUAL_ENV="$(NGC_VENV)" $(MAKE) PYTHON="$(NGC_VENV)/bin/python"
+NGC_MAKE = PATH="$(NGC_VENV)/bin:$$PATH" VIRTUAL_ENV="$(NGC_VENV)" $(MAKE) PYTHON="$(NGC_VENV)/bin/python" \
+	TEST_STACK=ngc
 
 .PHONY: deps test-deps demo demo-ssd test test-slow lint pytest-fast pytest-slow ngc-stack ngc-deps test-ngc \
 	test-slow-ngc clean

@@ -23,6 +23,19 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 TINY = ["--preset", "tiny"]
 
 
+def pytest_collection_modifyitems(config, items):
+    """``one_stack(stack, why)``: skipped in the other stack's suite (``TEST_STACK``, which the
+    Makefile sets: pip for ``make test``, ngc for ``make test-ngc``), saying where it runs."""
+    stack = os.environ.get("TEST_STACK")
+    if not stack:
+        return
+    for item in items:
+        mark = item.get_closest_marker("one_stack")
+        if mark and mark.args[0] != stack:
+            item.add_marker(pytest.mark.skip(
+                reason=f"runs in the {mark.args[0]} stack's suite only: {mark.args[1]}"))
+
+
 def pytest_addoption(parser):
     parser.addoption("--keep_runs", metavar="DIR",
                      help="the learning checks (-m slow) keep their runs in DIR/MODEL, for "

@@ -174,6 +174,11 @@ def _client_module():
 
 
 # --- Triton ---------------------------------------------------------------------------------
+# The server and Triton's protobuf run in scripts/triton_env.sh's environment, the same for
+# both stacks, on an export whose signatures the tests above check in each.
+TRITON_ENV = pytest.mark.one_stack(
+    "pip", "Triton's server and protobuf run in scripts/triton_env.sh's environment, the same "
+    "for both stacks")
 @pytest.fixture(scope="module")
 def triton_python():
     """scripts/triton_env.sh's python (tritonclient, PyTriton; made at first use)."""
@@ -204,6 +209,7 @@ def _parsed_configs(python, repo):
             for p, c in json.loads(proc.stdout).items()}
 
 
+@TRITON_ENV
 def test_the_triton_repository_parses_and_names_the_models_tensors(resnet, txl, triton_python):
     import onnx
     trainer, export, repo = resnet
@@ -282,6 +288,7 @@ def _ask(python, server, model, files, protocol, *args):
     return proc.stdout.splitlines()
 
 
+@TRITON_ENV
 def test_a_triton_server_answers_the_client_with_the_savedmodels_outputs(
         resnet, ssd, triton_python, tmp_path):
     from PIL import Image
@@ -319,6 +326,7 @@ def test_a_triton_server_answers_the_client_with_the_savedmodels_outputs(
             server.close()
 
 
+@TRITON_ENV
 def test_serve_pytriton_refuses_a_directory_that_is_no_export(tmp_path, triton_python):
     proc = subprocess.run([triton_python, os.path.join(ROOT, "scripts", "serve_pytriton.py"),
                            "--export_dir", str(tmp_path)], capture_output=True, text=True,

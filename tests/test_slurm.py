@@ -24,6 +24,10 @@ pytestmark = pytest.mark.skipif(
 
 # Two tasks on the one node, instead of the sbatch files' 8 per node on GPU nodes.
 NODE = ["--gpus-per-node=0", "--nodes=1", "--ntasks-per-node=2"]
+# Slurm's own behaviour under faults: the NGC stack's suite runs these (pytest.ini, one_stack).
+CLUSTER_ONLY = pytest.mark.one_stack(
+    "ngc", "Slurm's requeues, preemption and signals and the batch shell do not change with the "
+    "Python stack; the NGC container's is the one cluster jobs run in")
 RN50_TINY = ["--arch", "resnet_tiny", "--image_size", "32", "--batch_size", "4",
              "--iter_unit", "batch", "--num_iter", "4", "--mode", "train", "--seed", "1",
              "--lr_warmup_epochs", "0", "--display_every", "1"]
@@ -101,6 +105,7 @@ def test_transformerxl_sbatch_keeps_the_global_batch_over_two_tasks(slurm, tmp_p
     assert summary["final_step"] == 3 and np.isfinite(summary["eval_ppl"])
 
 
+@CLUSTER_ONLY
 def test_scancel_on_a_save_step_stops_both_tasks_with_one_checkpoint(slurm, tmp_path):
     """SIGTERM from scancel reaches every task; they stop at one step, rank 0 saves it once,
     the job completes (exit 0), and a new job resumes from that checkpoint."""
@@ -186,6 +191,7 @@ def _weights(results):
             if "model" in k and "OPTIMIZER" not in k}
 
 
+@CLUSTER_ONLY
 def test_the_time_limit_warning_stops_requeues_and_resumes_as_one_run(slurm, tmp_path):
     """What Slurm does before a job's limit (sbatch --signal=B:USR1@300), sent at once with
     scancel --batch: the ranks stop at a step with a checkpoint, the job requeues itself (same id,
@@ -230,6 +236,7 @@ def test_the_time_limit_warning_stops_requeues_and_resumes_as_one_run(slurm, tmp
         np.testing.assert_allclose(a[k], b[k], rtol=1e-5, atol=1e-6, err_msg=k)
 
 
+@CLUSTER_ONLY
 def test_a_preempted_job_stops_with_a_checkpoint_and_comes_back_to_resume(slurm, tmp_path):
     """A job of the cluster's urgent partition (PriorityTier 2) takes the node: Slurm sends
     SIGTERM to the steps (GraceTime 60 s), the ranks stop with a checkpoint, and the job, which
@@ -255,6 +262,7 @@ def test_a_preempted_job_stops_with_a_checkpoint_and_comes_back_to_resume(slurm,
     assert _summary(results)[1][-1]["final_step"] == 300
 
 
+@CLUSTER_ONLY
 def test_a_complete_run_or_a_spent_max_requeues_is_not_requeued(slurm, tmp_path):
     results, log = str(tmp_path / "r"), tmp_path / "job.out"
     job = _submit(slurm, tmp_path, [*RN50_TINY, "--num_iter", "100000", "--display_every", "10"],
@@ -267,6 +275,7 @@ def test_a_complete_run_or_a_spent_max_requeues_is_not_requeued(slurm, tmp_path)
     assert slurm._job_field(job, "Restarts", "?") == "0"
 
 
+@CLUSTER_ONLY
 @pytest.mark.parametrize("sig", ["KILL", "STOP"])
 def test_a_lost_rank_under_srun_ends_the_job_within_the_bound(slurm, tmp_path, sig):
     """SIGKILL: Slurm's own "task 1: Killed". SIGSTOP (a rank that neither dies nor answers):
