@@ -8,6 +8,8 @@
 #   ResNet-50 import is compared with their own models.
 # * Triton's client and PyTriton (a real Triton server binary) in an environment of their own
 #   (scripts/triton_env.sh): tests/test_serving.py serves the exports through it.
+# * NVIDIA Model Optimizer in an environment of its own (scripts/modelopt_env.sh), which
+#   --export_onnx_int8 runs: tests/test_onnx.py quantizes with it.
 # * A real Slurm (Debian's slurm-wlm, with its PMIx plugin, and munge for its authentication)
 #   that tests/slurm_cluster.py starts as a one-node cluster around the suite. Needs root or
 #   sudo only to install them. A machine without apt-get and without Slurm gets a note, and the
@@ -35,6 +37,7 @@ EOF
 fi
 bash "$here/tests/torch_env.sh" >/dev/null
 bash "$here/scripts/triton_env.sh" >/dev/null
+bash "$here/scripts/modelopt_env.sh" >/dev/null
 
 missing=()
 for cmd in slurmctld slurmd srun sbatch scancel; do

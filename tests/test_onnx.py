@@ -1,6 +1,8 @@
 """--export_onnx: every model's ONNX export gives its SavedModel's outputs under ONNX Runtime
 (CPU): ResNet logits, SSD's post-NMS detections (NMS included in the graph), Transformer-XL's
 log-probabilities and new memory. An AMP run exports a float32 graph of its weights."""
+from pathlib import Path
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -113,33 +115,37 @@ def _check_efficient_nms(src, dst):
 
 
 def _check_int8(path, feeds, output):
-    """An INT8 ONNX as TensorRT's explicit quantization takes it: Q/DQ pairs with zero points
-    of 0 (symmetric), per-channel weights, only in front of convolutions and matrix products;
-    ONNX Runtime runs it."""
+    """An INT8 ONNX as TensorRT's explicit quantization takes it, Q/DQ placed by NVIDIA Model
+    Optimizer: INT8 zero points of 0 (symmetric); a quantized convolution's input and weight
+    both dequantized, the weight per output channel; residual additions' inputs quantized too
+    (TensorRT fuses the addition into the convolution); no float16 left in the graph (what is
+    not quantized stays float32); ONNX Runtime runs it."""
     import onnx
     from onnx import numpy_helper
     model = onnx.load(str(path))
-    init = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    consumers = {}
-    for n in model.graph.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n.op_type)
-    qdq = [n for n in model.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")]
+    graph = model.graph
+    init = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    made_by = {o: n for n in graph.node for o in n.output}
+    qdq = [n for n in graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")]
     assert len(qdq) > 10
     for n in qdq:
         zero = init[n.input[2]]
         assert zero.dtype == np.int8 and not zero.any()
-    weights = [n for n in qdq if n.op_type == "DequantizeLinear" and n.input[0] in init
-               and init[n.input[0]].ndim == 4]
-    assert weights and all(init[n.input[1]].size == init[n.input[0]].shape[0] for n in weights)
-    # Inputs of weighted ops only: no output of a convolution quantized for an Add or a ReLU.
-    # A tensor that also feeds a shape or data-movement op (FPN's upsampling, the slim trunk's
-    # decimation of C3 and C4, a 1x1 max-pool of stride 2) is shared.
-    dequantized = {o for n in qdq if n.op_type == "DequantizeLinear" for o in n.output}
-    assert all({"Conv", "MatMul", "Gemm"} & set(consumers[t]) for t in dequantized)
-    assert {op for t in dequantized for op in consumers[t]} <= {
-        "Conv", "MatMul", "Gemm", "Shape", "Unsqueeze", "Reshape", "Transpose", "Tile",
-        "MaxPool"}
+
+    def dequantized(name):
+        return name in made_by and made_by[name].op_type == "DequantizeLinear"
+    quantized = [n for n in graph.node if n.op_type == "Conv" and dequantized(n.input[1])]
+    assert quantized
+    for conv in quantized:
+        assert dequantized(conv.input[0])
+        weight_dq = made_by[conv.input[1]]
+        weight = made_by[weight_dq.input[0]]  # QuantizeLinear of the float32 weight
+        channels = init[weight.input[0]].shape[0]
+        assert init[weight_dq.input[1]].shape == (channels,)  # a scale per output channel
+    assert any(n.op_type == "Add" and any(dequantized(i) for i in n.input) for n in graph.node)
+    float16 = onnx.TensorProto.FLOAT16
+    assert not [t for t in [*graph.value_info, *graph.output]
+                if t.type.tensor_type.elem_type == float16]
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     assert session.run([output], feeds)[0].dtype == np.float32
 
@@ -176,13 +182,21 @@ def test_resnet_int8_onnx_is_calibrated_on_training_images(tmp_path, digits_reco
     runner.run(ResNetTask, ["main.py", *TINY, *BENCH, "--results_dir", str(tmp_path),
                             "--data_dir", digits_records, "--export_dir", str(out),
                             "--export_onnx_int8", "--calibration_images", "20"])
-    assert "INT8 calibrated on 20 training images (max)" in capsys.readouterr().out
+    assert ("INT8 by NVIDIA Model Optimizer, calibrated on 20 training images (max)"
+            in capsys.readouterr().out)
     assert (out / "model.onnx").exists()  # the float32 graph it comes from
-    images = np.random.RandomState(0).rand(4, 32, 32, 3).astype(np.float32)
+    # Held-out images as evaluation prepares them: what the ranges were calibrated for.
+    from rn50 import tfdata_pipeline
+    shards = sorted(str(p) for p in Path(digits_records).glob("validation-*"))
+    images = next(iter(tfdata_pipeline.dataset(shards, 12, 32, False, num_classes=10)))[0]
+    images = images.numpy()
     _check_int8(out / "model_int8.onnx", {"images": images}, "logits")
     float32, int8 = (ort.InferenceSession(str(out / name)).run(["logits"], {"images": images})[0]
                      for name in ("model.onnx", "model_int8.onnx"))
-    assert np.abs(int8 - float32).max() < 0.1 * np.abs(float32).max()
+    # An untrained network: the residual additions' two branches differ in scale by orders of
+    # magnitude, and Model Optimizer quantizes both inputs (TensorRT's placement), so the bound
+    # is loose; what INT8 costs a trained model is measured in the README (benchtools).
+    assert np.abs(int8 - float32).max() < 0.5 * np.abs(float32).max()
 
 
 @pytest.mark.parametrize("task,args,message", [

@@ -1,30 +1,32 @@
 """``--export_onnx_int8``: an INT8 ONNX in explicit quantization form (QuantizeLinear /
-DequantizeLinear pairs), calibrated on training images, for ``trtexec --int8``.
+DequantizeLinear pairs) by NVIDIA Model Optimizer, calibrated on training images, for
+``trtexec --int8``.
 
 TensorRT deprecated implicit INT8 calibration (a calibrator and a calibration cache) in 10.1;
 what it takes now is a network whose INT8 places and scales are written in it as Q/DQ nodes.
-ONNX Runtime's static quantization (``onnxruntime.quantization``, QDQ format) writes them:
+NVIDIA's route to that file is Model Optimizer's ONNX quantization
+(``modelopt.onnx.quantization``), which places Q/DQ where TensorRT fuses them: the inputs and
+weights of convolutions, the residual additions' inputs, pooling, weights per output channel,
+activations per tensor, symmetric (zero point 0). Here:
 
-* the float32 ONNX is first pre-processed (shape inference; ONNX Runtime's basic graph
-  optimizations, which fold batch normalization into the convolutions), so that the weights
-  quantized are the ones the engine multiplies by;
-* activations are calibrated on ``--calibration_images`` training images preprocessed as for
-  evaluation (no augmentation) and quantized symmetric (zero point 0: TensorRT takes only
-  that), weights per output channel, symmetric;
-* only the inputs of convolutions and matrix multiplications are quantized, as TensorRT's own
-  guidance places Q/DQ; biases and every other op stay float32 (ReLU kept explicit), and
-  TensorRT fuses around them.
+* calibration runs on ``--calibration_images`` training images preprocessed as for evaluation
+  (no augmentation), through ONNX Runtime's CPU provider (``--calibration_eps cpu``: it needs
+  no GPU); an activation's range is the largest magnitude seen (``max``: Model Optimizer's
+  ``entropy`` keeps every calibration batch's activations in memory, tens of GB for ResNet-50
+  at 512 images);
+* what stays unquantized stays float32 (``--high_precision_dtype fp32``), as the float ONNX
+  is: TensorRT picks FP16 for it with ``--fp16``, and ONNX Runtime on a CPU runs it as it is.
 
-The same file runs under ONNX Runtime on a CPU (``benchtools.int8_accuracy`` measures its
-accuracy against the float32 ONNX on held-out data); TensorRT builds an engine from it with
-``trtexec --onnx=model_int8.onnx --int8 --fp16``.
+Model Optimizer needs PyTorch, which does not belong in TensorFlow's environment (each pins its
+own CUDA libraries and numpy): it runs in an environment of its own, ``scripts/modelopt_env.sh``
+(or ``MODELOPT_PYTHON``), in a process of its own, as tf2onnx does. The same file runs under
+ONNX Runtime (``benchtools.int8_accuracy`` measures its accuracy against the float32 ONNX on
+held-out data); TensorRT builds an engine from it with ``trtexec --int8 --fp16``.
 """
 from __future__ import annotations
 
-import contextlib
-import importlib.util
-import io
 import os
+import subprocess
 import tempfile
 from collections.abc import Callable, Iterable
 
@@ -32,14 +34,36 @@ import numpy as np
 
 from common.errors import TrainingError, UsageError, one_line
 
-QUANTIZED_OPS = ("Conv", "MatMul", "Gemm")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ENV_SCRIPT = os.path.join(ROOT, "scripts", "modelopt_env.sh")
+PYTHON_ENV = "MODELOPT_PYTHON"
 
 
-def require() -> None:
-    """One line at start-up when ONNX Runtime's quantization tools are missing."""
-    if importlib.util.find_spec("onnxruntime") is None:
-        raise UsageError("--export_onnx_int8 needs onnxruntime (its quantization tools): run "
-                         "'bash scripts/install_deps.sh' (or pip install onnxruntime)")
+def modelopt_python() -> str | None:
+    """The python that runs Model Optimizer: ``MODELOPT_PYTHON``, else the environment
+    ``scripts/modelopt_env.sh`` made (None where it has not been made)."""
+    if os.environ.get(PYTHON_ENV):
+        return os.environ[PYTHON_ENV]
+    proc = subprocess.run(["bash", ENV_SCRIPT, "--where"], capture_output=True, text=True)
+    path = proc.stdout.strip()
+    return path if proc.returncode == 0 and os.path.exists(path) else None
+
+
+def require() -> str:
+    """One line at start-up when Model Optimizer cannot run (not after a whole training run);
+    the python that runs it."""
+    python = modelopt_python()
+    given = f"{PYTHON_ENV}={python}" if os.environ.get(PYTHON_ENV) else python
+    if python and subprocess.run([python, "-c", "import modelopt.onnx.quantization"],
+                                 capture_output=True).returncode == 0:
+        return python
+    if os.environ.get(PYTHON_ENV):
+        raise UsageError(f"--export_onnx_int8: {given} cannot import modelopt.onnx.quantization "
+                         "(pip install 'nvidia-modelopt[onnx]' there, or unset it)")
+    raise UsageError("--export_onnx_int8 quantizes with NVIDIA Model Optimizer, which needs "
+                     "PyTorch in an environment of its own: run 'bash scripts/modelopt_env.sh' "
+                     "once (about 6 GB), or set MODELOPT_PYTHON to a python with "
+                     "nvidia-modelopt[onnx]")
 
 
 def int8_name(onnx_file: str) -> str:
@@ -48,66 +72,40 @@ def int8_name(onnx_file: str) -> str:
     return f"{root}_int8{ext}"
 
 
-class _Reader:
-    """ONNX Runtime's CalibrationDataReader over ``batches()`` (a fresh iterable each time)."""
-
-    def __init__(self, input_name: str, batches: Callable[[], Iterable[np.ndarray]]):
-        self.input_name, self._batches, self._it = input_name, batches, None
-
-    def get_next(self):
-        if self._it is None:
-            self._it = iter(self._batches())
-        batch = next(self._it, None)
-        return None if batch is None else {self.input_name: np.asarray(batch, np.float32)}
-
-    def rewind(self):
-        self._it = None
-
-
-def quantize(float_path: str, int8_path: str,
-             batches: Callable[[], Iterable[np.ndarray]]) -> str:
-    """``float_path`` calibrated on ``batches()`` (model inputs, float32) and quantized to
-    ``int8_path``. An activation's range is the largest magnitude calibration saw (ONNX
-    Runtime's MinMax made symmetric: NVIDIA Model Optimizer's INT8 default). The histogram
-    methods (percentile, entropy) are not offered: ONNX Runtime keeps every calibration
-    batch's activations in memory for them (tens of GB for ResNet-50 at 512 images), and fails
-    on a tensor whose values all but coincide."""
+def quantize(float_path: str, int8_path: str, batches: Callable[[], Iterable[np.ndarray]],
+             python: str | None = None) -> str:
+    """``float_path`` calibrated on ``batches()`` (model inputs, float32) and quantized to INT8
+    by Model Optimizer at ``int8_path``. Its log goes to a temporary file, kept (and named)
+    only when the quantization fails."""
     import onnx
-    from onnxruntime.quantization import (
-        CalibrationMethod,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
+    python = python or require()
     input_name = onnx.load(float_path, load_external_data=False).graph.input[0].name
-    options = {"ActivationSymmetric": True, "WeightSymmetric": True,
-               "QDQKeepRemovableActivations": True,  # ReLU stays: ranges are symmetric
-               "QDQOpTypePerChannelSupportToAxis": {"MatMul": 1},  # a weight's output axis
-               "QuantizeBias": False,  # TensorRT dequantizes INT8 only, not INT32 biases
-               # TensorRT's placement: the inputs of weighted ops, not their outputs.
-               "OpTypesToExcludeOutputQuantization": list(QUANTIZED_OPS)}
     with tempfile.TemporaryDirectory(dir=os.path.dirname(int8_path) or ".") as tmp:
-        prepared = os.path.join(tmp, "prepared.onnx")
-        quant_pre_process(float_path, prepared, skip_symbolic_shape=True)
-        try:  # ONNX Runtime prints its calibration's progress on stdout: not the run's log
-            with contextlib.redirect_stdout(io.StringIO()):
-                quantize_static(
-                    prepared, int8_path, _Reader(input_name, batches),
-                    quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
-                    weight_type=QuantType.QInt8, per_channel=True,
-                    op_types_to_quantize=list(QUANTIZED_OPS),
-                    calibrate_method=CalibrationMethod.MinMax, extra_options=options)
-        except ValueError as e:
-            raise TrainingError(f"INT8 calibration of {os.path.basename(float_path)} failed "
-                                f"({one_line(str(e))})") from None
+        data = os.path.join(tmp, "calibration.npz")
+        np.savez(data, **{input_name: np.concatenate([np.asarray(b, np.float32)
+                                                      for b in batches()])})
+        fd, log_path = tempfile.mkstemp(prefix="modelopt-", suffix=".log")
+        with os.fdopen(fd, "w") as log:
+            proc = subprocess.run(
+                [python, "-m", "modelopt.onnx.quantization", "--onnx_path", float_path,
+                 "--quantize_mode", "int8", "--calibration_method", "max",
+                 "--calibration_data_path", data, "--calibration_eps", "cpu",
+                 "--high_precision_dtype", "fp32", "--output_path", int8_path],
+                stdout=log, stderr=subprocess.STDOUT, cwd=tmp)
+    if proc.returncode != 0 or not os.path.exists(int8_path):
+        with open(log_path) as f:
+            lines = [ln for ln in f.read().splitlines() if ln.strip()]
+        raise TrainingError(f"INT8 quantization of {os.path.basename(float_path)} by Model "
+                            f"Optimizer failed (log: {log_path}): "
+                            f"{one_line(lines[-1]) if lines else 'no output'}")
+    os.remove(log_path)
     return int8_path
 
 
 def export_serving(serving, export_dir: str, log) -> list[str]:
     """An INT8 file beside each of the model's ONNX files in ``export_dir``, calibrated on its
     ``calibration_batches``; returns their paths."""
+    python = require()
     seen = []  # images of each pass
 
     def batches():
@@ -117,9 +115,9 @@ def export_serving(serving, export_dir: str, log) -> list[str]:
             yield batch
 
     out = [quantize(os.path.join(export_dir, name), os.path.join(export_dir, int8_name(name)),
-                    batches) for name in serving.onnx_files]
+                    batches, python) for name in serving.onnx_files]
     asked = serving.flags.calibration_images
-    log(f"INT8 calibrated on {seen[0] if seen else 0} training images (max)"
-        + (f": the training split holds fewer than --calibration_images {asked}"
-           if seen and seen[0] < asked else ""))
+    log(f"INT8 by NVIDIA Model Optimizer, calibrated on {seen[0] if seen else 0} training "
+        "images (max)" + (f": the training split holds fewer than --calibration_images {asked}"
+                          if seen and seen[0] < asked else ""))
     return out

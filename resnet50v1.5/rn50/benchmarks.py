@@ -72,12 +72,12 @@ def int8_validation(records: str, image_size: int) -> list:
 
 
 def int8_accuracy(run, files: dict, batches, records: str) -> dict:
-    """Top-1 and top-5 of each ONNX file (``run(file, images)`` gives its logits), and how
-    often INT8's top class agrees with float32's."""
+    """Top-1 and top-5 of each ONNX file (``run(file, images, named=True)`` gives its outputs
+    by name), and how often INT8's top class agrees with float32's."""
     out, top = {}, {}
     labels = np.concatenate([y for _, y in batches])  # 0-based, as the pipeline gives them
     for name, f in files.items():
-        logits = np.concatenate([run(f, x)[0] for x, _ in batches])
+        logits = np.concatenate([run(f, x, named=True)["logits"] for x, _ in batches])
         order = np.argsort(-logits, axis=1)
         top[name] = order[:, 0]
         out[name] = {"top1": float(np.mean(order[:, 0] == labels)),

@@ -94,13 +94,16 @@ def int8_accuracy(run, files: dict, batches, records: str) -> dict:
     """COCO AP, AP50 and AP75 of each ONNX file (``run(file, images)`` gives its outputs by
     name: the NMS inside ``model.onnx``), by pycocotools."""
     from ssd import coco_eval
+    from ssd.serving import TF_OD_NAMES
     gt = coco_eval.ground_truth(os.path.join(records, "validation_annotations.json"))
     out = {}
     for name, f in files.items():
         parts = []
         for b in batches:
-            parts.append({**run(f, b["images"], named=True), "image_id": b["image_id"],
-                          "height": b["height"], "width": b["width"]})
+            named = run(f, b["images"], named=True)  # TF-OD's names -> postprocess.nms's
+            parts.append({**{k: named[v] for k, v in TF_OD_NAMES.items()},
+                          "image_id": b["image_id"], "height": b["height"],
+                          "width": b["width"]})
         merged = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
         stats = coco_eval.evaluate(gt, coco_eval.to_coco(merged), merged["image_id"])
         out[name] = {k: float(stats[k]) for k in METRICS}
