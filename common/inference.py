@@ -56,9 +56,9 @@ def predict(task, model: keras.Model, paths, dist, log, results_dir: str,
             why = str(e) if isinstance(e, DataError) else f"{path}: {one_line(str(e))}"
             failed.append(why)
             found = [{"file": path, "error": why}]
-            log.print(f"skipped {path}: {why}")
-        for r in found:
-            said = task.describe_prediction(r) if "error" not in r else None
+        for r in found:  # one line a record: the prediction, or why the file was skipped
+            said = task.describe_prediction(r) if "error" not in r else \
+                f"skipped {path}: {r['error']}"
             count = f"[{n}/{len(paths)}] " if len(paths) > 1 else ""
             log.log((epoch, len(records)), r, text=f"{count}{said}" if said else None)
             records.append(r)

@@ -219,11 +219,28 @@ def _run(task_cls: type[Task], argv: Sequence[str]) -> dict:
         summary.update(precision=trainer.ctx.precision.policy, world_size=trainer.dist.size)
         if fv.mode in INFERENCE_MODES:
             summary["inference_weights"] = trainer.inference_weights()
+        summary.update(_where(fv))
         logger.summary(summary)
         return summary
     finally:
         trainer.profiler.close()
         logger.close()
+
+
+def _where(fv) -> dict:
+    """Where the run's files are, the summary's last lines: its log, the checkpoints it wrote
+    or read, its predictions and exports."""
+    out = {"log": os.path.abspath(os.path.join(fv.results_dir, fv.log_filename))}
+    if fv.mode in ("train", "train_and_evaluate", "evaluate", "predict"):
+        out["checkpoints"] = os.path.abspath(fv.model_dir)
+    if fv.mode == "predict":
+        out["predictions_file"] = os.path.abspath(os.path.join(fv.results_dir,
+                                                               "predictions.json"))
+    if fv.export_dir:
+        out["export"] = os.path.abspath(fv.export_dir)
+    if fv.export_triton:
+        out["triton_repository"] = os.path.abspath(fv.export_triton)
+    return out
 
 
 def main(task_cls: type[Task], argv: Sequence[str] | None = None) -> int:

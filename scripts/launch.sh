@@ -96,6 +96,12 @@ case "${LAUNCHER:-mpirun}" in
     if [ -n "${CONTAINER:-}" ]; then
       # pyxis (enroot) reads an image as [USER@][REGISTRY#]IMAGE[:TAG], or a squashfs file's
       # path: without '#', "registry.example.com/team/img" names an image on Docker Hub.
+      # NVIDIA's stock TensorFlow image holds neither this code nor its Keras (3.3.2 where
+      # the code needs 3.15): srun would fail in every task, after the job waited its turn.
+      case "${CONTAINER##*/}" in
+        tensorflow:*|nvidia+tensorflow+*)
+          die "CONTAINER=$CONTAINER is NVIDIA's stock TensorFlow image, which holds neither this code nor Keras 3.15: build this repository's image on it (docker build -t tf-model-scripts .) and give that (docs/running.md, Containers on Slurm)" ;;
+      esac
       case "$CONTAINER" in
         /*|./*|../*|*.sqsh|*#*) ;;
         */*)

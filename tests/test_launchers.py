@@ -73,7 +73,7 @@ def test_slurm_runs_one_task_per_gpu_in_the_container(model):
     assert not {"--batch_size", "--batch_chunk", "--num_iter"} & set(cmd)
 
 
-@pytest.mark.parametrize("image", ["nvcr.io#nvidia/tensorflow:25.02-tf2-py3",
+@pytest.mark.parametrize("image", ["nvcr.io#me/tf-model-scripts:25.02",
                                    "me@registry.example.com#team/img", "ubuntu:24.04",
                                    "library/ubuntu", "/shared/images/tf.sqsh", "./tf.sqsh"])
 def test_pyxis_image_forms_are_passed_on(image):
@@ -128,6 +128,12 @@ def test_slurm_without_a_container_runs_this_checkout():
      "launch.sh: error: CONTAINER=me@localhost:5000/i: pyxis reads images as "
      "[USER@][REGISTRY#]IMAGE[:TAG], so this is looked up on Docker Hub; write "
      "CONTAINER=me@localhost:5000#i"),
+    # The stock image holds neither the code nor Keras 3.15: refused before srun, by any name.
+    *[("resnet50v1.5/scripts/slurm.sbatch", [], {"SLURM_JOB_ID": "1", "CONTAINER": image},
+       f"launch.sh: error: CONTAINER={image} is NVIDIA's stock TensorFlow image, which holds "
+       "neither this code nor Keras 3.15: build this repository's image on it")
+      for image in ("nvcr.io#nvidia/tensorflow:25.02-tf2-py3",
+                    "/shared/images/nvidia+tensorflow+25.02-tf2-py3.sqsh")],
 ])
 def test_launcher_errors_are_one_line(script, args, env, message):
     code, _, err = dry(script, *args, **env)

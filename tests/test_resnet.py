@@ -110,6 +110,11 @@ def test_predict_returns_classes_for_image_files_and_exports(tmp_path, digits_re
                                        str(images / "train" / "*" / "*.JPEG"),
                                        "--export_dir", str(tmp_path / "export")])
     assert s["predictions"] == 3
+    # The summary ends with where the run's files are.
+    assert list(s)[-4:] == ["log", "checkpoints", "predictions_file", "export"]
+    assert (s["log"], s["checkpoints"], s["predictions_file"], s["export"]) == (
+        str(tmp_path / "log.json"), str(tmp_path / "checkpoints"),
+        str(tmp_path / "predictions.json"), str(tmp_path / "export"))
     preds = json.load(open(tmp_path / "predictions.json"))
     for p in preds:
         assert len(p["top5_classes"]) == 5 and all(0 <= c < 10 for c in p["top5_classes"])

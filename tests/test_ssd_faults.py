@@ -293,9 +293,15 @@ def test_predict_draws_each_input_once_and_skips_an_unreadable_file(shapes_recor
     tf.io.write_file(str(images / "a.png"), tf.io.encode_png(tf.io.decode_jpeg(
         tf.io.read_file(str(source[1])))))
     (images / "b.jpg").write_bytes(b"not an image")
-    code, _ = _main(capsys, "--mode", "predict", "--to_predict", str(images), "--results_dir",
-                    str(out), "--data_dir", shapes_records)
+    from common import runner
+    code = runner.main(SSDTask, ["main.py", *TINY, "--mode", "predict", "--to_predict",
+                                 str(images), "--results_dir", str(out), "--data_dir",
+                                 shapes_records])
     assert code == 0
+    # One line a file, the unreadable one's saying why it was skipped.
+    said = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("[")]
+    assert [ln.split()[0] for ln in said] == ["[1/3]", "[2/3]", "[3/3]"]
+    assert said[2].startswith(f"[3/3] skipped {images / 'b.jpg'}: ")
     records = json.loads((out / "predictions.json").read_text())
     assert [os.path.basename(r["file"]) for r in records] == ["a.jpg", "a.png", "b.jpg"]
     assert sorted(os.listdir(out / "predictions")) == ["a.jpg.png", "a.png.png"]
