@@ -25,12 +25,16 @@ _FIGURES = (
     ("tensor_core_missed", "eligible, not on tensor cores: {}"),
     ("matmul_conv_16bit_share", "16-bit {:.0%}"),
     ("eval_images_per_s", "eval {:.1f} img/s"), ("eval_AP", "AP {:.3f}"),
+    ("latency_p50_ms", "p50 {:.1f} ms"),
 )
 
 
 def stage_row(path: str) -> tuple[str, str, str]:
     """(stage, PASS/FAIL/not run, figures or the error's last line)."""
     name = os.path.basename(path)
+    if os.path.exists(os.path.join(path, "skipped")):
+        with open(os.path.join(path, "skipped")) as f:
+            return name, "skipped", f.read().strip()
     try:
         with open(os.path.join(path, "exit_code")) as f:
             code = int(f.read().strip())
@@ -58,8 +62,10 @@ def table(smoke_dir: str) -> str:
             if os.path.isdir(os.path.join(smoke_dir, d)) and d != "data"]
     out = ["| stage | result | figures |", "|---|---|---|"]
     out += [f"| {name} | {result} | {figures} |" for name, result, figures in rows]
-    failed = sum(r[1].startswith("FAIL") for r in rows)
-    out.append(f"\n{len(rows) - failed} of {len(rows)} stages passed")
+    passed = sum(r[1] == "PASS" for r in rows)
+    skipped = sum(r[1] == "skipped" for r in rows)
+    out.append(f"\n{passed} of {len(rows) - skipped} stages passed"
+               + (f" ({skipped} skipped: not possible on this machine)" if skipped else ""))
     return "\n".join(out)
 
 

@@ -189,7 +189,3 @@ def describe_rank(dist: Distributed, environ=os.environ) -> str:
                      if k in environ)
     return (f"rank {dist.rank}/{dist.size} local {dist.local_rank} on {socket.gethostname()}: "
             f"CUDA_VISIBLE_DEVICES={visible}{' ' + slurm if slurm else ''}; {where}")
-
-
-if __name__ == "__main__":  # python -m common.distributed, under any launcher: who is where
-    print(describe_rank(init()), flush=True)

@@ -319,4 +319,7 @@ def _main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_main(sys.argv))
+    from common import quiet_start  # standard library only, as this module
+    with quiet_start.filtered_stderr():  # TensorFlow's start-up lines, when it is imported
+        code = _main(sys.argv)
+    sys.exit(code)

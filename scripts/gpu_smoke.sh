@@ -4,7 +4,7 @@
 # node (or inside `salloc --nodes=2`, where LAUNCHER=srun spreads the multi-GPU stages).
 #   bash scripts/gpu_smoke.sh [--dry-run]
 # Stages, each recorded pass/fail with its figures, then one table (benchtools/smoke.py):
-#   ranks     python -m common.distributed on all GPUs: each rank's rank, local rank,
+#   ranks     python -m common.ranks on all GPUs: each rank's rank, local rank,
 #             CUDA_VISIBLE_DEVICES, the GPU it computes on and DALI's device_id
 #   dali      each model with --dali (Transformer-XL: DALI's numpy reader) under AMP for STEPS
 #             steps at the recipe's batch, on 1 GPU, then on all GPUs; its peak GPU memory
@@ -12,13 +12,19 @@
 #             tensor cores
 #   ssd-eval  one SSD320 evaluation of the validation split, timed (COCO AP computed)
 #   xla       each model --xla for STEPS steps on 1 GPU
+#   memory    each model in FP32 (--no_tf32) and in TF32 for STEPS steps on 1 GPU at the AMP
+#             recipe's batch per GPU: its throughput and peak GPU memory (a batch that does
+#             not fit fails the stage, with TensorFlow's out-of-memory line)
+#   infer     each model --mode inference_benchmark under AMP on 1 GPU: throughput, latency
+#   tftrt     each model's inference benchmark through TF-TRT (FP16), where this TensorFlow
+#             has TensorRT (NGC's containers up to 25.02); recorded as skipped elsewhere
 # Data: DATA_ROOT with prepare_dataset.py outputs in imagenet/, coco/ and wt103/ when given;
 # else small generated sets (digits, shapes, Shakespeare's plays) are prepared in
 # SMOKE_DIR/data: enough to run every pipeline, not to measure a real dataset's input speed.
 # Environment: GPUS (default: the GPUs nvidia-smi lists), LAUNCHER (srun inside a Slurm
 # allocation, else mpirun), PYTHON, SMOKE_DIR (default results/gpu_smoke), DATA_ROOT, STEPS (20).
-# --dry-run: prints every command instead of running it; only the rank report runs (it needs
-# no GPU). The tests run this mode.
+# --dry-run: prints every command instead of running it and writes nothing; only the rank
+# report runs (it needs no GPU). The tests run this mode.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 DRY=0
@@ -44,7 +50,7 @@ if [ -z "${LAUNCHER:-}" ]; then
   if [ -n "${SLURM_JOB_ID:-}" ]; then LAUNCHER=srun; else LAUNCHER=mpirun; fi
 fi
 export LAUNCHER PYTHON=$PY
-mkdir -p "$SMOKE_DIR"
+if [ "$DRY" = 0 ]; then mkdir -p "$SMOKE_DIR"; fi
 
 # run NAME CMD...: a stage's command, its output in SMOKE_DIR/NAME/, its exit code recorded.
 run() {
@@ -60,6 +66,15 @@ run() {
   "$@" >"$dir/stdout" 2>"$dir/stderr" || code=$?
   echo "$code" >"$dir/exit_code"
   if [ "$code" != 0 ]; then echo "[gpu_smoke] $name failed ($code): $(tail -n1 "$dir/stderr")"; fi
+}
+
+# skip NAME WHY: a stage that cannot run on this machine, recorded as skipped with the reason.
+skip() {
+  local name=$1 why=$2
+  if [ "$DRY" = 1 ]; then echo "$name: skipped ($why)"; return 0; fi
+  rm -rf "${SMOKE_DIR:?}/$name" && mkdir -p "$SMOKE_DIR/$name"
+  echo "$why" >"$SMOKE_DIR/$name/skipped"
+  echo "[gpu_smoke] $name skipped: $why"
 }
 
 # main.py on G GPUs through the project's launcher (one GPU: a plain process).
@@ -92,10 +107,18 @@ declare -A ARGS=(
 read -ra MODELS <<< "$(cd "$root" && "$PY" -m common.presets --models)"  # common/presets.py
 short=(--iter_unit batch --num_iter "$STEPS" --display_every 5)
 
+# TF-TRT's stage runs where TensorFlow has TensorRT (TFTRT=1 or 0 decides without asking it).
+if [ -z "${TFTRT:-}" ]; then
+  TFTRT=$(cd "$root" && "$PY" -c 'from common import quiet_start
+with quiet_start.filtered_stderr():
+    from common.export import tftrt
+    print(int(tftrt.available()))' 2>/dev/null || echo 0)
+fi
+
 # --- stages ------------------------------------------------------------------------------------
-run ranks bash "$root/scripts/launch.sh" "$root/common/distributed.py" fp32 "$GPUS" noxla
+run ranks bash "$root/scripts/launch.sh" "$root/common/ranks.py" fp32 "$GPUS" noxla
 if [ "$DRY" = 1 ]; then  # the one stage that needs no GPU: what this machine's ranks see
-  (cd "$root" && "$PY" -m common.distributed)
+  (cd "$root" && "$PY" -m common.ranks)
 fi
 for model in "${MODELS[@]}"; do
   # shellcheck disable=SC2086  # ARGS holds flags split on spaces (paths without spaces)
@@ -113,6 +136,22 @@ for model in "${MODELS[@]}"; do
   run "xla-$model" bash "$root/scripts/launch.sh" "$root/$model/main.py" amp 1 xla \
     ${ARGS[$model]} --mode training_benchmark "${short[@]}" --warmup_steps 5 \
     --results_dir "$SMOKE_DIR/xla-$model/run"
+  for precision in fp32 tf32; do
+    # shellcheck disable=SC2086
+    run "memory-$precision-$model" launch "$model" 1 "$precision" ${ARGS[$model]} \
+      --mode training_benchmark "${short[@]}" --warmup_steps 5 \
+      --results_dir "$SMOKE_DIR/memory-$precision-$model/run"
+  done
+  # shellcheck disable=SC2086
+  run "infer-$model" launch "$model" 1 amp ${ARGS[$model]} --mode inference_benchmark \
+    "${short[@]}" --warmup_steps 5 --results_dir "$SMOKE_DIR/infer-$model/run"
+  if [ "$TFTRT" = 1 ]; then
+    # shellcheck disable=SC2086
+    run "tftrt-$model" launch "$model" 1 amp ${ARGS[$model]} --mode inference_benchmark \
+      "${short[@]}" --warmup_steps 5 --use_tftrt FP16 --results_dir "$SMOKE_DIR/tftrt-$model/run"
+  else
+    skip "tftrt-$model" "this TensorFlow has no TensorRT (TF-TRT: NGC's containers up to 25.02)"
+  fi
 done
 # One SSD evaluation of the model trained by the dali-1gpu stage, timed (COCO AP computed).
 # shellcheck disable=SC2086

@@ -39,11 +39,16 @@ def test_every_stage_on_every_model_with_valid_flags(tmp_path, data_root):
     stages = dict(line.split(": ", 1) for line in proc.stdout.splitlines()
                   if ": " in line and not line.startswith("rank "))
     for model in MODELS:
-        for stage in ("dali-1gpu", "dali-8gpu", "profile", "xla"):
+        for stage in ("dali-1gpu", "dali-8gpu", "profile", "xla", "memory-fp32", "memory-tf32",
+                      "infer"):
             assert f"{stage}-{model}" in stages, sorted(stages)
+        # TF-TRT where this TensorFlow has TensorRT: here it has not (TFTRT=0 in the env).
+        assert stages[f"tftrt-{model}"].startswith("skipped (this TensorFlow has no TensorRT")
     assert "ssd-eval" in stages and "ranks" in stages
     assert stages["dali-8gpu-ssd320"].startswith("mpirun --allow-run-as-root --bind-to none -np 8")
     for name, line in stages.items():
+        if line.startswith("skipped ("):
+            continue
         cmd = shlex.split(line)
         main = [i for i, c in enumerate(cmd) if c.endswith("/main.py")]
         if not main:
@@ -52,11 +57,20 @@ def test_every_stage_on_every_model_with_valid_flags(tmp_path, data_root):
         task = _task(model)
         fv = flags.parse(flags.build(task.define_flags, task.flag_defaults),
                          ["main.py", *cmd[main[0] + 1:]])
-        assert fv.dali and fv.amp, name
+        assert fv.dali and bool(fv.amp) == (not name.startswith("memory-")), name
+        if name.startswith("memory-"):  # FP32 without TF32, and TF32
+            assert fv.tf32 == name.startswith("memory-tf32") and fv.no_tf32 == (
+                not fv.tf32), name
+            assert fv.mode == "training_benchmark", name
+        if name.startswith("infer-"):
+            assert fv.mode == "inference_benchmark" and fv.use_tftrt is None, name
         assert fv.xla == name.startswith("xla-") and (fv.profile is not None) == \
             name.startswith("profile-")
-    # The one stage that needs no GPU ran: this machine's rank report.
+    # The one stage that needs no GPU ran: this machine's rank report, without TensorFlow's
+    # start-up lines; and a dry run writes nothing.
     assert "rank 0/1 local 0 on" in proc.stdout and "computes on the CPU" in proc.stdout
+    assert "cuInit" not in proc.stderr and "cuda drivers" not in proc.stderr, proc.stderr
+    assert not (tmp_path / "smoke").exists()
 
 
 def test_under_slurm_the_multi_gpu_stages_go_through_srun(tmp_path, data_root):
@@ -95,10 +109,14 @@ def test_the_table_shows_each_stage_with_its_figures_or_its_error(tmp_path):
     ranks.mkdir()
     (ranks / "exit_code").write_text("0\n")
     (ranks / "stdout").write_text("rank 1/2 local 1 on n: x\nrank 0/2 local 0 on n: y\n")
+    skipped = tmp_path / "tftrt-ssd320"
+    skipped.mkdir()
+    (skipped / "skipped").write_text("this TensorFlow has no TensorRT\n")
     assert smoke.main([str(tmp_path)]) == 1  # a stage failed
     table = (tmp_path / "table.md").read_text()
     assert "| dali-8gpu-ssd320 | PASS | 8 proc, 5123 img/s, peak 20480 MiB |" in table
     assert "| xla-transformerxl | FAIL (1) | main.py: error: something precise |" in table
     assert "| ranks | PASS | 2 rank(s): rank 0/2 local 0 on n: y | rank 1/2 local 1 on n: x |" \
         in table
-    assert "2 of 3 stages passed" in table
+    assert "| tftrt-ssd320 | skipped | this TensorFlow has no TensorRT |" in table
+    assert "2 of 3 stages passed (1 skipped: not possible on this machine)" in table
