@@ -299,7 +299,7 @@ def test_a_triton_server_answers_the_client_with_the_savedmodels_outputs(
         Image.fromarray((rng.rand(h, w, 3) * 255).astype(np.uint8)).save(path)
         files.append(str(path))
     encoded = tf.constant([open(p, "rb").read() for p in files])
-    for (trainer, export, _), model in ((resnet, "resnet50_savedmodel"),
+    for (_, export, _), model in ((resnet, "resnet50_savedmodel"),
                                         (ssd, "ssd320_savedmodel")):
         want = {k: v.numpy() for k, v in _signature(export, "serving_default")(
             images=encoded).items()}
