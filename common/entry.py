@@ -1,7 +1,7 @@
 """Where every ``main.py`` and ``prepare_dataset.py`` starts: run by path
-(``runpy.run_path``), so that it can say in one line that the repository is not installed, which
-an import of ``common`` could not; then the stack check (``versions.require``), then the
-script's target: a ``Task`` class for ``main.py`` (run by ``common.runner.main``), a function
+(``runpy.run_path``), so that it puts its own checkout first on the import path before anything
+of ``common`` is imported; then the stack check (``versions.require``), then the script's
+target: a ``Task`` class for ``main.py`` (run by ``common.runner.main``), a function
 for ``prepare_dataset.py``.
 
     sys.exit(runpy.run_path(ENTRY)["run"](__file__, "rn50.task:ResNetTask", "rn50.config"))
@@ -18,14 +18,16 @@ import sys
 HELP = ("-h", "--help", "--helpfull")
 
 
+# The checkout this file belongs to: its common/ and models run, whichever checkout an
+# editable install (``pip install -e``) points the environment at, so two clones side by side
+# each run their own code (README, "Where it runs").
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def run(script: str, target: str, flags_module: str | None = None) -> int:
-    try:
-        from common import quiet_start, versions
-    except ModuleNotFoundError:  # the repository is not installed in this Python
-        print(f"{os.path.basename(script)}: error: this repository is not installed; run "
-              "`bash scripts/install_deps.sh` (or `pip install --no-deps -e .`) at its root",
-              file=sys.stderr)
-        return 2
+    if sys.path[:2] != [sys.path[0], ROOT]:
+        sys.path.insert(1, ROOT)  # after the script's own folder (its model package)
+    from common import quiet_start, versions
     if flags_module and any(a in HELP for a in sys.argv[1:]):
         return _help(flags_module)
     from common import graceful_stop

@@ -106,16 +106,6 @@ def installed_quietly(package: str) -> str:
         return "unimportable"
 
 
-def other_checkout(script: str) -> str | None:
-    """The checkout ``common/`` is imported from, when it is not the one ``script`` lives in
-    (``pip install -e`` run in another clone); None when they agree."""
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    script_dir = os.path.dirname(os.path.abspath(script))
-    if os.path.commonpath([here, script_dir]) == here:
-        return None
-    return here
-
-
 def quiet_interrupts(prog: str) -> None:
     """Ctrl-C outside training (while TensorFlow imports, or the data are checked) ends with one
     line instead of a traceback; the process still reports SIGINT to its parent. That holds
@@ -155,11 +145,6 @@ def require(script: str) -> None:
     prog = os.path.basename(script)
     quiet_interrupts(prog)
     found = problems()
-    other = other_checkout(script)
-    if other:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(script)))
-        found.append(f"common/ is imported from {other}, another checkout than {root}; "
-                     f"run `pip install --no-deps -e {root}` (scripts/install_deps.sh does)")
     if found:
         print(f"{prog}: error: {found[0]}", file=sys.stderr)
         sys.exit(2)

@@ -1,5 +1,6 @@
 """The stack check every main.py and prepare_dataset.py makes before any model code runs."""
 import os
+import shutil
 import sys
 
 import pytest
@@ -73,26 +74,38 @@ def test_main_under_an_old_keras_stops_with_one_line(tmp_path, script):
     assert "Traceback" not in proc.stderr
 
 
-def test_main_without_the_repository_installed_says_how_to_install_it():
-    # -S: no site-packages, so no editable install either; the script's own folder stays.
+def test_main_without_its_dependencies_says_how_to_install_them():
+    # -S: no site-packages (no TensorFlow, no numpy); the script still finds its own checkout.
     proc = run_cli([sys.executable, "-S", os.path.join(ROOT, "ssd320", "main.py")])
     assert proc.returncode == 2, proc.stderr
     assert stderr_last_line(proc) == (
-        "main.py: error: this repository is not installed; run `bash scripts/install_deps.sh` "
-        "(or `pip install --no-deps -e .`) at its root")
+        "main.py: error: numpy is not installed; these scripts need numpy >= 1.26: run "
+        "'bash scripts/install_deps.sh' (it changes nothing that TensorFlow was built against)")
 
 
-def test_main_of_another_checkout_is_refused_with_the_fix(tmp_path):
-    # A second clone whose main.py would otherwise run this checkout's common/ and models.
+def test_two_clones_side_by_side_each_run_their_own_code(tmp_path):
+    """A second clone beside this one (which the environment's editable install points at)
+    runs its own common/ and models, and its tests import its own code: nothing to reinstall
+    or move. The clone here differs in one fact, the Keras it requires."""
     clone = tmp_path / "clone"
-    (clone / "resnet50v1.5").mkdir(parents=True)
-    (clone / "resnet50v1.5" / "main.py").write_text(
-        open(os.path.join(ROOT, "resnet50v1.5", "main.py")).read())
-    (clone / "common").mkdir()
-    (clone / "common" / "entry.py").write_text(
-        open(os.path.join(ROOT, "common", "entry.py")).read())
+    shutil.copytree(ROOT, clone, ignore=shutil.ignore_patterns(
+        ".git", "results", "__pycache__", ".pytest_cache", "*.egg-info"))
+    versions = clone / "common" / "versions.py"
+    text = versions.read_text()
+    versions.write_text(text.replace('Requirement("keras", "3.15"', 'Requirement("keras", "99"'))
+    assert versions.read_text() != text
     proc = run_cli([sys.executable, str(clone / "resnet50v1.5" / "main.py"), "--mode", "train"])
     assert proc.returncode == 2, proc.stderr
-    assert stderr_last_line(proc) == (
-        f"main.py: error: common/ is imported from {ROOT}, another checkout than {clone}; "
-        f"run `pip install --no-deps -e {clone}` (scripts/install_deps.sh does)")
+    assert stderr_last_line(proc).startswith(
+        "main.py: error: keras 3.15") and "need keras >= 99" in stderr_last_line(proc)
+    # Its tests too (pytest.ini's pythonpath): the clone's common, not this checkout's.
+    probe = clone / "tests" / "test_probe.py"
+    probe.write_text("import common, rn50\n\ndef test_where():\n"
+                     "    print(common.__file__, rn50.__file__)\n")
+    proc = run_cli([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
+                    "-p", "no:xdist", str(probe)], cwd=str(clone))
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert f"{clone}/common/__init__.py {clone}/resnet50v1.5/rn50/__init__.py" in proc.stdout
+    # And this checkout still runs its own.
+    proc = run_cli([sys.executable, os.path.join(ROOT, "resnet50v1.5", "main.py"), "--help"])
+    assert proc.returncode == 0, proc.stderr
