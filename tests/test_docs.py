@@ -7,6 +7,7 @@ import importlib.util
 import os
 import re
 import shlex
+import subprocess
 
 import pytest
 from conftest import ROOT
@@ -148,3 +149,23 @@ def test_quoted_commands_name_what_exists(doc):
                 if name not in known and not (name.startswith("no") and name[2:] in known):
                     bad.append(f"{line}: {whose} has no flag --{name}")
     assert not bad, bad
+
+
+def test_the_profile_diff_example_runs_as_written(tmp_path):
+    """docs/tools.md's FP32-against-AMP example, pasted: the same commands at the tiny preset's
+    size and in a temporary folder."""
+    import re
+    import sys
+    text = open(os.path.join(ROOT, "docs", "tools.md")).read()
+    (block,) = [b for b in re.findall(r"```bash\n(.*?)```", text, re.S)
+                if "benchtools.profile_diff" in b]
+    small = (block.replace("python ", f"{sys.executable} ")
+             .replace("--num_iter 40", "--preset tiny --num_iter 8")
+             .replace("--warmup_steps 10", "--warmup_steps 2").replace("--profile 20:25",
+                                                                        "--profile 5:6")
+             .replace("results/", f"{tmp_path}/"))
+    assert small.count(str(tmp_path)) == 3 and "--preset tiny" in small
+    proc = subprocess.run(["bash", "-c", "set -euo pipefail\n" + small], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "B / A" in proc.stdout or "B/A" in proc.stdout, proc.stdout[-2000:]
