@@ -9,7 +9,12 @@ export PYTHON TEST_STACK
 # The replica of NGC 25.02's Python stack (scripts/ngc_stack.sh), kept between runs.
 NGC_VENV ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/tf-model-scripts/venvs/ngc-25.02
 # Runs a target with the replica's python, pip console scripts (horovodrun, tfrecord2idx) first.
-NGC_MAKE = PATH="$(NGC_VENV)/bin:$$PATH" VIRTUAL_ENV="$(NGC_VENV)" $(MAKE) PYTHON="$(NGC_VENV)/bin/python" \
+# The environments apart (scripts/modelopt_env.sh, scripts/triton_env.sh, tests/torch_env.sh)
+# are made with the machine's python3 whichever stack runs the suite: one of each, not one per
+# stack.
+BASE_PYTHON := $(shell command -v python3)
+NGC_MAKE = MODELOPT_BASE_PYTHON="$(BASE_PYTHON)" TRITON_PYTHON="$(BASE_PYTHON)" TORCH_PYTHON="$(BASE_PYTHON)" \
+	PATH="$(NGC_VENV)/bin:$$PATH" VIRTUAL_ENV="$(NGC_VENV)" $(MAKE) PYTHON="$(NGC_VENV)/bin/python" \
 	TEST_STACK=ngc
 
 .PHONY: deps test-deps demo demo-ssd test test-slow lint pytest-fast pytest-slow ngc-stack ngc-deps test-ngc \
