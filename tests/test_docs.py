@@ -164,7 +164,7 @@ def test_the_profile_diff_example_runs_as_written(tmp_path):
              .replace("--warmup_steps 10", "--warmup_steps 2").replace("--profile 20:25",
                                                                         "--profile 5:6")
              .replace("results/", f"{tmp_path}/"))
-    assert small.count(str(tmp_path)) == 3 and "--preset tiny" in small
+    assert small.count(str(tmp_path)) == 4 and small.count("--preset tiny") == 2
     proc = subprocess.run(["bash", "-c", "set -euo pipefail\n" + small], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
