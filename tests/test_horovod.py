@@ -148,9 +148,17 @@ def _job_process(launcher_pid, first_words):
     return None
 
 
+# The launchers' signal handling is the shell's and Open MPI's, the same under both stacks:
+# Ctrl-C's case runs in one suite (pytest.ini's one_stack).
+LAUNCHER_ONLY = pytest.mark.one_stack(
+    "pip", "the launcher's signal handling (bash, Open MPI, the watchdog's Python) does not "
+    "change with the Python stack")
+
+
 @pytest.mark.parametrize("launcher, target, sig", [
     ("mpirun", "launch.sh", signal.SIGTERM),
-    ("mpirun", "launch.sh", signal.SIGINT),  # Ctrl-C in a terminal
+    pytest.param("mpirun", "launch.sh", signal.SIGINT,  # Ctrl-C in a terminal
+                 marks=LAUNCHER_ONLY),
     ("horovodrun", "its shell", signal.SIGTERM),  # horovodrun's /bin/sh -c mpirun ...
 ])
 def test_a_signal_to_the_launcher_stops_the_ranks_gracefully(tmp_path, launcher, target, sig):
@@ -238,7 +246,7 @@ def _rank_pid(results_dir, rank):
     ("mpirun", signal.SIGSTOP),
     # horovodrun runs the same mpirun under a shell: `make test-slow` (the suite's time budget)
     pytest.param("horovodrun", signal.SIGSTOP, marks=pytest.mark.slow),
-    ("mpirun", signal.SIGKILL)])
+    pytest.param("mpirun", signal.SIGKILL, marks=LAUNCHER_ONLY)])
 def test_a_rank_that_stops_answering_or_dies_ends_the_job_within_the_bound(tmp_path, launcher,
                                                                           sig):
     """A rank stopped without dying left the other in its allreduce for good (100 s watched: no

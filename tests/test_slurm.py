@@ -276,7 +276,9 @@ def test_a_complete_run_or_a_spent_max_requeues_is_not_requeued(slurm, tmp_path)
 
 
 @CLUSTER_ONLY
-@pytest.mark.parametrize("sig", ["KILL", "STOP"])
+# A killed task ending the job is srun's own --kill-on-bad-exit (the mpirun case is tested in
+# the suite): `make test-slow`. A stopped one is the watchdog's.
+@pytest.mark.parametrize("sig", [pytest.param("KILL", marks=pytest.mark.slow), "STOP"])
 def test_a_lost_rank_under_srun_ends_the_job_within_the_bound(slurm, tmp_path, sig):
     """SIGKILL: Slurm's own "task 1: Killed". SIGSTOP (a rank that neither dies nor answers):
     rank 0's --hang_timeout watch names it and srun --kill-on-bad-exit ends the step."""
