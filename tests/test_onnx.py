@@ -214,3 +214,19 @@ def test_export_onnx_needs_export_dir(tmp_path):
                                                 "--export_dir"):
         runner.run(ResNetTask, ["main.py", *TINY, *BENCH, "--results_dir", str(tmp_path),
                                 "--export_onnx"])
+
+
+def test_int8_without_model_optimizer_is_refused_at_start_with_the_fix(tmp_path, digits_records,
+                                                                      monkeypatch):
+    """A python that lacks Model Optimizer (MODELOPT_PYTHON names this one, which has no
+    PyTorch) stops the run before training, with one line naming the fix."""
+    import sys
+    monkeypatch.setenv("MODELOPT_PYTHON", sys.executable)
+    with pytest.raises(runner.UsageError, match=(
+            f"--export_onnx_int8: MODELOPT_PYTHON={sys.executable} cannot import "
+            r"modelopt.onnx.quantization \(pip install 'nvidia-modelopt\[onnx\]' there, or "
+            r"unset it\)")):
+        runner.run(ResNetTask, ["main.py", *TINY, *BENCH, "--results_dir", str(tmp_path),
+                                "--data_dir", digits_records, "--export_dir",
+                                str(tmp_path / "e"), "--export_onnx_int8"])
+    assert not (tmp_path / "e").exists() and not (tmp_path / "log.json").exists()
