@@ -12,25 +12,9 @@ set -euo pipefail
 
 PY=${MODELOPT_BASE_PYTHON:-python3}
 TORCH=2.14.1 MODELOPT=0.47.0
-cache=${TF_MODEL_SCRIPTS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tf-model-scripts}
-tag=$("$PY" -c 'import sys; print("py%d.%d" % sys.version_info[:2])')
-venv="$cache/venvs/modelopt$MODELOPT-torch$TORCH-$tag"
 log() { printf '[modelopt_env] %s\n' "$*" >&2; }
-check='import modelopt.onnx.quantization'
-
-if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "$check" >/dev/null 2>&1; then
-  echo "$venv/bin/python"
-  exit 0
-fi
-if [ "${1:-}" = --where ]; then
-  echo "$venv/bin/python"
-  exit 1
-fi
-log "making $venv: torch $TORCH, nvidia-modelopt[onnx] $MODELOPT (about 6 GB, a few minutes)"
-rm -rf "$venv"
-"$PY" -m venv "$venv"
-"$venv/bin/python" -m pip install --disable-pip-version-check --no-input -q \
-  "torch==$TORCH" "nvidia-modelopt[onnx]==$MODELOPT" >&2
-"$venv/bin/python" -c "$check" || { log "Model Optimizer does not import in $venv"; exit 1; }
-log "ready: $venv"
-echo "$venv/bin/python"
+source "$(dirname "$0")/side_env.sh"
+side_env "$PY" "modelopt$MODELOPT-torch$TORCH" \
+  "torch $TORCH, nvidia-modelopt[onnx] $MODELOPT (about 6 GB, a few minutes)" \
+  "import modelopt.onnx.quantization" "$([ "${1:-}" = --where ] && echo 1 || echo 0)" \
+  "torch==$TORCH" "nvidia-modelopt[onnx]==$MODELOPT"

@@ -12,22 +12,10 @@ set -euo pipefail
 
 PY=${TRITON_PYTHON:-python3}
 TF=2.21.0 NUMPY=1.26.4 PYTRITON=0.7.0 TRITONCLIENT=2.73.0 PILLOW=13.0.0
-cache=${TF_MODEL_SCRIPTS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tf-model-scripts}
-tag=$("$PY" -c 'import sys; print("py%d.%d" % sys.version_info[:2])')
-venv="$cache/venvs/triton-pytriton$PYTRITON-tf$TF-$tag"
 log() { printf '[triton_env] %s\n' "$*" >&2; }
-check='import tensorflow, pytriton, tritonclient.grpc, tritonclient.http, PIL'
-
-if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "$check" >/dev/null 2>&1; then
-  echo "$venv/bin/python"
-  exit 0
-fi
-log "making $venv: tensorflow $TF, nvidia-pytriton $PYTRITON, tritonclient $TRITONCLIENT (about 2.5 GB)"
-rm -rf "$venv"
-"$PY" -m venv "$venv"
-"$venv/bin/python" -m pip install --disable-pip-version-check --no-input -q \
+source "$(dirname "$0")/side_env.sh"
+side_env "$PY" "triton-pytriton$PYTRITON-tf$TF" \
+  "tensorflow $TF, nvidia-pytriton $PYTRITON, tritonclient $TRITONCLIENT (about 2.5 GB)" \
+  "import tensorflow, pytriton, tritonclient.grpc, tritonclient.http, PIL" 0 \
   "tensorflow==$TF" "numpy==$NUMPY" "nvidia-pytriton==$PYTRITON" \
-  "tritonclient[grpc,http]==$TRITONCLIENT" "pillow==$PILLOW" >&2
-"$venv/bin/python" -c "$check" || { log "the Triton packages do not import in $venv"; exit 1; }
-log "ready: $venv"
-echo "$venv/bin/python"
+  "tritonclient[grpc,http]==$TRITONCLIENT" "pillow==$PILLOW"

@@ -3,6 +3,7 @@ import contextlib
 import importlib.util
 import os
 import signal
+import socket
 import subprocess
 import sys
 
@@ -72,6 +73,18 @@ def load_script(model_dir: str, name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports that were free a moment ago (the test servers' and the test
+    Slurm's daemons')."""
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
 
 
 def run_cli(args, timeout=300, env=None, **kw):

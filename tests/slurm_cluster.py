@@ -16,6 +16,8 @@ import socket
 import subprocess
 import time
 
+from conftest import free_ports
+
 # A job in these states has not ended (SIGNALING: Slurm is sending a --signal warning; REQUEUED:
 # on its way back to PENDING).
 UNFINISHED = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SIGNALING", "REQUEUED",
@@ -25,16 +27,6 @@ DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "srun", "scanc
 
 def missing() -> list[str]:
     return [d for d in DAEMONS if shutil.which(d) is None]
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 class SlurmCluster:
@@ -62,7 +54,7 @@ class SlurmCluster:
 
     # --- start and stop ------------------------------------------------------------------
     def _write_conf(self) -> None:
-        ctld_port, d_port = _free_ports(2)
+        ctld_port, d_port = free_ports(2)
         d = self.root
         lines = [
             "ClusterName=tests",

@@ -10,14 +10,13 @@ scripts/serve_pytriton.py) answers scripts/triton_client.py, over HTTP and gRPC,
 SavedModel's outputs."""
 import json
 import os
-import socket
 import subprocess
 import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import ROOT, TINY
+from conftest import ROOT, TINY, free_ports
 
 from common import runner
 from rn50 import tfdata_pipeline as rn50_data
@@ -242,21 +241,11 @@ def test_the_triton_repository_parses_and_names_the_models_tensors(resnet, txl, 
     assert "dynamic_batching" not in c
 
 
-def _free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 class _Server:
     """scripts/serve_pytriton.py on an export, in the Triton environment, until closed."""
 
     def __init__(self, python, export, tmp, *args):
-        self.http, self.grpc, metrics = _free_ports(3)
+        self.http, self.grpc, metrics = free_ports(3)
         ready = tmp / f"ready-{self.http}"
         self.log = open(tmp / f"server-{self.http}.log", "w")
         self.proc = subprocess.Popen(

@@ -10,22 +10,9 @@ set -euo pipefail
 
 PY=${TORCH_PYTHON:-python3}
 TORCH=2.14.1 TORCHVISION=0.29.1 TIMM=1.0.31 SAFETENSORS=0.8.0
-cache=${TF_MODEL_SCRIPTS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tf-model-scripts}
-tag=$("$PY" -c 'import sys; print("py%d.%d" % sys.version_info[:2])')
-venv="$cache/venvs/torch$TORCH-$tag"
 log() { printf '[torch_env] %s\n' "$*" >&2; }
-
-if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import torchvision, timm, safetensors" \
-    >/dev/null 2>&1; then
-  echo "$venv/bin/python"
-  exit 0
-fi
-log "making $venv: torch $TORCH, torchvision $TORCHVISION, timm $TIMM (about 5 GB, a minute or two)"
-rm -rf "$venv"
-"$PY" -m venv "$venv"
-"$venv/bin/python" -m pip install --disable-pip-version-check --no-input -q \
-  "torch==$TORCH" "torchvision==$TORCHVISION" "timm==$TIMM" "safetensors==$SAFETENSORS" >&2
-"$venv/bin/python" -c "import torchvision, timm, safetensors" || {
-  log "torchvision or timm does not import in $venv"; exit 1; }
-log "ready: $venv"
-echo "$venv/bin/python"
+source "$(dirname "$0")/../scripts/side_env.sh"
+side_env "$PY" "torch$TORCH" \
+  "torch $TORCH, torchvision $TORCHVISION, timm $TIMM (about 5 GB, a minute or two)" \
+  "import torchvision, timm, safetensors" 0 \
+  "torch==$TORCH" "torchvision==$TORCHVISION" "timm==$TIMM" "safetensors==$SAFETENSORS"

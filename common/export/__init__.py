@@ -9,6 +9,7 @@ the SavedModel that ``--use_tftrt`` converts. What each holds is the model's ser
 * ``onnx_int8``: INT8 ONNX in Q/DQ form, calibrated on training images.
 * ``triton``: a Triton Inference Server model repository of the export.
 * ``tftrt``: TF-TRT conversion for the inference benchmark.
+* ``tools``: the external tools' runs, their logs kept only on failure.
 """
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def check_export_dir(serving, model: keras.Model, flags, log) -> None:
     with_onnx = flags.export_onnx or flags.export_onnx_int8
     need = export_bytes(serving, model, flags.export_dir, with_onnx, flags.export_onnx_int8, log)
     files.check_output_dir(flags.export_dir, "--export_dir", need, "the export needs")
-    if getattr(flags, "export_triton", None):
+    if flags.export_triton:
         files.check_output_dir(flags.export_triton, "--export_triton", need,
                                "the model repository needs")
     if flags.export_onnx_int8:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
 import sys
 import tempfile
 
 from common import precision
-from common.errors import TrainingError, UsageError, one_line
+from common.errors import TrainingError, UsageError
+from common.export.tools import run_with_log
 
 OPSET = 17  # TensorRT 8.6 and later, ONNX Runtime 1.14 and later
 
@@ -34,17 +34,9 @@ def export(saved_model: str, out_path: str | None = None, signature: str = "serv
     out_path = out_path or os.path.join(saved_model, "model.onnx")
     cmd = [sys.executable, "-m", "tf2onnx.convert", "--saved-model", saved_model,
            "--signature_def", signature, "--opset", str(opset), "--output", out_path]
-    # The converter's log goes to a temporary file, not beside the model: kept (and named)
-    # only when the conversion fails.
-    fd, log_path = tempfile.mkstemp(prefix="tf2onnx-", suffix=".log")
-    with os.fdopen(fd, "w") as log:
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)
-    if proc.returncode != 0 or not os.path.exists(out_path):
-        with open(log_path) as f:
-            lines = [ln for ln in f.read().splitlines() if ln.strip()]
-        raise RuntimeError(f"tf2onnx could not convert {saved_model} (log: {log_path}): "
-                           f"{one_line(lines[-1]) if lines else 'no output'}")
-    os.remove(log_path)
+    failed = run_with_log(cmd, "tf2onnx-", out_path)
+    if failed:
+        raise RuntimeError(f"tf2onnx could not convert {saved_model} {failed}")
     return out_path
 
 

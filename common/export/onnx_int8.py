@@ -28,11 +28,11 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from common.errors import TrainingError, UsageError, one_line
+from common.errors import TrainingError, UsageError
+from common.export.tools import run_with_log
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENV_SCRIPT = os.path.join(ROOT, "scripts", "modelopt_env.sh")
@@ -72,52 +72,37 @@ def int8_name(onnx_file: str) -> str:
     return f"{root}_int8{ext}"
 
 
-def quantize(float_path: str, int8_path: str, batches: Callable[[], Iterable[np.ndarray]],
-             python: str | None = None) -> str:
-    """``float_path`` calibrated on ``batches()`` (model inputs, float32) and quantized to INT8
-    by Model Optimizer at ``int8_path``. Its log goes to a temporary file, kept (and named)
-    only when the quantization fails."""
+def quantize(float_path: str, int8_path: str, images: np.ndarray, python: str) -> str:
+    """``float_path`` calibrated on ``images`` (model inputs, float32) and quantized to INT8 by
+    Model Optimizer (run by ``python``) at ``int8_path``. Its log goes to a temporary file,
+    kept (and named) only when the quantization fails."""
     import onnx
-    python = python or require()
     input_name = onnx.load(float_path, load_external_data=False).graph.input[0].name
     with tempfile.TemporaryDirectory(dir=os.path.dirname(int8_path) or ".") as tmp:
         data = os.path.join(tmp, "calibration.npz")
-        np.savez(data, **{input_name: np.concatenate([np.asarray(b, np.float32)
-                                                      for b in batches()])})
-        fd, log_path = tempfile.mkstemp(prefix="modelopt-", suffix=".log")
-        with os.fdopen(fd, "w") as log:
-            proc = subprocess.run(
-                [python, "-m", "modelopt.onnx.quantization", "--onnx_path", float_path,
-                 "--quantize_mode", "int8", "--calibration_method", "max",
-                 "--calibration_data_path", data, "--calibration_eps", "cpu",
-                 "--high_precision_dtype", "fp32", "--output_path", int8_path],
-                stdout=log, stderr=subprocess.STDOUT, cwd=tmp)
-    if proc.returncode != 0 or not os.path.exists(int8_path):
-        with open(log_path) as f:
-            lines = [ln for ln in f.read().splitlines() if ln.strip()]
+        np.savez(data, **{input_name: images})
+        failed = run_with_log(
+            [python, "-m", "modelopt.onnx.quantization", "--onnx_path", float_path,
+             "--quantize_mode", "int8", "--calibration_method", "max",
+             "--calibration_data_path", data, "--calibration_eps", "cpu",
+             "--high_precision_dtype", "fp32", "--output_path", int8_path],
+            "modelopt-", int8_path, cwd=tmp)
+    if failed:
         raise TrainingError(f"INT8 quantization of {os.path.basename(float_path)} by Model "
-                            f"Optimizer failed (log: {log_path}): "
-                            f"{one_line(lines[-1]) if lines else 'no output'}")
-    os.remove(log_path)
+                            f"Optimizer failed {failed}")
     return int8_path
 
 
 def export_serving(serving, export_dir: str, log) -> list[str]:
-    """An INT8 file beside each of the model's ONNX files in ``export_dir``, calibrated on its
-    ``calibration_batches``; returns their paths."""
-    python = require()
-    seen = []  # images of each pass
-
-    def batches():
-        seen.append(0)
-        for batch in serving.calibration_batches():
-            seen[-1] += len(batch)
-            yield batch
-
+    """An INT8 file beside each of the model's ONNX files in ``export_dir``, all calibrated on
+    the same ``calibration_batches`` (read once); returns their paths. Model Optimizer's
+    environment was checked at start-up (``require``)."""
+    python = modelopt_python() or require()
+    images = np.concatenate([np.asarray(b, np.float32) for b in serving.calibration_batches()])
     out = [quantize(os.path.join(export_dir, name), os.path.join(export_dir, int8_name(name)),
-                    batches, python) for name in serving.onnx_files]
+                    images, python) for name in serving.onnx_files]
     asked = serving.flags.calibration_images
-    log(f"INT8 by NVIDIA Model Optimizer, calibrated on {seen[0] if seen else 0} training "
-        "images (max)" + (f": the training split holds fewer than --calibration_images {asked}"
-                          if seen and seen[0] < asked else ""))
+    log(f"INT8 by NVIDIA Model Optimizer, calibrated on {len(images)} training images (max)"
+        + (f": the training split holds fewer than --calibration_images {asked}"
+           if len(images) < asked else ""))
     return out

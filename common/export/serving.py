@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from common import errors
 from common.errors import DataError
+from common.images import MEAN, STD
 
 CLIENT_INFO = "client.json"  # in the SavedModel's assets/
 
@@ -136,7 +137,22 @@ class Serving:
             tf.saved_model.save(module, export_dir, signatures=signatures)
 
 
-def load(export_dir: str):
-    """(the loaded SavedModel, its client.json): what a client of the export reads."""
+def prepare_each(images, prepare, size: int):
+    """Encoded images (N,) string -> the float (N, size, size, 3) batch the network takes,
+    each prepared by ``prepare(encoded, size)`` (the model's evaluation preprocessing): the
+    image models' ``serving_default`` before their network."""
+    return tf.map_fn(lambda e: prepare(e, size), images,
+                     fn_output_signature=tf.TensorSpec([size, size, 3], tf.float32))
+
+
+def image_input_info(size: int) -> dict:
+    """The ``client.json`` fields the image models share: the network's input, RGB in NHWC on
+    the 0..255 scale, less ImageNet's mean and over its standard deviation."""
+    return {"input_size": [size, size], "channels": "RGB", "layout": "NHWC",
+            "mean": list(MEAN), "std": list(STD), "scale": "0..255"}
+
+
+def read_client_info(export_dir: str) -> dict:
+    """An export's ``client.json``."""
     with open(os.path.join(export_dir, "assets", CLIENT_INFO), encoding="utf-8") as fh:
-        return tf.saved_model.load(export_dir), json.load(fh)
+        return json.load(fh)

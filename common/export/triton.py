@@ -10,21 +10,20 @@ Up to three models of one network, each a directory with its ``config.pbtxt`` an
   ``1/model.plan`` from ``model.onnx`` (Triton does not start with a model that has no version,
   so the directory holds the config under ``config.pbtxt.pending`` until the engine is built).
 
-Inputs and outputs are named as the model names them (read from the SavedModel's signature and
-from the ONNX file). Where every input and output leads with the batch, Triton batches requests
-(``max_batch_size``, ``dynamic_batching``); Transformer-XL's memory leads with the layers, so
-it is served unbatched (``max_batch_size: 0``, full shapes). The configs are written as text in
-Triton's ``ModelConfig`` protobuf format; the tests parse them with Triton's own
-``model_config.proto`` (tritonclient).
+Inputs and outputs are named as the model names them (read from the export's ``client.json``,
+which describes its signatures, and from the ONNX file). Where every input and output leads
+with the batch, Triton batches requests (``max_batch_size``, ``dynamic_batching``);
+Transformer-XL's memory leads with the layers, so it is served unbatched (``max_batch_size:
+0``, full shapes). The configs are written as text in Triton's ``ModelConfig`` protobuf format;
+the tests parse them with Triton's own ``model_config.proto`` (tritonclient).
 """
 from __future__ import annotations
 
 import os
 import shutil
 
-import tensorflow as tf
-
 from common import files
+from common.export import serving as serving_lib
 
 DATA_TYPES = {"float32": "TYPE_FP32", "float16": "TYPE_FP16", "int32": "TYPE_INT32",
               "int64": "TYPE_INT64", "string": "TYPE_STRING", "uint8": "TYPE_UINT8",
@@ -34,12 +33,14 @@ ONNX_TYPES = {1: "float32", 10: "float16", 6: "int32", 7: "int64", 2: "uint8", 9
 
 
 def _saved_model_tensors(export_dir: str, signature: str = "serving_default"):
-    """(inputs, outputs) of a SavedModel signature: name -> (dtype name, shape, None = any)."""
-    fn = tf.saved_model.load(export_dir).signatures[signature]
-    inputs = {k: (v.dtype.name, list(v.shape))
-              for k, v in fn.structured_input_signature[1].items()}
-    outputs = {k: (v.dtype.name, list(v.shape)) for k, v in fn.structured_outputs.items()}
-    return inputs, outputs
+    """(inputs, outputs) of a SavedModel signature as its ``client.json`` describes them:
+    name -> (dtype name, shape, None = any)."""
+    described = serving_lib.read_client_info(export_dir)["signatures"][signature]
+
+    def read(tensors):
+        return {k: (v["dtype"], [None if d == -1 else d for d in v["shape"]])
+                for k, v in tensors.items()}
+    return read(described["inputs"]), read(described["outputs"])
 
 
 def _onnx_tensors(path: str):

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from common.export.serving import Serving
-from common.images import MEAN, STD
+from common.export.serving import Serving, image_input_info, prepare_each
 from rn50 import tfdata_pipeline
 
 
@@ -36,10 +35,7 @@ class ResNetServing(Serving):
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")])
         def encoded(images):
-            prepared = tf.map_fn(lambda e: tfdata_pipeline.eval_image(e, size), images,
-                                 fn_output_signature=tf.TensorSpec([size, size, 3],
-                                                                   tf.float32))
-            return outputs(prepared)
+            return outputs(prepare_each(images, tfdata_pipeline.eval_image, size))
         return {"serving_default": encoded, "preprocessed": preprocessed}
 
     def assets(self):
@@ -48,10 +44,9 @@ class ResNetServing(Serving):
 
     def client_info(self):
         f = self.flags
-        return {"input_size": [f.image_size, f.image_size], "channels": "RGB",
-                "layout": "NHWC", "resize_shorter_side": tfdata_pipeline.eval_resize(
-                    f.image_size), "crop": "central", "mean": list(MEAN), "std": list(STD),
-                "scale": "0..255", "num_classes": f.num_classes,
+        return {**image_input_info(f.image_size),
+                "resize_shorter_side": tfdata_pipeline.eval_resize(f.image_size),
+                "crop": "central", "num_classes": f.num_classes,
                 "labels": "labels.txt" if self.task.class_names else None}
 
     def serving_call(self, inputs, state):

@@ -18,8 +18,7 @@ import json
 
 import tensorflow as tf
 
-from common.export.serving import Serving
-from common.images import MEAN, STD
+from common.export.serving import Serving, image_input_info, prepare_each
 from ssd import postprocess, tfdata_pipeline
 
 # postprocess.nms's keys -> TF Object Detection API's output names.
@@ -53,9 +52,7 @@ class SSDServing(Serving):
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")])
         def encoded(images):
-            return preprocessed(tf.map_fn(
-                lambda e: tfdata_pipeline.eval_image(e, size), images,
-                fn_output_signature=tf.TensorSpec([size, size, 3], tf.float32)))
+            return preprocessed(prepare_each(images, tfdata_pipeline.eval_image, size))
         return {"serving_default": encoded, "preprocessed": preprocessed, "decoded": decoded}
 
     def assets(self):
@@ -64,10 +61,9 @@ class SSDServing(Serving):
 
     def client_info(self):
         f = self.flags
-        return {"input_size": [f.image_size, f.image_size], "channels": "RGB",
-                "layout": "NHWC", "resize": "bilinear, aspect not kept", "mean": list(MEAN),
-                "std": list(STD), "scale": "0..255", "boxes": "ymin, xmin, ymax, xmax; "
-                "normalised to the image as sent", "num_classes": f.num_classes,
+        return {**image_input_info(f.image_size), "resize": "bilinear, aspect not kept",
+                "boxes": "ymin, xmin, ymax, xmax; normalised to the image as sent",
+                "num_classes": f.num_classes,
                 "score_threshold": f.score_threshold,
                 "label_map": "label_map.json" if self.task.names else None}
 
