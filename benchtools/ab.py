@@ -38,6 +38,17 @@ def worktree(revision: str, parent: str) -> str:
     return path
 
 
+def rate_key(summary: dict, model: str) -> str:
+    """The benchmark's throughput in ``summary``: under the model's names (the mode's; the
+    summary says which), else the ``throughput_<unit>_per_s`` of revisions before them."""
+    names = presets.log_names(model)
+    key = names.train_throughput if summary.get("mode") == "training_benchmark" else \
+        names.infer_throughput
+    if key in summary:
+        return key
+    return next(k for k in summary if k.startswith("throughput_") and k.endswith("_per_s"))
+
+
 def run(tree: str, main_py: str, args: list[str], results_dir: str) -> dict:
     """One ``python TREE/MAIN_PY ARGS`` with TREE's packages; its DLLogger summary."""
     env = dict(os.environ)
@@ -57,7 +68,7 @@ def main(argv=None) -> int:
     p.add_argument("--after", default=None, help="git revision (default: this checkout as is)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--key", default=None, help="summary field to compare (default: the "
-                   "throughput_*_per_s field)")
+                   "benchmark mode's throughput, under the model's names)")
     p.add_argument("--json", default=None, help="also write the rounds and medians here")
     p.add_argument("main_py", help="path of main.py relative to the repository root")
     p.add_argument("args", nargs=argparse.REMAINDER, help="main.py's flags (after --)")
@@ -73,9 +84,11 @@ def main(argv=None) -> int:
             for name, tree in trees.items():
                 with tempfile.TemporaryDirectory() as results:
                     summary = run(tree, a.main_py, args, results)
-                key = key or next(k for k in summary if k.startswith("throughput_"))
-                values[name].append(float(summary[key]))
-                print(f"round {r} {name}: {key} {values[name][-1]:.4g}", flush=True)
+                rate = a.key or rate_key(summary, os.path.basename(os.path.dirname(
+                    os.path.join(ROOT, a.main_py))))
+                key = key or rate
+                values[name].append(float(summary[rate]))
+                print(f"round {r} {name}: {rate} {values[name][-1]:.4g}", flush=True)
     finally:
         for tree in trees.values():
             if tree != ROOT:

@@ -87,7 +87,7 @@ def ours(model: str, precision: str, batch: int, steps: int, warmup: int) -> flo
             "--iter_unit", "batch", "--num_iter", str(warmup + steps), "--warmup_steps",
             str(warmup), "--display_every", str(warmup + steps),
             *(["--amp"] if precision == "amp" else [])], tmp))
-    return summary[f"throughput_{presets.MODELS[model].item_unit}_per_s"]
+    return summary[presets.log_names(model).train_throughput]
 
 
 def peer(python: str, model: str, precision: str, batch: int, steps: int, warmup: int) -> dict:

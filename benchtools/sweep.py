@@ -32,13 +32,13 @@ LAUNCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 
 
 def _summary(results_dir: str) -> dict:
-    """The run's summary, with the machine its PARAMETER record names."""
+    """The run's summary, with the machine and model its PARAMETER record names."""
     path = os.path.join(results_dir, "log.json")
     records = read_records(path) if os.path.exists(path) else []
     finals = [r for r in records if r.get("step") == []]
-    machine = next((r["data"].get("machine") for r in records if r.get("step") == "PARAMETER"),
-                   None)
-    return {**(finals[-1]["data"] if finals else {}), "machine": machine}
+    params = next((r["data"] for r in records if r.get("step") == "PARAMETER"), {})
+    return {**(finals[-1]["data"] if finals else {}), "machine": params.get("machine"),
+            "model": params.get("model")}
 
 
 def run_one(main_py, mode, batch, precision, xla, gpus, results_dir, extra) -> dict:
@@ -55,10 +55,14 @@ def run_one(main_py, mode, batch, precision, xla, gpus, results_dir, extra) -> d
     return {**_summary(results_dir), **row}  # the sweep's labels win over the summary's
 
 
-def table(rows, unit: str) -> str:
+def table(rows, mode: str) -> str:
     """One line per configuration: the median of its rounds, their range, the speed-up of the
-    medians against FP32, and the medians of the latencies."""
-    key = f"throughput_{unit}_per_s"
+    medians against FP32, and the medians of the latencies (mean, p90, p95, p99), under the
+    model's names (``common/log_names.py``)."""
+    names = presets.log_names(next((r["model"] for r in rows if r.get("model")), ""))
+    phase = "train" if mode == "training_benchmark" else "eval"
+    key = names.train_throughput if phase == "train" else names.infer_throughput
+    latencies = [names.latency(phase, s) for s in ("avg", 90, 95, 99)]
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["precision"], r["xla"], r["batch_size"], r["gpus"]), []).append(r)
@@ -72,23 +76,23 @@ def table(rows, unit: str) -> str:
 
     base = {(b, x): median(g, key) for (p, x, b, _), g in groups.items() if p == "fp32"}
     out = [f"Measured on {'; '.join(machines) or 'an unknown machine'}.", "",
-           f"| precision | XLA | batch/{per} | {per}{'s' if gpu else 'es'} | {unit}/s (median) | "
-           "range | rounds | vs FP32 | latency p50 ms | p99 ms |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+           f"| precision | XLA | batch/{per} | {per}{'s' if gpu else 'es'} | {key} ({names.unit}, "
+           "median) | range | rounds | vs FP32 | latency mean ms | p90 ms | p95 ms | p99 ms |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (p, x, b, g), group in groups.items():
         failed = [r for r in group if "error" in r]
         v = median(group, key)
         if v is None:
             out.append(f"| {p} | {'on' if x else 'off'} | {b} | {g} | failed: "
-                       f"{failed[0]['error']} | | | | | |")
+                       f"{failed[0]['error']} | | | | | | | |")
             continue
         values = [r[key] for r in group if "error" not in r]
         spread = f"{min(values):.1f}-{max(values):.1f}" if len(values) > 1 else "-"
         speedup = f"{v / base[(b, x)]:.2f}x" if base.get((b, x)) else "-"
         rounds = f"{len(values)}" + (f" ({len(failed)} failed)" if failed else "")
-        p50, p99 = median(group, "latency_p50_ms"), median(group, "latency_p99_ms")
-        latency = (f"{p50:.1f} | {p99:.1f}" if p50 is not None else
-                   "- | -")  # not per step: a training benchmark's host waits every N steps
+        lat = [median(group, k) for k in latencies]  # None: not per step (the host waited
+        #                                              every --display_every steps)
+        latency = " | ".join("-" if v is None else f"{v:.2f}" for v in lat)
         out.append(f"| {p} | {'on' if x else 'off'} | {b} | {g} | {v:.1f} | {spread} | "
                    f"{rounds} | {speedup} | {latency} |")
     if any("latency" in r for r in rows):
@@ -106,7 +110,6 @@ def main(argv=None) -> int:
     p.add_argument("--precisions", default="fp32,amp")
     p.add_argument("--xla", default="off", choices=("off", "on", "both"))
     p.add_argument("--gpus", type=int, default=1)
-    p.add_argument("--unit", default="images", help="the throughput unit of the model")
     p.add_argument("--rounds", type=int, default=1, help="runs of every configuration, "
                    "alternating (each in NAME_rK)")
     p.add_argument("--results_dir", default="./results/sweep")
@@ -131,7 +134,7 @@ def main(argv=None) -> int:
     os.makedirs(args.results_dir, exist_ok=True)
     with open(os.path.join(args.results_dir, "sweep.json"), "w") as f:
         json.dump(rows, f, indent=1)
-    print(table(rows, args.unit))
+    print(table(rows, args.mode))
     return 1 if any("error" in r for r in rows) else 0
 
 

@@ -10,6 +10,7 @@ otherwise the summary says that it was not measured per step.
 from __future__ import annotations
 
 from common import loop
+from common.log_names import LogNames
 
 
 def epoch_of(step: int, steps_per_epoch: int) -> int:
@@ -17,14 +18,14 @@ def epoch_of(step: int, steps_per_epoch: int) -> int:
     return (step - 1) // steps_per_epoch + 1 if step > 0 else 0
 
 
-def _summary(clock: loop.Clock, unit: str, profile: str | None) -> dict:
-    out = clock.throughput(unit)
+def _summary(clock: loop.Clock, names: LogNames, phase: str, profile: str | None) -> dict:
+    out = clock.throughput(names, phase)
     if clock.profiled_out:
         out["throughput_excludes_profiled_steps"] = profile
     return out
 
 
-def _timed_loop(stepper, flags, profiler, log, unit: str, steps_per_epoch: int,
+def _timed_loop(stepper, flags, profiler, log, names: LogNames, steps_per_epoch: int,
                 every_step: bool, logged) -> loop.Clock:
     """Both modes' loop: steps 1..--num_iter, a line per --display_every steps."""
     clock = loop.Clock(timed_from=flags.warmup_steps)
@@ -34,31 +35,33 @@ def _timed_loop(stepper, flags, profiler, log, unit: str, steps_per_epoch: int,
                        every_step=every_step):
         if sp.events.display:
             log.log((epoch_of(sp.step, steps_per_epoch), sp.step),
-                    {**logged(sp), f"{unit}_per_s": clock.rate(displayed),
+                    {**logged(sp), names.step_throughput: clock.rate(displayed),
                      "warmup": sp.step <= flags.warmup_steps},
                     progress=(sp.step, flags.num_iter), tb_step=sp.step)
             displayed = sp.window_index + 1
     return clock
 
 
-def training(stepper, flags, profiler, log, unit: str, steps_per_epoch: int,
+def training(stepper, flags, profiler, log, names: LogNames, steps_per_epoch: int,
              global_batch_size: int) -> dict:
     """Training steps on the training data (the compiled step training runs), without saves
     or evaluations; a non-finite loss stops the run at the next sync point, as in training.
     ``global_batch_size``: rows per step over every rank (the header's); the items counted
-    (images, tokens) are ``{unit}_per_step``."""
-    clock = _timed_loop(stepper, flags, profiler, log, unit, steps_per_epoch, False,
-                        lambda sp: {"loss": sp.value})
-    return {**_summary(clock, unit, flags.profile), "global_batch_size": global_batch_size,
-            f"{unit}_per_step": stepper.items, **profiler.report}
+    (images, tokens) are ``{items}_per_step``."""
+    clock = _timed_loop(stepper, flags, profiler, log, names, steps_per_epoch, False,
+                        lambda sp: {names.loss: sp.value})
+    return {**_summary(clock, names, "train", flags.profile),
+            "global_batch_size": global_batch_size, names.per_step: stepper.items,
+            **profiler.report}
 
 
-def inference(stepper, flags, profiler, log, unit: str, steps_per_epoch: int) -> dict:
-    """The serving computation on the inference data, every step waited for (its latency)."""
-    clock = _timed_loop(stepper, flags, profiler, log, unit, steps_per_epoch, True,
+def inference(stepper, flags, profiler, log, names: LogNames, steps_per_epoch: int) -> dict:
+    """The serving computation on the inference data, every step waited for (its latency:
+    NVIDIA's scripts record an inference benchmark's under "eval")."""
+    clock = _timed_loop(stepper, flags, profiler, log, names, steps_per_epoch, True,
                         lambda sp: {})
     inputs = stepper.inputs
     import tensorflow as tf
-    return {**_summary(clock, unit, flags.profile),
+    return {**_summary(clock, names, "eval", flags.profile),
             "batch_size": int(tf.nest.flatten(inputs)[0].shape[0]),
-            f"{unit}_per_step": stepper.items, **profiler.report}
+            names.per_step: stepper.items, **profiler.report}

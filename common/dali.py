@@ -8,65 +8,32 @@ Nothing is chained after it: TensorFlow's dataset transformations have CPU kerne
 back, or fail. What a model does to a batch after DALI happens either in the DALI graph or in
 the compiled step (``Task.train_loss``, ``Task.eval_update``), and an evaluation pass is cut by
 ``EvalPass``, which slices the last batch on the device. With no GPU the same pipeline runs on
-the CPU (``device_id=None``), which is how the tests run it.
+the CPU (``device_id=None``), which is how the tests run it. The pipelines themselves
+(``*/dali_pipeline.build_pipeline``) and their placement (``common/dali_graph.py``) need no
+TensorFlow.
 
 ``nvidia.dali`` is imported only when a pipeline is built, so ``--dali`` is the only path that
 needs it.
 """
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 
 import tensorflow as tf
 
 from common import tfrecord_index
-from common.devices import CPU_ONLY, Devices
-
-# nvJPEG's scratch buffers, allocated once at these sizes instead of grown during the first
-# epoch (the values of NVIDIA's DALI examples and DeepLearningExamples for ImageNet).
-DEVICE_MEMORY_PADDING = 211_025_920
-HOST_MEMORY_PADDING = 140_544_512
-
-
-@dataclasses.dataclass(frozen=True)
-class Placement:
-    devices: Devices
-    cpu_decode: bool = False  # --dali_cpu: decode and augment on the CPU, serve on the GPU
-    float16: bool = False  # images leave DALI in float16 (AMP with float16 on a GPU)
-
-    @property
-    def gpu(self) -> bool:
-        return self.devices.gpu
-
-    @property
-    def decoder(self) -> dict:
-        """The image decoder's device and memory hints: nvJPEG (``mixed``) on a GPU unless
-        ``--dali_cpu``, the CPU otherwise."""
-        if self.gpu and not self.cpu_decode:
-            return {"device": "mixed", "device_memory_padding": DEVICE_MEMORY_PADDING,
-                    "host_memory_padding": HOST_MEMORY_PADDING}
-        return {"device": "cpu"}
-
-    def image_dtype(self):
-        from nvidia.dali import types
-        return types.FLOAT16 if self.float16 else types.FLOAT
-
-    @property
-    def tf_image_dtype(self) -> tf.DType:
-        return tf.float16 if self.float16 else tf.float32
-
-    def output(self, node):
-        """A pipeline output on the device the DALIDataset serves from."""
-        return node.gpu() if self.gpu else node
-
-
-CPU = Placement(CPU_ONLY)  # DALI's CPU-only mode, as the tests run it
+from common.dali_graph import Placement
 
 
 def placement(capabilities, cpu_decode: bool = False) -> Placement:
-    """Where a DALI pipeline runs for this process (``devices.Capabilities``)."""
-    return Placement(capabilities.devices, cpu_decode, float16=capabilities.input_float16)
+    """Where a DALI pipeline runs for this process (``devices.Capabilities``): the CUDA device
+    TensorFlow computes on, or DALI's CPU-only mode without a GPU."""
+    return Placement(capabilities.devices.dali_device_id, cpu_decode,
+                     float16=capabilities.input_float16)
+
+
+def tf_image_dtype(where: Placement) -> tf.DType:
+    return tf.float16 if where.float16 else tf.float32
 
 
 class Served:
@@ -91,12 +58,12 @@ def serve(pipeline_def: Callable, where: Placement, batch_size: int,
     ``external_source``. Every output of the pipeline must go through ``where.output``."""
     import nvidia.dali.plugin.tf as dali_tf
 
-    device_id = where.devices.dali_device_id
+    device_id = where.device_id
     pipe = pipeline_def(batch_size=batch_size, num_threads=num_threads, device_id=device_id,
                         seed=seed, prefetch_queue_depth=2)
     dataset_cls = (dali_tf.experimental.DALIDatasetWithInputs if with_inputs
                    else dali_tf.DALIDataset)
-    with tf.device(where.devices.tf_device):
+    with tf.device("/gpu:0" if where.gpu else "/cpu:0"):  # after pinning: this GPU
         dataset = dataset_cls(pipeline=pipe, batch_size=batch_size, device_id=device_id,
                               output_shapes=tuple(output_shapes),
                               output_dtypes=tuple(output_dtypes))

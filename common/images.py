@@ -10,11 +10,7 @@ import tensorflow as tf
 from PIL import Image
 
 from common.errors import DataError
-
-# ImageNet channel statistics on the 0..255 scale, as in NVIDIA's scripts (ResNet-50 and the
-# SSD320 trunk, which starts from its weights).
-MEAN = (123.68, 116.78, 103.94)
-STD = (58.395, 57.12, 57.375)
+from common.imagenet_stats import MEAN, STD
 
 
 def decode(encoded):

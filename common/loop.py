@@ -21,6 +21,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from common import sync
+from common.log_names import PERCENTILES, LogNames
 from common.watchdog import OFF as _NO_WATCH
 
 
@@ -101,22 +102,25 @@ class Clock:
         seconds = sum(w.seconds for w in self.timed)
         return sum(w.items for w in self.timed) / seconds if seconds > 0 else 0.0
 
-    def throughput(self, unit: str) -> dict:
-        """Throughput over the timed windows, and per-step latencies when every timed window
-        is one step (each step waited for: an inference benchmark, or ``--display_every 1``);
-        with longer windows a step's own time is not measured, and the summary says so."""
+    def throughput(self, names: LogNames, phase: str) -> dict:
+        """Throughput over the timed windows, and per-step latencies in milliseconds when every
+        timed window is one step (each step waited for: an inference benchmark, or
+        ``--display_every 1``), under the model's names (``names``; ``phase`` "train" or
+        "eval", as NVIDIA's scripts name an inference benchmark's); with longer windows a
+        step's own time is not measured, and the summary says so."""
         windows = self.timed
         steps = sum(w.steps for w in windows)
         if not steps:
             raise ValueError("no timed steps: --num_iter must exceed --warmup_steps")
         seconds = sum(w.seconds for w in windows)
-        out = {f"throughput_{unit}_per_s": sum(w.items for w in windows) / seconds,
+        rate = names.train_throughput if phase == "train" else names.infer_throughput
+        out = {rate: sum(w.items for w in windows) / seconds,
                "timed_steps": steps, "timed_seconds": seconds, "timed_windows": len(windows)}
         if all(w.steps == 1 for w in windows):
             ms = 1000.0 * np.asarray([w.seconds for w in windows])
-            out["latency_avg_ms"] = float(ms.mean())
-            for p in (50, 90, 95, 99):
-                out[f"latency_p{p}_ms"] = float(np.percentile(ms, p))
+            out[names.latency(phase, "avg")] = float(ms.mean())
+            for p in PERCENTILES:
+                out[names.latency(phase, p)] = float(np.percentile(ms, p))
         else:
             longest = max(w.steps for w in windows)
             out["latency"] = (f"not per step: the host waited every {longest} steps "

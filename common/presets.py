@@ -55,6 +55,16 @@ def benchmarks(model: str):
     return importlib.import_module(MODELS[model].benchmarks)
 
 
+def log_names(model: str):
+    """The model's names in its logs (``<package>.config.LOG_NAMES``, ``common/log_names.py``;
+    no TensorFlow), or those of the ResNet-50 pattern for a run of no model of this table."""
+    import importlib
+    if model not in MODELS:
+        from common.log_names import resnet_pattern
+        return resnet_pattern("items/s", {})
+    return importlib.import_module(f"{MODELS[model].package}.config").LOG_NAMES
+
+
 def task_class(model: str):
     """The Task class of a model of ``MODELS`` (imports TensorFlow)."""
     import importlib

@@ -119,9 +119,8 @@ def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
         enabled=dist.is_chief,
         json_path=os.path.join(fv.results_dir, fv.log_filename) if fv.log_filename else None,
         tensorboard_dir=tensorboard_dir)
-    logger.metadata("loss", unit=None)
-    logger.metadata(f"{task_cls.item_unit}_per_s", unit=f"{task_cls.item_unit}/s", fmt=":.1f")
-    logger.metadata("lr", unit=None, fmt=":.6f")
+    for name, unit, fmt in task_cls.log_names.units():  # DLLogger's units, NVIDIA's names
+        logger.metadata(name, unit=unit, fmt=fmt)
     ctx = RunContext(flags=fv, dist=dist, precision=prec, logger=logger,
                      capabilities=devices.decide(dist.devices, prec.compute_dtype))
     try:
@@ -134,7 +133,9 @@ def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
     # scaled learning rate), not only what the command line asked for.
     logger.parameters({**flags.as_dict(fv), "world_size": dist.size,
                        **run_settings(trainer), **prec.describe(),
-                       "model": task_cls.name, "headline_metric": task_cls.headline_metric,
+                       "model": task_cls.name, "headline_metric":
+                           task_cls.log_names.metric(task_cls.headline_metric)
+                           if task_cls.headline_metric else None,
                        "machine": machine.describe(dist.devices), "tensorflow": tf.__version__})
     logger.print(
         f"precision: policy {prec.policy} (amp: {prec.sources['amp']}), loss scale "

@@ -22,6 +22,7 @@ from common.distributed import Distributed, rank_seed
 from common.dllogger import Logger
 from common.errors import UsageError
 from common.flags import Settings
+from common.log_names import LogNames, resnet_pattern
 from common.precision import Precision
 
 
@@ -42,6 +43,8 @@ class Task(abc.ABC):
     name = "task"
     item_unit = "items"  # what throughput counts: images, tokens, ...
     headline_metric: str | None = None  # the evaluation metric results quote (charts plot it)
+    # NVIDIA's DLLogger names of this model's figures (common/log_names.py; its config.py's)
+    log_names: LogNames = resnet_pattern("items/s", {})
     flag_defaults: Mapping[str, Any] = {}  # model-specific defaults for common flags
     # --preset's named flag values (the model's config module defines the flag): resolved by
     # common.flags.preset_values before derive_settings.

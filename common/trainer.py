@@ -2,6 +2,7 @@
 training run's actions hung off its sync points (log, save, evaluate, stop)."""
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -166,7 +167,8 @@ class Trainer:
         return float(self.optimizer.dynamic_scale.numpy()) if self.loss_scaled else None
 
     def _step_logs(self) -> dict:
-        out = {"lr": float(keras.ops.convert_to_numpy(self.optimizer.learning_rate))}
+        out = {self.task.log_names.lr:
+               float(keras.ops.convert_to_numpy(self.optimizer.learning_rate))}
         if self.loss_scaled:
             out["loss_scale"] = float(self.optimizer.dynamic_scale.numpy())
         return out
@@ -259,22 +261,25 @@ class Trainer:
 
     def _display(self, sp, epoch: int, total: int, skipped: int, rate: float) -> None:
         extra = {"skipped_steps": skipped} if skipped else {}
-        self.log.log((epoch, sp.step), {"loss": sp.value, **self._step_logs(), **extra,
-                                        f"{self.task.item_unit}_per_s": rate},
+        names = self.task.log_names
+        record = {names.loss: sp.value, **self._step_logs()}
+        if names.perplexity:
+            record[names.perplexity] = math.exp(min(float(sp.value), 700.0))
+        self.log.log((epoch, sp.step), {**record, **extra, names.step_throughput: rate},
                      progress=(sp.step, total), tb_step=sp.step)
 
     def _train_figures(self, clock: loop.Clock, skipped: int, short: bool) -> dict:
         """A training run's summary of its steps: skipped ones, throughput (and whether it
         includes compilation, or leaves out profiled steps)."""
-        f, unit, out = self.flags, self.task.item_unit, {}
+        f, name, out = self.flags, self.task.log_names.train_throughput, {}
         if skipped:
             out["skipped_steps"] = skipped
             self.log.print(f"{skipped} step(s) had non-finite gradients and were not applied")
         if clock.timed_rate():
-            out[f"train_{unit}_per_s"] = clock.timed_rate()
+            out[name] = clock.timed_rate()
             if short:
                 out["throughput_includes_compilation"] = True
-                self.log.print(f"train_{unit}_per_s includes start-up and compilation: the run "
+                self.log.print(f"{name} includes start-up and compilation: the run "
                                f"has no more steps than --warmup_steps ({f.warmup_steps})")
         if clock.profiled_out:
             out["throughput_excludes_profiled_steps"] = f.profile
@@ -292,7 +297,7 @@ class Trainer:
         """``--mode training_benchmark``: the training step on the training data, timed."""
         self.dist.broadcast(self.state())
         return benchmark.training(self.train_step(self.task.train_dataset(), None), self.flags,
-                                  self.profiler, self.log, self.task.item_unit,
+                                  self.profiler, self.log, self.task.log_names,
                                   self.steps_per_epoch, self.ctx.global_batch_size)
 
     def benchmark_inference(self) -> dict:
@@ -304,7 +309,7 @@ class Trainer:
                                                       data, f, self.dist.size,
                                                       self.ctx.precision.xla, self.log)
         stepper = InferStep(infer, data, task.inference_inputs, task.items_in, state)
-        return benchmark.inference(stepper, f, self.profiler, self.log, task.item_unit,
+        return benchmark.inference(stepper, f, self.profiler, self.log, task.log_names,
                                    self.steps_per_epoch)
 
     def inference_weights(self) -> str:

@@ -1,28 +1,49 @@
 #!/usr/bin/env bash
 # The first thing to run on a new GPU allocation: every GPU path of the recipes, once, with the
-# figures that tell whether it is right (about 20 GPU minutes on one 8-GPU node). Run it on the
+# figures that tell whether it is right (about 45 GPU minutes on one 8-GPU node). Run it on the
 # node (or inside `salloc --nodes=2`, where LAUNCHER=srun spreads the multi-GPU stages).
 #   bash scripts/gpu_smoke.sh [--dry-run]
-# Stages, each recorded pass/fail with its figures, then one table (benchtools/smoke.py):
-#   ranks     python -m common.ranks on all GPUs: each rank's rank, local rank,
-#             CUDA_VISIBLE_DEVICES, the GPU it computes on and DALI's device_id
-#   dali      each model with --dali (Transformer-XL: DALI's numpy reader) under AMP for STEPS
-#             steps at the recipe's batch, on 1 GPU, then on all GPUs; its peak GPU memory
-#   profile   each model --amp --profile on 1 GPU: the share of matmul/conv kernel time on
-#             tensor cores
-#   ssd-eval  one SSD320 evaluation of the validation split, timed (COCO AP computed)
-#   xla       each model --xla for STEPS steps on 1 GPU
-#   memory    each model in FP32 (--no_tf32) and in TF32 for STEPS steps on 1 GPU at the AMP
-#             recipe's batch per GPU: its throughput and peak GPU memory (a batch that does
-#             not fit fails the stage, with TensorFlow's out-of-memory line)
-#   infer     each model --mode inference_benchmark under AMP on 1 GPU: throughput, latency
-#   tftrt     each model's inference benchmark through TF-TRT (FP16), where this TensorFlow
-#             has TensorRT (NGC's containers up to 25.02); recorded as skipped elsewhere
+# Stages, each recorded pass/fail with its figures (skipped with its reason where a tool or a
+# second GPU is missing), then one table, Markdown and JSON (benchtools/smoke.py):
+#   ranks          python -m common.ranks on all GPUs: each rank's rank, local rank,
+#                  CUDA_VISIBLE_DEVICES, the GPU it computes on and DALI's device_id
+#   parity         each model: the same steps from the same checkpoint on the same batches on
+#                  the GPU (FP32 with TF32 off, and AMP float16) and on the CPU (FP32); losses
+#                  and weights compared within stated tolerances (benchtools/parity.py)
+#   nchw           ResNet-50 --data_format NCHW (a GPU-only layout): the parity stage's check
+#   dali-compare   each model's DALI pipeline on the GPU (nvJPEG) against the same pipeline on
+#                  the CPU: labels, boxes and tokens identical, images within decoder rounding
+#                  (benchtools/dali_compare.py)
+#   dali           each model with --dali (Transformer-XL: DALI's numpy reader) under AMP for STEPS
+#                  steps at the recipe's batch, on 1 GPU, then on all GPUs; its peak GPU memory
+#   dali-cpu       each model with --dali --dali_cpu (decoding on the CPU) on 1 GPU
+#   fp16-allreduce each model on all GPUs with --fp16_allreduce (gradients sent in float16)
+#   static-loss-scale  each model under AMP with --static_loss_scale 128 on 1 GPU
+#   resume-fp16    each model under AMP: STEPS/2 steps, then resumed from that checkpoint to STEPS
+#                  (the float16 loss scale restored with the optimizer)
+#   export         each model's SavedModel and ONNX file exported on the GPU from the dali stage's
+#                  checkpoint (--mode evaluate --export_dir --export_onnx)
+#   nccl           NCCL's allreduce bus bandwidth over all GPUs: nccl-tests' all_reduce_perf
+#                  where it is installed (ALL_REDUCE_PERF or on PATH), else Horovod's own
+#                  allreduce timed (benchtools/allreduce.py)
+#   profile        each model --amp --profile on 1 GPU: the share of matmul/conv kernel time on
+#                  tensor cores
+#   ssd-eval       one SSD320 evaluation of the validation split, timed (COCO AP computed)
+#   xla            each model --xla for STEPS steps on 1 GPU
+#   memory         each model in FP32 (--no_tf32) and in TF32 for STEPS steps on 1 GPU at the AMP
+#                  recipe's batch per GPU: its throughput and peak GPU memory (a batch that does
+#                  not fit fails the stage, with TensorFlow's out-of-memory line)
+#   infer          each model --mode inference_benchmark under AMP on 1 GPU: throughput, latency
+#   tftrt          each model's inference benchmark through TF-TRT (FP16), where this TensorFlow
+#                  has TensorRT (NGC's containers up to 25.02); recorded as skipped elsewhere
+# The multi-GPU stages (dali on all GPUs, fp16-allreduce, nccl) are skipped with the reason on a
+# machine with one GPU; a dry run with GPUS=8 lists their commands.
 # Data: DATA_ROOT with prepare_dataset.py outputs in imagenet/, coco/ and wt103/ when given;
 # else small generated sets (digits, shapes, Shakespeare's plays) are prepared in
 # SMOKE_DIR/data: enough to run every pipeline, not to measure a real dataset's input speed.
 # Environment: GPUS (default: the GPUs nvidia-smi lists), LAUNCHER (srun inside a Slurm
-# allocation, else mpirun), PYTHON, SMOKE_DIR (default results/gpu_smoke), DATA_ROOT, STEPS (20).
+# allocation, else mpirun), PYTHON, SMOKE_DIR (default results/gpu_smoke), DATA_ROOT, STEPS (20),
+# ALL_REDUCE_PERF (nccl-tests' binary).
 # --dry-run: prints every command instead of running it and writes nothing; only the rank
 # report runs (it needs no GPU). The tests run this mode.
 set -euo pipefail
@@ -56,8 +77,8 @@ if [ "$DRY" = 0 ]; then mkdir -p "$SMOKE_DIR"; fi
 run() {
   local name=$1; shift
   local dir="$SMOKE_DIR/$name"
-  if [ "$DRY" = 1 ]; then  # the command line the launcher would run
-    printf '%s: ' "$name"; DRY_RUN=1 "$@"
+  if [ "$DRY" = 1 ]; then  # the command lines the stage would run, joined by &&
+    printf '%s: %s\n' "$name" "$(DRY_RUN=1 "$@" | sed -e ':a' -e 'N' -e '$!ba' -e 's/\n/ \&\& /g')"
     return 0
   fi
   rm -rf "$dir" && mkdir -p "$dir"
@@ -75,6 +96,12 @@ skip() {
   rm -rf "${SMOKE_DIR:?}/$name" && mkdir -p "$SMOKE_DIR/$name"
   echo "$why" >"$SMOKE_DIR/$name/skipped"
   echo "[gpu_smoke] $name skipped: $why"
+}
+
+# tool CMD...: a command of a stage that is not main.py (printed in a dry run).
+tool() {
+  if [ -n "${DRY_RUN:-}" ]; then printf '%q ' "$@" | sed 's/ $//'; echo; return 0; fi
+  "$@"
 }
 
 # main.py on G GPUs through the project's launcher (one GPU: a plain process).
@@ -116,19 +143,86 @@ with quiet_start.filtered_stderr():
 fi
 
 # --- stages ------------------------------------------------------------------------------------
+multi_gpu() { [ "$GPUS" -gt 1 ] || [ "$LAUNCHER" = srun ]; }
+one_gpu_why="one GPU here (GPUS=$GPUS): needs 2 or more"
+# The parity stage's runs: a batch the CPU reference trains in seconds a step, tf.data input
+# (the same records and augmentation on either device; DALI has its own comparison), and no
+# learning-rate warm-up, so that the steps compared move the weights by their gradients.
+declare -A PARITY_ARGS=(
+  [resnet50v1.5]="--data_dir $DATA/imagenet --batch_size 16 --lr_warmup_epochs 0 $classes"
+  [ssd320]="--data_dir $DATA/coco --batch_size 8 --lr_warmup_steps 0"
+  [transformerxl]="--data_dir $DATA/wt103 --batch_size 4 --lr_warmup_steps 0"
+)
+declare -A DATA_OF=([resnet50v1.5]=imagenet [ssd320]=coco [transformerxl]=wt103)
+
+# resume_fp16 MODEL: STEPS/2 steps under AMP, then the same run resumed to STEPS.
+resume_fp16() {
+  local model=$1 dir="$SMOKE_DIR/resume-fp16-$1/run"
+  # shellcheck disable=SC2086
+  launch "$model" 1 amp ${ARGS[$model]} --mode train --iter_unit batch \
+    --num_iter $(( (STEPS + 1) / 2 )) --display_every 1 --results_dir "$dir"
+  # shellcheck disable=SC2086
+  launch "$model" 1 amp ${ARGS[$model]} --mode train --iter_unit batch --num_iter "$STEPS" \
+    --display_every 1 --results_dir "$dir"
+}
+
+# nccl_stage: nccl-tests' all_reduce_perf over all GPUs where it is installed, else Horovod's.
+ALL_REDUCE_PERF=${ALL_REDUCE_PERF:-$(command -v all_reduce_perf || true)}
+nccl_stage() {
+  if [ -n "$ALL_REDUCE_PERF" ]; then
+    tool "$ALL_REDUCE_PERF" -b 8M -e 256M -f 2 -g "$GPUS"
+  else
+    bash "$root/scripts/launch.sh" "$root/benchtools/allreduce.py" fp32 "$GPUS" noxla \
+      --json "$SMOKE_DIR/nccl/figures.json"
+  fi
+}
+
 run ranks bash "$root/scripts/launch.sh" "$root/common/ranks.py" fp32 "$GPUS" noxla
 if [ "$DRY" = 1 ]; then  # the one stage that needs no GPU: what this machine's ranks see
   (cd "$root" && "$PY" -m common.ranks)
 fi
+if multi_gpu; then run nccl nccl_stage; else skip nccl "$one_gpu_why"; fi
 for model in "${MODELS[@]}"; do
-  # shellcheck disable=SC2086  # ARGS holds flags split on spaces (paths without spaces)
+  # shellcheck disable=SC2086
+  run "parity-$model" tool "$PY" -m benchtools.parity "$model" \
+    --out "$SMOKE_DIR/parity-$model/run" --json "$SMOKE_DIR/parity-$model/figures.json" \
+    -- ${PARITY_ARGS[$model]}
+  if [ "$model" = resnet50v1.5 ]; then
+    # shellcheck disable=SC2086
+    run "nchw-$model" tool "$PY" -m benchtools.parity "$model" --run_flags="--data_format NCHW" \
+      --out "$SMOKE_DIR/nchw-$model/run" --json "$SMOKE_DIR/nchw-$model/figures.json" \
+      -- ${PARITY_ARGS[$model]}
+  fi
+  run "dali-compare-$model" tool "$PY" -m benchtools.dali_compare "$model" \
+    --data_dir "$DATA/${DATA_OF[$model]}" --json "$SMOKE_DIR/dali-compare-$model/figures.json"
+  # shellcheck disable=SC2086
   run "dali-1gpu-$model" launch "$model" 1 amp ${ARGS[$model]} --mode train "${short[@]}" \
     --results_dir "$SMOKE_DIR/dali-1gpu-$model/run"
-  if [ "$GPUS" -gt 1 ] || [ "$LAUNCHER" = srun ]; then
+  if multi_gpu; then
     # shellcheck disable=SC2086
     run "dali-${GPUS}gpu-$model" launch "$model" "$GPUS" amp ${ARGS[$model]} --mode train \
       "${short[@]}" --results_dir "$SMOKE_DIR/dali-${GPUS}gpu-$model/run"
+    # shellcheck disable=SC2086
+    run "fp16-allreduce-$model" launch "$model" "$GPUS" amp ${ARGS[$model]} --mode train \
+      "${short[@]}" --fp16_allreduce --results_dir "$SMOKE_DIR/fp16-allreduce-$model/run"
+  else
+    skip "dali-multigpu-$model" "$one_gpu_why"
+    skip "fp16-allreduce-$model" "$one_gpu_why"
   fi
+  if [ "$model" != transformerxl ]; then  # Transformer-XL's DALI reads tokens: no decoding
+    # shellcheck disable=SC2086
+    run "dali-cpu-$model" launch "$model" 1 amp ${ARGS[$model]} --dali_cpu --mode train \
+      "${short[@]}" --results_dir "$SMOKE_DIR/dali-cpu-$model/run"
+  fi
+  # shellcheck disable=SC2086
+  run "static-loss-scale-$model" launch "$model" 1 amp ${ARGS[$model]} --static_loss_scale 128 \
+    --mode train "${short[@]}" --results_dir "$SMOKE_DIR/static-loss-scale-$model/run"
+  run "resume-fp16-$model" resume_fp16 "$model"
+  # shellcheck disable=SC2086
+  run "export-$model" launch "$model" 1 amp ${ARGS[$model]} --mode evaluate \
+    --model_dir "$SMOKE_DIR/dali-1gpu-$model/run/checkpoints" \
+    --export_dir "$SMOKE_DIR/export-$model/run/export" --export_onnx \
+    --results_dir "$SMOKE_DIR/export-$model/run"
   # shellcheck disable=SC2086
   run "profile-$model" launch "$model" 1 amp ${ARGS[$model]} --mode training_benchmark \
     "${short[@]}" --warmup_steps 5 --profile 12:14 --results_dir "$SMOKE_DIR/profile-$model/run"

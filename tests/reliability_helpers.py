@@ -6,6 +6,7 @@ import shutil
 import subprocess
 
 import pytest
+from conftest import step_losses
 
 
 def digests(root) -> dict:
@@ -62,4 +63,4 @@ def trained_steps(results_dir) -> int:
     path = os.path.join(results_dir, "log.json")
     if not os.path.exists(path):
         return 0
-    return sum("loss" in r["data"] for r in dllogger.step_logs(dllogger.read_records(path)))
+    return len(step_losses(dllogger.read_records(path)))

@@ -142,7 +142,7 @@ def test_a_healthy_run_writes_nothing_on_stderr_and_says_what_it_ran_on(tmp_path
         pytest.skip("this machine has an NVIDIA driver: its start-up lines are shown")
     assert proc.stderr == ""
     assert "device: " in proc.stdout and "no GPU" in proc.stdout
-    assert ("train_images_per_s includes start-up and compilation: the run has no more steps "
+    assert ("train_throughput includes start-up and compilation: the run has no more steps "
             "than --warmup_steps (5)") in proc.stdout
 
 
@@ -160,7 +160,7 @@ def test_profiled_steps_are_left_out_of_the_benchmark_and_training_throughput(tm
     train = runner.run(ResNetTask, common + ["--mode", "train", "--num_iter", "6", "--profile",
                                              "3:4", "--results_dir", str(tmp_path / "train")])
     assert train["throughput_excludes_profiled_steps"] == "3:4"
-    assert train["train_images_per_s"] > 0
+    assert train["train_throughput"] > 0
 
 
 def test_a_profile_over_every_timed_benchmark_step_is_refused(tmp_path):

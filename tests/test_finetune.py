@@ -11,10 +11,10 @@ import shutil
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import TINY
+from conftest import TINY, step_losses
 
 from common import checkpoint_settings, runner
-from common.dllogger import read_records, step_logs
+from common.dllogger import read_records
 from rn50.task import ResNetTask
 from ssd.task import SSDTask
 from txl.prepare import vocab_hash
@@ -28,7 +28,7 @@ TXL_TINY = ["--preset", "tiny", "--seed", "3", "--lr_warmup_steps", "2", "--disp
 
 def _losses(results_dir):
     records = read_records(os.path.join(results_dir, "log.json"))
-    return [r["data"]["loss"] for r in step_logs(records) if "loss" in r["data"]]
+    return step_losses(records)
 
 
 def _lines(capsys):

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 from conftest import TINY
 
-from common import dali, devices, distributed, runner
+from common import dali, dali_graph, devices, distributed, runner
 from common.devices import Devices
 from common.task import Repeated
 
@@ -105,7 +105,7 @@ def test_dali_on_a_gpu_serves_every_output_from_that_gpu_with_nothing_after_it(
                 assert decoder[1] == "cpu"
             else:
                 assert decoder[1] == "mixed"
-                assert decoder[2]["device_memory_padding"] == dali.DEVICE_MEMORY_PADDING
+                assert decoder[2]["device_memory_padding"] == dali_graph.DEVICE_MEMORY_PADDING
             float16 = "float16" in options
             assert recorded.kwargs["output_dtypes"][0] == (tf.float16 if float16 else tf.float32)
             (normalize,) = [op for op in recorded.ops() if op[0] == "CropMirrorNormalize"]

@@ -33,44 +33,102 @@ def data_root(tmp_path, digits_records, shapes_records, corpus):
     return str(root)
 
 
+def _stages(proc) -> dict:
+    return dict(line.split(": ", 1) for line in proc.stdout.splitlines()
+                if ": " in line and not line.startswith("rank "))
+
+
+def _main_flags(model, argv):
+    task = _task(model)
+    return flags.parse(flags.build(task.define_flags, task.flag_defaults), ["main.py", *argv])
+
+
+PER_MODEL = ("parity", "dali-compare", "dali-1gpu", "dali-8gpu", "fp16-allreduce",
+             "static-loss-scale", "resume-fp16", "export", "profile", "xla", "memory-fp32",
+             "memory-tf32", "infer")
+
+
 def test_every_stage_on_every_model_with_valid_flags(tmp_path, data_root):
     proc = _dry_run(tmp_path, data_root, GPUS="8", PYTHON="python")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    stages = dict(line.split(": ", 1) for line in proc.stdout.splitlines()
-                  if ": " in line and not line.startswith("rank "))
+    stages = _stages(proc)
     for model in MODELS:
-        for stage in ("dali-1gpu", "dali-8gpu", "profile", "xla", "memory-fp32", "memory-tf32",
-                      "infer"):
-            assert f"{stage}-{model}" in stages, sorted(stages)
+        for stage in PER_MODEL:
+            assert f"{stage}-{model}" in stages, (stage, model, sorted(stages))
+            assert not stages[f"{stage}-{model}"].startswith("skipped"), (stage, model)
         # TF-TRT where this TensorFlow has TensorRT: here it has not (TFTRT=0 in the env).
         assert stages[f"tftrt-{model}"].startswith("skipped (this TensorFlow has no TensorRT")
+        assert (f"dali-cpu-{model}" in stages) == (model != "transformerxl")  # no decoding
+    assert "nchw-resnet50v1.5" in stages and "nchw-ssd320" not in stages  # ResNet's flag only
     assert "ssd-eval" in stages and "ranks" in stages
     assert stages["dali-8gpu-ssd320"].startswith("mpirun --allow-run-as-root --bind-to none -np 8")
+    assert stages["fp16-allreduce-resnet50v1.5"].startswith("mpirun --allow-run-as-root")
+    # Without nccl-tests here: Horovod's allreduce timed on the 8 ranks.
+    assert "-np 8" in stages["nccl"] and "benchtools/allreduce.py" in stages["nccl"]
     for name, line in stages.items():
         if line.startswith("skipped ("):
             continue
-        cmd = shlex.split(line)
-        main = [i for i, c in enumerate(cmd) if c.endswith("/main.py")]
-        if not main:
-            continue
-        model = os.path.basename(os.path.dirname(cmd[main[0]]))
-        task = _task(model)
-        fv = flags.parse(flags.build(task.define_flags, task.flag_defaults),
-                         ["main.py", *cmd[main[0] + 1:]])
-        assert fv.dali and bool(fv.amp) == (not name.startswith("memory-")), name
-        if name.startswith("memory-"):  # FP32 without TF32, and TF32
-            assert fv.tf32 == name.startswith("memory-tf32") and fv.no_tf32 == (
-                not fv.tf32), name
-            assert fv.mode == "training_benchmark", name
-        if name.startswith("infer-"):
-            assert fv.mode == "inference_benchmark" and fv.use_tftrt is None, name
-        assert fv.xla == name.startswith("xla-") and (fv.profile is not None) == \
-            name.startswith("profile-")
+        for command in line.split(" && "):  # resume-fp16: two runs
+            cmd = shlex.split(command)
+            if "benchtools.parity" in cmd:  # the flags after -- are main.py's
+                model = cmd[cmd.index("benchtools.parity") + 1]
+                fv = _main_flags(model, cmd[cmd.index("--") + 1:])
+                assert fv.data_dir and not fv.dali and not fv.amp, name
+                assert ("--run_flags=--data_format NCHW" in cmd) == name.startswith("nchw-")
+                continue
+            if "benchtools.dali_compare" in cmd:
+                model = cmd[cmd.index("benchtools.dali_compare") + 1]
+                assert name == f"dali-compare-{model}"
+                assert os.path.isdir(cmd[cmd.index("--data_dir") + 1]), name
+                continue
+            main = [i for i, c in enumerate(cmd) if c.endswith("/main.py")]
+            if not main:
+                continue
+            model = os.path.basename(os.path.dirname(cmd[main[0]]))
+            fv = _main_flags(model, cmd[main[0] + 1:])
+            assert fv.dali and bool(fv.amp) == (not name.startswith("memory-")), name
+            if name.startswith("memory-"):  # FP32 without TF32, and TF32
+                assert fv.tf32 == name.startswith("memory-tf32") and fv.no_tf32 == (
+                    not fv.tf32), name
+                assert fv.mode == "training_benchmark", name
+            if name.startswith("infer-"):
+                assert fv.mode == "inference_benchmark" and fv.use_tftrt is None, name
+            assert fv.xla == name.startswith("xla-") and (fv.profile is not None) == \
+                name.startswith("profile-")
+            assert fv.fp16_allreduce == name.startswith("fp16-allreduce-"), name
+            assert fv.dali_cpu == name.startswith("dali-cpu-"), name
+            assert (fv.static_loss_scale == 128) == name.startswith("static-loss-scale-"), name
+            if name.startswith("export-"):
+                assert fv.mode == "evaluate" and fv.export_dir and fv.export_onnx, name
+                assert fv.model_dir.endswith(f"dali-1gpu-{model}/run/checkpoints"), name
+        if name.startswith("resume-fp16-"):  # half the steps, then the same results to all
+            first, second = (shlex.split(c) for c in line.split(" && "))
+            assert first[first.index("--num_iter") + 1] == "10"
+            assert second[second.index("--num_iter") + 1] == "20"
+            assert first[first.index("--results_dir") + 1] == \
+                second[second.index("--results_dir") + 1]
     # The one stage that needs no GPU ran: this machine's rank report, without TensorFlow's
     # start-up lines; and a dry run writes nothing.
     assert "rank 0/1 local 0 on" in proc.stdout and "computes on the CPU" in proc.stdout
     assert "cuInit" not in proc.stderr and "cuda drivers" not in proc.stderr, proc.stderr
     assert not (tmp_path / "smoke").exists()
+
+
+def test_with_one_gpu_the_multi_gpu_stages_are_listed_as_skipped(tmp_path, data_root):
+    """GPUS unset on a machine without one: the dry run still lists every stage, the multi-GPU
+    ones with their reason; nccl-tests' binary is used where it is given."""
+    proc = _dry_run(tmp_path, data_root, PYTHON="python", ALL_REDUCE_PERF="/opt/nccl/arp")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    stages = _stages(proc)
+    why = "skipped (one GPU here (GPUS=1): needs 2 or more)"
+    for model in MODELS:
+        assert stages[f"dali-multigpu-{model}"] == why
+        assert stages[f"fp16-allreduce-{model}"] == why
+        assert not stages[f"parity-{model}"].startswith("skipped")
+    assert stages["nccl"] == why
+    proc = _dry_run(tmp_path, data_root, GPUS="2", PYTHON="python",
+                    ALL_REDUCE_PERF="/opt/nccl/arp")
+    assert _stages(proc)["nccl"] == "/opt/nccl/arp -b 8M -e 256M -f 2 -g 2"
 
 
 def test_under_slurm_the_multi_gpu_stages_go_through_srun(tmp_path, data_root):
@@ -99,7 +157,8 @@ def test_the_table_shows_each_stage_with_its_figures_or_its_error(tmp_path):
     (ok / "run").mkdir(parents=True)
     (ok / "exit_code").write_text("0\n")
     log = Logger(enabled=True, json_path=str(ok / "run" / "log.json"))
-    log.summary({"world_size": 8, "train_images_per_s": 5123.4, "gpu_memory_peak_mib": 20480})
+    log.parameters({"model": "ssd320"})
+    log.summary({"world_size": 8, "train_throughput": 5123.4, "gpu_memory_peak_mib": 20480})
     log.close()
     bad = tmp_path / "xla-transformerxl"
     bad.mkdir()

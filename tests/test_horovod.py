@@ -94,7 +94,7 @@ def test_resnet_training_benchmark_reports_global_throughput_under_mpirun(tmp_pa
     assert len(summary) == 1  # rank 0 alone writes the log
     data = summary[0]["data"]
     assert data["world_size"] == 2 and data["global_batch_size"] == 8
-    assert data["throughput_images_per_s"] > 0 and data["timed_steps"] == 3
+    assert data["train_throughput"] > 0 and data["timed_steps"] == 3
 
 
 def test_index_files_that_cannot_be_written_stop_every_rank_with_one_line(tmp_path,

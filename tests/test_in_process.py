@@ -14,7 +14,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import ROOT, TINY
+from conftest import ROOT, TINY, step_losses
 
 from common import dllogger, runner, runs
 from rn50.model import build_resnet
@@ -29,7 +29,7 @@ PRECISION = {"fp32": [], "amp": ["--amp"]}
 
 def _losses(results_dir):
     records = dllogger.read_records(os.path.join(results_dir, "log.json"))
-    return [r["data"]["loss"] for r in dllogger.step_logs(records) if "loss" in r["data"]]
+    return step_losses(records)
 
 
 def test_runs_in_one_process_equal_main_py_processes(tmp_path):

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import ROOT, run_cli, stderr_last_line
+from conftest import ROOT, run_cli, stderr_last_line, step_losses
 from linear_task import LinearTask, expected_params
 
 from common import dllogger, runner
@@ -134,7 +134,7 @@ def test_ssd_at_64_pixels_trains_under_amp_as_under_fp32(tmp_path):
             proc = run_cli(common + ["--num_iter", steps, "--results_dir", str(out), *extra])
             assert proc.returncode == 0, stderr_last_line(proc)
         records = dllogger.read_records(str(out / "log.json"))
-        losses[name] = [r["data"]["loss"] for r in dllogger.step_logs(records)]
+        losses[name] = step_losses(records)
         saved = _checkpoint_tensors(out / "checkpoints")["ckpt-8"]
         weights = [v for k, v in saved.items() if k.startswith("model/")
                    and isinstance(v, np.ndarray) and v.dtype.kind == "f"]
@@ -197,19 +197,22 @@ def test_benchmark_windows_give_throughput_and_per_step_latency():
     clock = loop.Clock(timed_from=0)
     clock.windows = [loop.Window(1.0, 2, 20, True), loop.Window(3.0, 3, 30, True),
                      loop.Window(9.0, 1, 10, False)]  # the last: the warm-up's, or profiled
-    s = clock.throughput("images")
-    assert s["throughput_images_per_s"] == pytest.approx(50 / 4.0)
+    from rn50.config import LOG_NAMES
+    s = clock.throughput(LOG_NAMES, "eval")
+    assert s["eval_throughput"] == pytest.approx(50 / 4.0)
     assert s["timed_steps"] == 5 and s["timed_windows"] == 2 and s["timed_seconds"] == 4.0
-    assert "latency_p50_ms" not in s
+    assert "eval_latency_p50" not in s
     assert s["latency"] == ("not per step: the host waited every 3 steps (--display_every 1 "
                             "waits at each)")
     clock.windows = [loop.Window(0.001 * i, 1, 10, True) for i in range(1, 101)]
-    s = clock.throughput("images")
-    assert s["latency_p50_ms"] == pytest.approx(50.5)
-    assert s["latency_p50_ms"] < s["latency_p90_ms"] < s["latency_p95_ms"] < s["latency_p99_ms"]
+    s = clock.throughput(LOG_NAMES, "eval")
+    assert s["eval_latency_p50"] == pytest.approx(50.5)
+    assert s["eval_latency_avg"] == pytest.approx(50.5)
+    assert s["eval_latency_p50"] < s["eval_latency_p90"] < s["eval_latency_p95"] < \
+        s["eval_latency_p99"]
     clock.windows = []
     with pytest.raises(ValueError, match="no timed steps"):
-        clock.throughput("images")
+        clock.throughput(LOG_NAMES, "train")
 
 
 def _overflow_from_step(first, last, also_loss=False):

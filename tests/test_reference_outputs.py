@@ -17,6 +17,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import step_losses
 
 from common import dllogger, runner
 from rn50.task import ResNetTask
@@ -47,7 +48,7 @@ def losses(model: str, precision: str, results_dir: str) -> list[float]:
     runner.run(task, ["main.py", *STEPS, *args, *PRECISIONS[precision],
                       "--results_dir", results_dir])
     records = dllogger.read_records(os.path.join(results_dir, "log.json"))
-    return [r["data"]["loss"] for r in dllogger.step_logs(records) if "loss" in r["data"]]
+    return step_losses(records)
 
 
 @pytest.mark.parametrize("precision", list(PRECISIONS))

@@ -43,7 +43,7 @@ def test_report_draws_learning_curves_and_speedups(runs, tmp_path):
         _png(out / name)
     # The learning table: one row per run, labelled by precision (the only difference).
     assert "| FP32 | 12 |" in page and "| AMP (bfloat16) | 12 |" in page
-    assert "eval_top1" in page  # the model's headline metric is plotted
+    assert "top1_accuracy" in page  # the model's headline metric (NVIDIA's name) is plotted
     # The benchmark table: FP32 is 1.00x against itself; AMP has a ratio of its own.
     rows = [ln for ln in page.splitlines() if ln.startswith("| 8 | 1 | off |")]
     assert len(rows) == 2 and "| FP32 |" in rows[0] and "| 1.00x |" in rows[0]
@@ -52,7 +52,7 @@ def test_report_draws_learning_curves_and_speedups(runs, tmp_path):
     assert page.count("Measured on CPU: ") == 2
     ratio = float(re.search(r"\| ([\d.]+)x \|", rows[1]).group(1))
     runs_ = report.find_runs([str(runs / "sweep")])
-    tput = {r.precision: r.summary["throughput_images_per_s"] for r in runs_}
+    tput = {r.precision: r.summary["train_throughput"] for r in runs_}
     assert ratio == pytest.approx(tput["AMP (bfloat16)"] / tput["FP32"], abs=0.006)
     assert "no GPU" in page  # the machine each figure came from
 
@@ -69,7 +69,7 @@ def test_runs_differing_in_seed_are_labelled_by_it(runs):
 
 def test_rounds_of_one_setting_are_a_median_with_their_range(runs, tmp_path):
     (fp32,) = report.find_runs([str(runs / "sweep" / "fp32")])
-    key = "throughput_images_per_s"
+    key = "train_throughput"
     rounds = [report.Run(fp32.path, fp32.params, {**fp32.summary, key: v}, fp32.steps)
               for v in (90.0, 100.0, 130.0)]
     gpu = {**fp32.params, "machine": "NVIDIA A100-SXM4-80GB (GPU 0 of 8)", "world_size": 8}
@@ -113,7 +113,7 @@ def test_runs_of_other_configurations_are_charts_of_their_own_not_rounds(runs, t
     """Two image sizes of one model and batch used to be merged as two "rounds" of one
     setting: each configuration is its own chart, titled with its architecture and size."""
     (fp32,) = report.find_runs([str(runs / "sweep" / "fp32")])
-    key = "throughput_images_per_s"
+    key = "train_throughput"
     small = report.Run(fp32.path, fp32.params, {**fp32.summary, key: 100.0}, fp32.steps)
     large = report.Run(fp32.path, {**fp32.params, "image_size": 64},
                        {**fp32.summary, key: 30.0}, fp32.steps)
@@ -125,3 +125,73 @@ def test_runs_of_other_configurations_are_charts_of_their_own_not_rounds(runs, t
     assert "## resnet50v1.5 (resnet_tiny, 32x32, preset tiny): training benchmark" in page
     assert "## resnet50v1.5 (resnet_tiny, 64x64, preset tiny): training benchmark" in page
     assert page.count("| 8 | 1 | off | FP32 |") == 2 and "| 2 |" not in page  # no 2 rounds
+
+
+def _figures(monkeypatch):
+    """The figures the report draws, kept open to read their layout."""
+    kept = []
+    monkeypatch.setattr(report.plt, "close", kept.append)
+    return kept
+
+
+def test_inference_latency_tails_are_tabled_and_drawn_and_no_titles_overlap(runs, tmp_path,
+                                                                           monkeypatch):
+    """An inference benchmark (every step waited for) of both precisions: the table has the
+    mean, p90, p95 and p99 latency under NVIDIA's names, a second panel draws them, and no two
+    titles of any figure overlap (the learning chart's long configuration title included)."""
+    for name, extra in (("fp32", []), ("amp", ["--amp"])):
+        runner.run(ResNetTask, ["main.py", *TINY, "--seed", "3", "--mode", "inference_benchmark",
+                                "--iter_unit", "batch", "--num_iter", "6", "--warmup_steps", "1",
+                                "--results_dir", str(tmp_path / "infer" / name), *extra])
+    kept = _figures(monkeypatch)
+    out = tmp_path / "report"
+    assert report.main([str(runs / "learning"), str(tmp_path / "infer"), "--out",
+                        str(out)]) == 0
+    page = (out / "report.md").read_text()
+    assert "Keys: eval_throughput (images/s); latency eval_latency_avg, eval_latency_p90, " \
+           "eval_latency_p95, eval_latency_p99" in page
+    assert "| latency mean ms | latency p90 ms | latency p95 ms | latency p99 ms |" in page
+    infer = [r for r in report.find_runs([str(tmp_path / "infer")])]
+    fp32 = next(r for r in infer if r.precision == "FP32").summary
+    row = next(ln for ln in page.splitlines() if ln.startswith("| 8 | 1 | off | FP32 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[-4:] == [report._num(fp32[k]) for k in (
+        "eval_latency_avg", "eval_latency_p90", "eval_latency_p95", "eval_latency_p99")]
+    assert float(cells[-3]) <= float(cells[-2]) <= float(cells[-1])  # p90 <= p95 <= p99
+    bench = next(f for f in kept if len(f.axes) == 2 and f.axes[1].get_title() ==
+                 "latency per step")
+    assert [t.get_text() for t in bench.axes[1].get_legend().get_texts()][-4:] == \
+        ["mean", "p90", "p95", "p99"]
+    assert len(kept) == 2
+    for fig in kept:
+        assert len(report.title_boxes(fig)) >= 3  # the figure's and each panel's
+        assert report.overlapping_titles(fig) == [], [t.get_text() for t in fig.texts]
+
+
+def test_overlapping_titles_are_found_and_the_report_separates_them(monkeypatch, tmp_path):
+    """The check itself: two panels whose long titles run into each other are found, and the
+    report's save wraps them until they do not."""
+    fig, axes = report.plt.subplots(1, 2, figsize=(6, 3))
+    for ax in axes:
+        ax.set_title("ssd320 (resnet_tiny, 128x128, preset shapes): training loss and more")
+    fig.tight_layout()
+    assert report.overlapping_titles(fig) == [(0, 1)]
+    report._save(fig, str(tmp_path / "x.png"))
+    assert report.overlapping_titles(fig) == []
+
+
+def test_a_run_resumed_in_another_precision_is_labelled_by_both(runs, tmp_path,
+                                                                digits_records):
+    """A training run resumed with --amp in the same results directory: its label says FP32,
+    then AMP, not FP32 alone."""
+    import shutil
+    run = tmp_path / "resumed"
+    shutil.copytree(runs / "learning" / "fp32", run)
+    runner.run(ResNetTask, ["main.py", *TINY, "--seed", "3", "--mode", "train", "--data_dir",
+                            digits_records, "--num_iter", "3", "--amp", "--results_dir",
+                            str(run)])
+    (resumed,) = report.find_runs([str(run)])
+    assert resumed.precision == "FP32, then AMP (bfloat16)"
+    assert report._labels([resumed]) == ["FP32, then AMP (bfloat16)"]
+    (plain,) = report.find_runs([str(runs / "learning" / "amp")])
+    assert plain.precision == "AMP (bfloat16)"

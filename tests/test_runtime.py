@@ -24,14 +24,15 @@ def test_dllogger_records_parse_back(tmp_path):
                                       "--num_iter", "3", "--results_dir", out])
     records = dllogger.read_records(os.path.join(out, "log.json"))
     meta = {r["metric"]: r["metadata"] for r in records if r["type"] == "METADATA"}
-    assert meta["images_per_s"]["unit"] == "images/s"
+    assert meta["imgs_per_sec"]["unit"] == meta["train_throughput"]["unit"] == "images/s"
+    assert meta["eval_latency_p90"]["unit"] == "ms" and meta["top1_accuracy"]["unit"] is None
     params = [r for r in records if r.get("step") == "PARAMETER"]
     assert len(params) == 1
     assert params[0]["data"]["batch_size"] == 8 and params[0]["data"]["arch"] == "resnet_tiny"
     assert params[0]["data"]["dtype_policy"] == "float32" and "use_tf_amp" not in params[0]["data"]
     steps = [r for r in records if r["type"] == "LOG" and isinstance(r["step"], list) and r["step"]]
     assert [r["step"] for r in steps] == [[1, 1], [1, 2], [1, 3]]
-    assert all({"loss", "lr", "images_per_s"} <= set(r["data"]) for r in steps)
+    assert all({"total_loss", "learning_rate", "imgs_per_sec"} <= set(r["data"]) for r in steps)
     final = [r for r in records if r.get("step") == []]
     assert len(final) == 1 and final[0]["data"]["final_step"] == 3
     assert final[0]["data"]["final_loss"] == pytest.approx(summary["final_loss"])
@@ -47,7 +48,7 @@ def test_resume_continues_at_the_exact_step(tmp_path):
     assert (resumed["start_step"], resumed["final_step"]) == (4, 7)
     records = dllogger.read_records(os.path.join(tmp_path, "log.json"))
     steps = [r["step"][1] for r in records if r["type"] == "LOG" and isinstance(r["step"], list)
-             and len(r["step"]) == 2 and "loss" in r["data"]]
+             and len(r["step"]) == 2 and "total_loss" in r["data"]]
     assert steps == [1, 2, 3, 4, 5, 6, 7]
     ckpts = sorted(f for f in os.listdir(tmp_path / "checkpoints") if f.endswith(".index"))
     assert ckpts == ["ckpt-4.index", "ckpt-7.index"]

@@ -19,6 +19,7 @@ import tensorflow as tf
 from conftest import ROOT, TINY, free_ports
 
 from common import runner
+from rn50 import config as rn50_config
 from rn50 import tfdata_pipeline as rn50_data
 from rn50.task import ResNetTask
 from ssd import tfdata_pipeline as ssd_data
@@ -138,7 +139,7 @@ def test_client_json_names_every_signature_and_the_assets_are_the_data(model, re
     if model == "resnet":
         assert (export / "assets" / "labels.txt").read_text() == open(
             os.path.join(data, "labels.txt")).read()
-        assert info["resize_shorter_side"] == rn50_data.eval_resize(f.image_size)
+        assert info["resize_shorter_side"] == rn50_config.eval_resize(f.image_size)
     else:
         assert json.loads((export / "assets" / "label_map.json").read_text()) == json.load(
             open(os.path.join(data, "label_map.json")))

@@ -89,7 +89,7 @@ def test_ssd_sbatch_trains_and_evaluates_with_dali_on_two_tasks(slurm, tmp_path,
     params, (summary,) = _summary(results)
     assert params[0]["world_size"] == 2 and params[0]["dali"] is True
     assert summary["final_step"] == 2 and summary["eval_images"] == 8  # the whole split once
-    assert "eval_AP50" in summary
+    assert "DetectionBoxes_Precision/mAP@.50IOU" in summary
 
 
 def test_transformerxl_sbatch_keeps_the_global_batch_over_two_tasks(slurm, tmp_path, corpus):
@@ -219,15 +219,16 @@ def test_the_time_limit_warning_stops_requeues_and_resumes_as_one_run(slurm, tmp
     assert "requeueing job" in text and f"slurm_job.sh: job {job}, start 2" in text
     assert f"restored {results}/checkpoints/ckpt-{stopped} at step {stopped}" in text
     records = read_records(os.path.join(results, "log.json"))
+    run_loss = "total_loss"  # ResNet-50's (NVIDIA's name)
     steps = [r["step"][1] for r in records if r["type"] == "LOG" and isinstance(r["step"], list)
-             and "loss" in r["data"]]
+             and run_loss in r["data"]]
     assert steps == sorted(set(steps)) and steps[-1] == 300  # continuous, none twice
     params, summaries = _summary(results)
     assert len(params) == 2 and summaries[-1]["jobs"] == 2 and summaries[-1]["final_step"] == 300
     assert summaries[-1]["total_train_seconds"] > summaries[-1]["train_seconds"]
     from benchtools.report import find_runs
     (run,) = find_runs([results])  # one run: both jobs' steps, the last summary
-    assert [s for s, _ in run.series("loss")] == steps and run.summary["jobs"] == 2
+    assert [s for s, _ in run.series(run_loss)] == steps and run.summary["jobs"] == 2
     # The uninterrupted run: the same weights.
     assert slurm.wait(whole_job, timeout=300) == "COMPLETED", (tmp_path / "whole.out").read_text()
     a, b = _weights(results), _weights(whole)

@@ -148,13 +148,16 @@ def test_every_mode_end_to_end(tmp_path, shapes_records, dali):
     params = [r["data"] for r in dllogger.read_records(os.path.join(out, "log.json"))
               if r.get("step") == "PARAMETER"]
     assert params[0]["num_classes"] == classes and params[0]["steps_per_epoch"] == 6
-    assert all(-1 <= s[f"eval_{k}"] <= 1 for k in coco_eval.STATS)
+    names = SSDTask.log_names
+    assert all(-1 <= s[names.metric(k)] <= 1 for k in coco_eval.STATS)
+    ap = "DetectionBoxes_Precision/mAP"
     ev = runner.run(SSDTask, base + ["--mode", "evaluate"])
-    assert ev["eval_AP"] == pytest.approx(s["eval_AP"]) and ev["eval_images"] == 8
-    for mode in ("training_benchmark", "inference_benchmark"):
+    assert ev[ap] == pytest.approx(s[ap]) and ev["eval_images"] == 8
+    for mode, rate in (("training_benchmark", "train_throughput"),
+                       ("inference_benchmark", "infer_throughput")):
         b = runner.run(SSDTask, base + ["--mode", mode, "--iter_unit", "batch", "--num_iter",
                                         "3", "--warmup_steps", "1"])
-        assert b["timed_steps"] == 2 and b["throughput_images_per_s"] > 0
+        assert b["timed_steps"] == 2 and b[rate] > 0
 
 
 def test_predict_draws_and_the_export_gives_the_same_detections(tmp_path, shapes_records):

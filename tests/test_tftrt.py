@@ -76,7 +76,7 @@ def test_resnet_tftrt_benchmark_converts_the_serving_signature(fake_tensorrt, tm
     ((example,),) = [list(e.values()) for e in conv.examples]
     assert tuple(example.shape) == (8, 32, 32, 3)  # engines built for the benchmark's batch
     assert (tmp_path / "tftrt" / "converted" / "saved_model.pb").exists()
-    assert s["timed_steps"] == 3 and s["throughput_images_per_s"] > 0
+    assert s["timed_steps"] == 3 and s["eval_throughput"] > 0
 
 
 def test_txl_tftrt_benchmark_scores_with_a_memory_of_eval_mem_len(fake_tensorrt, tmp_path,
@@ -91,4 +91,4 @@ def test_txl_tftrt_benchmark_scores_with_a_memory_of_eval_mem_len(fake_tensorrt,
     assert sorted(example) == ["mems", "targets", "tokens"]
     layers, rows, mem_len, _ = example["mems"].shape
     assert rows == example["tokens"].shape[0] and mem_len > 0 and layers > 0
-    assert s["timed_steps"] == 2 and s["throughput_tokens_per_s"] > 0
+    assert s["timed_steps"] == 2 and s["eval_avg_throughput"] > 0

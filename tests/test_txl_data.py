@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from common.errors import DataError
-from txl import tfdata_pipeline
+from txl import streams, tfdata_pipeline
 
 TOKENS = np.arange(1000, dtype=np.int32)  # token i is i: positions are easy to read
 
@@ -36,7 +36,7 @@ def test_ranks_and_micro_batches_split_the_single_process_rows():
 def test_too_little_text_stops_with_one_line():
     with pytest.raises(DataError, match="cannot make 600 streams"):
         tfdata_pipeline.dataset(TOKENS, batch_size=600, tgt_len=10)
-    assert tfdata_pipeline.steps_per_epoch(1000, 4, 10) == 24
+    assert streams.steps_per_epoch(1000, 4, 10) == 24
 
 
 def test_a_resumed_run_reads_the_batch_the_uninterrupted_run_would_read_next():
@@ -60,7 +60,7 @@ def test_dali_yields_exactly_what_tfdata_yields(tmp_path, batch_size, chunk, wor
     for rank in range(world):
         ref = tfdata_pipeline.dataset(tokens, batch_size, 9, rank, world, chunk, first_step=first)
         ours = dali_pipeline.dataset(path, batch_size, 9, rank, world, chunk, first_step=first)
-        steps = tfdata_pipeline.layout(len(tokens), batch_size * chunk * world, 9)[1]
+        steps = streams.layout(len(tokens), batch_size * chunk * world, 9)[1]
         n = 2 * steps * chunk + 3  # beyond two epochs
         for (x1, y1), (x2, y2) in zip(_take(ref, n), _take(ours, n)):
             np.testing.assert_array_equal(x1, x2)

@@ -9,10 +9,10 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import ROOT, run_cli, stderr_last_line
+from conftest import ROOT, run_cli, stderr_last_line, step_losses
 
 from common import runner
-from common.dllogger import last_summary, read_records, step_logs
+from common.dllogger import last_summary, read_records
 from txl.task import TransformerXLTask
 
 MAIN = os.path.join(ROOT, "transformerxl", "main.py")
@@ -33,7 +33,7 @@ def _state(model_dir):
 
 def _losses(results_dir):
     records = read_records(os.path.join(results_dir, "log.json"))
-    return [r["data"]["loss"] for r in step_logs(records) if "loss" in r["data"]]
+    return step_losses(records)
 
 
 def test_every_mode_on_a_tiny_configuration(tmp_path, corpus):
@@ -69,8 +69,11 @@ def test_every_mode_on_a_tiny_configuration(tmp_path, corpus):
     for mode in ("training_benchmark", "inference_benchmark"):
         b = _run(["--mode", mode, "--iter_unit", "batch", "--num_iter", "4",
                   "--warmup_steps", "1"], corpus, tmp_path / mode)
-        assert b["timed_steps"] == 3 and b["throughput_tokens_per_s"] > 0
-        assert b["latency_p50_ms"] <= b["latency_p99_ms"]
+        assert b["timed_steps"] == 3
+        if mode == "inference_benchmark":  # NVIDIA's evaluation figures
+            assert b["eval_avg_throughput"] > 0 and b["eval_50%_latency"] <= b["eval_99%_latency"]
+        else:
+            assert b["train_throughput"] > 0
 
 
 def test_inference_under_amp_runs_on_bfloat16_weights_with_the_mixed_models_results(

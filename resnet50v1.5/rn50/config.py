@@ -5,10 +5,24 @@ from __future__ import annotations
 from absl import flags
 
 from common import flags as common_flags
+from common.log_names import resnet_pattern
 
 ARCH_NAMES = ("resnet50", "resnet_tiny")  # rn50.model.ARCHS: resnet_tiny is for tests
 # NVIDIA's recipe: 90 epochs at 256 images per GPU.
 FLAG_DEFAULTS = {"batch_size": 256, "num_iter": 90, "iter_unit": "epoch"}
+# NVIDIA's DLLogger names (DeepLearningExamples' TF ResNet-50 main.py, runner.py and
+# training_hooks.py): train_throughput, eval_throughput, eval_latency_avg/p90/p95/p99,
+# top1_accuracy, top5_accuracy (fractions), and per step total_loss, learning_rate, imgs_per_sec.
+LOG_NAMES = resnet_pattern("images/s", {"top1": ("top1_accuracy", None),
+                                        "top5": ("top5_accuracy", None)})
+EVAL_CROP_FRACTION = 0.875  # 224 of 256: resize the shorter side to size / 0.875, then crop
+
+
+def eval_resize(size: int) -> int:
+    """The shorter side evaluation resizes an image to before its central ``size`` crop."""
+    return int(round(size / EVAL_CROP_FRACTION))
+
+
 # --preset (common/flags.py): nvidia is the flags' own defaults; digits is `make demo`'s, the
 # learning check's and the INT8 table's run on scikit-learn's digits at 32x32 (small,
 # low-resolution images: crops keep half of each, the last batch norm of a block starts at

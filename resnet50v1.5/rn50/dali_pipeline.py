@@ -5,22 +5,27 @@ after runs on the GPU, images in float16 under float16 AMP; with no GPU the whol
 on the CPU (``device_id=None``), which is how it is tested here. Served to TensorFlow through
 ``nvidia.dali.plugin.tf.DALIDataset`` with nothing chained after it (``common/dali.py``): the
 labels leave DALI 0-based, and their range check and one-hot encoding happen in the compiled
-step (``ResNetTask.train_loss``).
+step (``ResNetTask.train_loss``). The graph (``build_pipeline``) needs no TensorFlow:
+``benchtools/dali_compare.py`` runs it on a GPU and on the CPU and compares the two.
 """
 from __future__ import annotations
 
-import tensorflow as tf
+from common import dali_graph, tfrecord_index
+from common.imagenet_stats import MEAN, STD
+from rn50.config import eval_resize
 
-from common import dali
-from common.distributed import rank_seed
-from common.images import MEAN, STD
-from rn50.tfdata_pipeline import eval_resize
+NAMES = ("images", "labels")  # the pipeline's outputs, in order
 
 
-def _build_pipeline(files, idx_files, training, image_size, shard_id, num_shards,
-                    where: dali.Placement, min_area):
+def build_pipeline(files, idx_dir: str, training: bool, image_size: int, shard_id: int = 0,
+                   num_shards: int = 1, where: dali_graph.Placement = dali_graph.CPU,
+                   min_area: float = 0.08):
+    """The ``@pipeline_def`` function of this rank's shard of ``files``: images (size, size, 3)
+    normalised, float16 where ``where`` says, and 0-based int32 labels."""
     import nvidia.dali.tfrecord as tfrec
     from nvidia.dali import fn, pipeline_def, types
+
+    idx_files = [tfrecord_index.index_path(idx_dir, f) for f in files]
 
     @pipeline_def
     def pipeline():
@@ -52,16 +57,19 @@ def _build_pipeline(files, idx_files, training, image_size, shard_id, num_shards
 
 
 def dataset(files, idx_dir: str, batch_size: int, image_size: int, training: bool, rank: int = 0,
-            world: int = 1, where: dali.Placement = dali.CPU,
+            world: int = 1, where: dali_graph.Placement = dali_graph.CPU,
             seed: int | None = None, num_threads: int = 4, min_area: float = 0.08):
     """(images (N, size, size, 3) float32 or float16, labels (N,) int32 0-based) batches for
     this rank: endless for training, one pass over its shard per iteration for evaluation
     (``dali.EvalPass``)."""
-    pipe = _build_pipeline(files, dali.index_files(files, idx_dir), training, image_size, rank,
-                           world, where, min_area)
+    import tensorflow as tf
+
+    from common import dali
+    from common.distributed import rank_seed
+    pipe = build_pipeline(files, idx_dir, training, image_size, rank, world, where, min_area)
     ds = dali.serve(pipe, where, batch_size,
                     ((batch_size, image_size, image_size, 3), (batch_size,)),
-                    (where.tf_image_dtype, tf.int32), num_threads, rank_seed(seed, rank))
+                    (dali.tf_image_dtype(where), tf.int32), num_threads, rank_seed(seed, rank))
     if training:
         return ds
     return dali.EvalPass(ds, dali.eval_shard_size(files, idx_dir, rank, world), batch_size)

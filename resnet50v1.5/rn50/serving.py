@@ -12,7 +12,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from common.export.serving import Serving, image_input_info, prepare_each
-from rn50 import tfdata_pipeline
+from rn50 import config, tfdata_pipeline
 
 
 class ResNetServing(Serving):
@@ -45,7 +45,7 @@ class ResNetServing(Serving):
     def client_info(self):
         f = self.flags
         return {**image_input_info(f.image_size),
-                "resize_shorter_side": tfdata_pipeline.eval_resize(f.image_size),
+                "resize_shorter_side": config.eval_resize(f.image_size),
                 "crop": "central", "num_classes": f.num_classes,
                 "labels": "labels.txt" if self.task.class_names else None}
 

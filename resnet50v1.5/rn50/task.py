@@ -44,6 +44,7 @@ class ResNetTask(RecordTask):
     flag_defaults = config.FLAG_DEFAULTS
     define_flags = staticmethod(config.define_flags)
     presets = config.PRESETS
+    log_names = config.LOG_NAMES
     prepare_script = "resnet50v1.5/prepare_dataset.py"
     synthetic_epoch = IMAGENET_TRAIN_IMAGES
     serving_class = ResNetServing

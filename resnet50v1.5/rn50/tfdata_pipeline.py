@@ -12,12 +12,7 @@ import tensorflow as tf
 from common import record_reader
 from common.images import decode, normalize
 from common.input_errors import checked_range
-
-EVAL_CROP_FRACTION = 0.875  # 224 of 256: resize the shorter side to size / 0.875, then crop
-
-
-def eval_resize(size: int) -> int:
-    return int(round(size / EVAL_CROP_FRACTION))
+from rn50.config import eval_resize
 
 
 def parse(record, num_classes: int):

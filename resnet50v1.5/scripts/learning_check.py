@@ -25,7 +25,7 @@ _model_dir = os.path.dirname(_here)
 import numpy as np  # noqa: E402
 
 from common import dllogger, presets, runner, runs  # noqa: E402
-from rn50 import digits  # noqa: E402
+from rn50 import config, digits  # noqa: E402
 from rn50.task import ResNetTask  # noqa: E402
 
 PRECISIONS = {p: presets.precision_flags(p) for p in ("fp32", "amp")}  # common/presets.py
@@ -49,10 +49,11 @@ def train(records: str, results: str, precision: str, epochs: int, seed: int) ->
     records_ = dllogger.read_records(os.path.join(results, "log.json"))
     steps = dllogger.step_logs(records_)
     losses = {}
+    loss, top1 = config.LOG_NAMES.loss, config.LOG_NAMES.metric("top1")
     for r in steps:
-        if "loss" in r["data"]:
-            losses.setdefault(r["step"][0], []).append(r["data"]["loss"])
-    top1 = [r["data"]["eval_top1"] for r in steps if "eval_top1" in r["data"]]
+        if loss in r["data"]:
+            losses.setdefault(r["step"][0], []).append(r["data"][loss])
+    top1 = [r["data"][top1] for r in steps if top1 in r["data"]]
     return {"summary": summary, "epoch_loss": [float(np.mean(losses[e])) for e in sorted(losses)],
             "epoch_top1": top1}
 
@@ -77,7 +78,7 @@ def report(out: dict) -> str:
     for name, seed, r in runs:
         cells = [f"{loss:.3f} / {t:.1%}" for loss, t in zip(r["epoch_loss"], r["epoch_top1"])]
         lines.append(f"| {name} ({r['summary']['precision']}) | {seed} | " + " | ".join(cells)
-                     + f" | {r['summary']['train_images_per_s']:.0f} |")
+                     + f" | {r['summary'][config.LOG_NAMES.train_throughput]:.0f} |")
     for name, by_seed in out.items():
         top1 = [r["epoch_top1"][-1] for r in by_seed.values()]
         lines.append(f"{name}: final top-1 median {np.median(top1):.1%} over seeds "

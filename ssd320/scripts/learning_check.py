@@ -38,6 +38,9 @@ _model_dir = os.path.dirname(_here)
 
 from common import dllogger, presets, runs  # noqa: E402
 from ssd import shapes  # noqa: E402
+from ssd.config import LOG_NAMES  # noqa: E402
+
+AP, AP50, AP75 = (LOG_NAMES.metric(k) for k in ("AP", "AP50", "AP75"))
 
 PRECISIONS = {p: presets.precision_flags(p) for p in ("fp32", "amp")}  # common/presets.py
 RECIPE = ["--preset", "shapes"]  # ssd/config.py: a curve (an evaluation every epoch)
@@ -69,9 +72,9 @@ def train(records: str, results: str, precision: str, steps: int, seed: int,
          str(steps), "--seed", str(seed), "--data_dir", records, *PRECISIONS[precision],
          *flags],
         runs.fresh_results_dir(results))
-    evals = [r for r in dllogger.step_logs(records) if "eval_AP50" in r["data"]]
+    evals = [r for r in dllogger.step_logs(records) if AP50 in r["data"]]
     return {"summary": dllogger.last_summary(records),
-            "curve": [(r["step"][1], r["data"]["eval_AP50"]) for r in evals]}
+            "curve": [(r["step"][1], r["data"][AP50]) for r in evals]}
 
 
 def run(steps: int = 1800, seeds=(1, 2, 3), workdir: str | None = None,
@@ -103,7 +106,7 @@ def main():
 
 def median_ap50(runs: dict) -> float:
     """A precision's median final AP50 over its seeds."""
-    return float(statistics.median(r["summary"]["eval_AP50"] for r in runs.values()))
+    return float(statistics.median(r["summary"][AP50] for r in runs.values()))
 
 
 def report(results: dict) -> str:
@@ -119,8 +122,8 @@ def report(results: dict) -> str:
                          + " | ".join(f"{c.get(step, float('nan')):.3f}" for c in curves) + " |")
     for p, seed in cols:
         s = results[p][seed]["summary"]
-        lines.append(f"{p} seed {seed}: AP {s['eval_AP']:.3f}, AP50 {s['eval_AP50']:.3f}, "
-                     f"AP75 {s['eval_AP75']:.3f}, train {s['train_images_per_s']:.0f} images/s")
+        lines.append(f"{p} seed {seed}: AP {s[AP]:.3f}, AP50 {s[AP50]:.3f}, "
+                     f"AP75 {s[AP75]:.3f}, train {s[LOG_NAMES.train_throughput]:.0f} images/s")
     for p, by_seed in results.items():
         lines.append(f"{p}: median final AP50 {median_ap50(by_seed):.3f} over seeds "
                      f"{', '.join(map(str, by_seed))}")

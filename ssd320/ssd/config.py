@@ -2,12 +2,29 @@
 from here (``common/entry.py``) in a fraction of a second; the task imports them."""
 from __future__ import annotations
 
+import dataclasses
+
 from absl import flags
 
 from common import flags as common_flags
+from common.log_names import resnet_pattern
 
 ARCH_NAMES = ("resnet50", "resnet_tiny")  # ssd.model.ARCHS: resnet_tiny is for tests and demos
 TRUNKS = ("resnet_v1", "resnet_v1.5")  # ssd.model.TRUNKS
+MAX_BOXES = 100  # boxes a record keeps (its largest) and the targets hold
+# NVIDIA's DLLogger names (DeepLearningExamples' TF SSD: model_main.py's train_throughput,
+# inference benchmark's infer_throughput, eval_avg_latency, eval_90%_latency...); the COCO
+# figures under TF Object Detection's names, which NVIDIA's SSD evaluation reports; the rest
+# (step records, evaluation throughput) on the ResNet-50 pattern.
+_COCO = {"AP": "Precision/mAP", "AP50": "Precision/mAP@.50IOU", "AP75": "Precision/mAP@.75IOU",
+         "APs": "Precision/mAP (small)", "APm": "Precision/mAP (medium)",
+         "APl": "Precision/mAP (large)", "AR1": "Recall/AR@1", "AR10": "Recall/AR@10",
+         "AR100": "Recall/AR@100", "ARs": "Recall/AR@100 (small)",
+         "ARm": "Recall/AR@100 (medium)", "ARl": "Recall/AR@100 (large)"}
+LOG_NAMES = dataclasses.replace(
+    resnet_pattern("images/s", {k: (f"DetectionBoxes_{v}", None) for k, v in _COCO.items()}),
+    infer_throughput="infer_throughput", latency_avg="{phase}_avg_latency",
+    latency_percentile="{phase}_{p}%_latency")
 # NVIDIA's recipe evaluates once, after training; --eval_every adds evaluations.
 FLAG_DEFAULTS = {"batch_size": 32, "num_iter": 12500, "iter_unit": "batch",
                  "eval_at_epoch_end": False}

@@ -7,7 +7,8 @@ bilinearly without antialiasing (as TF-OD and the tf.data pipeline do) and norma
 the DALIDataset serves from, and nothing is chained after it (``common/dali.py``): the
 per-anchor targets are encoded in the compiled step (``SSDTask.prepare_train_batch``), for the
 whole batch at once, by the very function the tf.data pipeline applies to each image, so
-evaluation inputs agree to decoder rounding and targets exactly.
+evaluation inputs agree to decoder rounding and targets exactly. The graph (``build_pipeline``)
+needs no TensorFlow (``benchtools/dali_compare.py`` runs it on a GPU and on the CPU).
 
 Training crops differ in one way from TF-OD's (and the tf.data pipeline's): DALI samples the
 window's sides (scale 0.75-1 each, aspect 0.75-1.33) rather than its area and aspect, and drops
@@ -15,22 +16,21 @@ a box whose centre falls outside the window, where TF-OD keeps any box that over
 """
 from __future__ import annotations
 
-import tensorflow as tf
+from common import dali_graph, tfrecord_index
+from common.imagenet_stats import MEAN, STD
+from ssd.config import MAX_BOXES
 
-from common import dali
-from common.distributed import rank_seed
-from common.images import MEAN, STD
-from ssd import tfdata_pipeline
-
-MAX_BOXES = tfdata_pipeline.MAX_BOXES
 # The batch's parts, in the pipeline's output order.
 NAMES = ("images", "boxes_ltrb", "classes", "count", "image_id", "height", "width")
 
 
-def _build_pipeline(files, idx_files, training, image_size, shard_id, num_shards,
-                    where: dali.Placement):
+def build_pipeline(files, idx_dir: str, training: bool, image_size: int, shard_id: int = 0,
+                   num_shards: int = 1, where: dali_graph.Placement = dali_graph.CPU):
+    """The ``@pipeline_def`` function of this rank's shard of ``files``, its outputs ``NAMES``."""
     import nvidia.dali.tfrecord as tfrec
     from nvidia.dali import fn, pipeline_def, types
+
+    idx_files = [tfrecord_index.index_path(idx_dir, f) for f in files]
 
     @pipeline_def
     def pipeline():
@@ -73,19 +73,22 @@ def _build_pipeline(files, idx_files, training, image_size, shard_id, num_shards
 
 
 def dataset(files, idx_dir: str, batch_size: int, image_size: int, training: bool,
-            rank: int = 0, world: int = 1, where: dali.Placement = dali.CPU,
+            rank: int = 0, world: int = 1, where: dali_graph.Placement = dali_graph.CPU,
             seed: int | None = None, num_threads: int = 4):
     """Dicts of ``NAMES`` for this rank: images (N, S, S, 3) float32 or float16, boxes_ltrb
     (N, 100, 4) float32 normalised, classes (N, 100) int32 and their count (N,) int32, then
     image_id, height, width (N,) int64. Endless for training; one pass over the rank's shard
     per iteration for evaluation (``dali.EvalPass``)."""
-    pipe = _build_pipeline(files, dali.index_files(files, idx_dir), training, image_size, rank,
-                           world, where)
+    import tensorflow as tf
+
+    from common import dali
+    from common.distributed import rank_seed
+    pipe = build_pipeline(files, idx_dir, training, image_size, rank, world, where)
     ds = dali.serve(pipe, where, batch_size,
                     ((batch_size, image_size, image_size, 3), (batch_size, MAX_BOXES, 4),
                      (batch_size, MAX_BOXES), (batch_size,), (batch_size,), (batch_size,),
                      (batch_size,)),
-                    (where.tf_image_dtype, tf.float32, tf.int32, tf.int32, tf.int64, tf.int64,
+                    (dali.tf_image_dtype(where), tf.float32, tf.int32, tf.int32, tf.int64, tf.int64,
                      tf.int64), num_threads, rank_seed(seed, rank), names=NAMES)
     if training:
         return ds

@@ -31,7 +31,7 @@ from common import prepare_cli, tfrecord_writer
 from common.errors import DataError
 from common.images import jpeg_bytes
 from ssd import coco_json
-from ssd.tfdata_pipeline import MAX_BOXES
+from ssd.config import MAX_BOXES
 
 SPLITS = (("train", "train2017"), ("validation", "val2017"))
 

@@ -44,6 +44,7 @@ class SSDTask(RecordTask):
     flag_defaults = config.FLAG_DEFAULTS
     define_flags = staticmethod(config.define_flags)
     presets = config.PRESETS
+    log_names = config.LOG_NAMES
     prepare_script = "ssd320/prepare_dataset.py"
     synthetic_epoch = COCO_TRAIN_IMAGES
     gathers_eval_outputs = True
@@ -155,7 +156,7 @@ class SSDTask(RecordTask):
         if "cls" in batch:
             return batch
         count = batch["count"]
-        real = tf.range(tfdata_pipeline.MAX_BOXES) < count[:, None]  # (N, 100)
+        real = tf.range(config.MAX_BOXES) < count[:, None]  # (N, 100)
         classes = self.class_check(batch["classes"], valid=real)
         boxes = tf.gather(batch["boxes_ltrb"], [1, 0, 3, 2], axis=-1)  # ymin, xmin, ymax, xmax
         cls, box = targets.encode_targets(boxes, classes, count, tf.constant(self.anchors))

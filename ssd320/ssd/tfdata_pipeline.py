@@ -16,8 +16,8 @@ from common import record_reader
 from common.images import decode, normalize
 from common.input_errors import checked_range
 from ssd import targets
+from ssd.config import MAX_BOXES
 
-MAX_BOXES = 100
 CROP_AREA, CROP_ASPECT = (0.75, 1.0), (0.75, 3.0)
 _BOX_KEYS = ("ymin", "xmin", "ymax", "xmax")
 

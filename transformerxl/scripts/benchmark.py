@@ -49,8 +49,10 @@ def one(mode, precision, args) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         s = dllogger.last_summary(runs.run_main_py(
             os.path.join(_model_dir, "main.py"), flags(mode, precision, args)[1:], tmp))
-    print(f"{mode} {precision}: {s['throughput_tokens_per_s']:.1f} tokens/s", flush=True)
-    return s["throughput_tokens_per_s"]
+    names = presets.log_names("transformerxl")
+    rate = s[names.train_throughput if mode == "training_benchmark" else names.infer_throughput]
+    print(f"{mode} {precision}: {rate:.1f} tokens/s", flush=True)
+    return rate
 
 
 def flops_per_token(args) -> dict:

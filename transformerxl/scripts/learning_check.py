@@ -40,6 +40,7 @@ _here = os.path.dirname(os.path.abspath(__file__))
 _model_dir = os.path.dirname(_here)
 
 from common import dllogger, presets, runs  # noqa: E402
+from txl.config import LOG_NAMES  # noqa: E402
 from txl.plays import fetch, write_corpus  # noqa: E402
 
 PRECISIONS = {p: presets.precision_flags(p) for p in ("fp32", "amp")}  # common/presets.py
@@ -111,7 +112,7 @@ def report(res: dict) -> str:
         lines.append(f"| {row[0][0]} | " + " | ".join(f"{v:.1f}" for _, v in row) + " |")
     for p in PRECISIONS:
         seed, ppl = best(res[p])
-        rate = np.median([r["summary"]["train_tokens_per_s"] for r in res[p].values()])
+        rate = np.median([r["summary"][LOG_NAMES.train_throughput] for r in res[p].values()])
         lines.append(f"{p}: best final valid ppl {ppl:.1f} (seed {seed}), median {rate:.0f} "
                      "train tokens/s")
     return "\n".join(lines)

@@ -15,6 +15,7 @@ from absl import flags
 
 from common import flags as common_flags
 from common.errors import UsageError
+from common.log_names import LogNames
 
 WT103_VOCAB = 267_735
 WT103_CUTOFFS = (19997, 39997, 199997)  # NVIDIA's adaptive softmax clusters on WikiText-103
@@ -22,6 +23,16 @@ WT103_CUTOFFS = (19997, 39997, 199997)  # NVIDIA's adaptive softmax clusters on 
 # TransformerXLTask.derive_settings')
 FLAG_DEFAULTS = {"batch_size": 256, "num_iter": 40000, "iter_unit": "batch", "eval_every": 5000}
 WT103_TRAIN_TOKENS = 103_227_021  # the nominal epoch of synthetic data
+# NVIDIA's DLLogger names (DeepLearningExamples' TF Transformer-XL main.py and exp_utils.py):
+# per step lr, train_loss, train_perplexity, train_throughput; evaluation eval_loss, eval_ppl,
+# eval_avg_throughput, eval_avg_latency, eval_90%_latency... (its inference benchmark is an
+# evaluation). ppl_token_weighted (every token weighted alike) has no NVIDIA counterpart.
+LOG_NAMES = LogNames(
+    unit="tokens/s", loss="train_loss", lr="lr", perplexity="train_perplexity",
+    step_throughput="train_throughput", train_throughput="train_throughput",
+    eval_throughput="eval_avg_throughput", infer_throughput="eval_avg_throughput",
+    latency_avg="{phase}_avg_latency", latency_percentile="{phase}_{p}%_latency",
+    metrics={"ppl": ("eval_ppl", None), "loss": ("eval_loss", None)})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,11 +9,11 @@ class PerplexityMetric(keras.metrics.Metric):
     """exp(mean NLL). Its variables are sums, so ranks can add them up (common/trainer.py).
     ``per_segment``: NVIDIA's figure, each segment's mean NLL weighted equally; a rank holding
     ``rows`` of the ``global_rows`` streams adds that fraction of a segment. Otherwise the mean
-    over every token."""
+    over every token. ``exp=False``: the mean NLL itself (NVIDIA's ``eval_loss``)."""
 
-    def __init__(self, name: str, per_segment: bool, global_rows: int = 1):
+    def __init__(self, name: str, per_segment: bool, global_rows: int = 1, exp: bool = True):
         super().__init__(name=name, dtype="float32")
-        self.per_segment, self.global_rows = per_segment, global_rows
+        self.per_segment, self.global_rows, self.exp = per_segment, global_rows, exp
         self.loss_sum = self.add_variable(shape=(), initializer="zeros", name="loss_sum",
                                           dtype="float64")
         self.weight = self.add_variable(shape=(), initializer="zeros", name="weight",
@@ -31,4 +31,5 @@ class PerplexityMetric(keras.metrics.Metric):
             self.weight.assign_add(tokens)
 
     def result(self):
-        return tf.exp(self.loss_sum / tf.maximum(self.weight, 1e-30))
+        mean = self.loss_sum / tf.maximum(self.weight, 1e-30)
+        return tf.exp(mean) if self.exp else mean

@@ -23,7 +23,7 @@ import tensorflow as tf
 from common import schedules
 from common.errors import DataError, UsageError
 from common.task import Task
-from txl import config, tfdata_pipeline
+from txl import config, streams, tfdata_pipeline
 from txl.config import WT103_TRAIN_TOKENS
 from txl.generate import generate
 from txl.lamb import NvidiaLamb
@@ -41,6 +41,7 @@ class TransformerXLTask(Task):
     flag_defaults = config.FLAG_DEFAULTS
     define_flags = staticmethod(config.define_flags)
     presets = config.PRESETS
+    log_names = config.LOG_NAMES
     # Every weight of its 16-bit layers is read rounded (tests/test_txl_model.py): inference
     # under AMP runs on bfloat16 weights, without casting them every step.
     infers_in_compute_dtype = True
@@ -223,6 +224,7 @@ class TransformerXLTask(Task):
 
     def eval_metrics(self):
         return [PerplexityMetric("ppl", True, self.flags.eval_batch_size),
+                PerplexityMetric("loss", True, self.flags.eval_batch_size, exp=False),
                 PerplexityMetric("ppl_token_weighted", False)]
 
     def eval_update(self, model, batch, metrics, state=None):
@@ -238,7 +240,7 @@ class TransformerXLTask(Task):
     def steps_per_epoch(self):
         """Segments of --tgt_len in each of the global batch's contiguous rows."""
         total = WT103_TRAIN_TOKENS if self.flags.data_dir is None else len(self.tokens("train"))
-        return tfdata_pipeline.steps_per_epoch(total, self.ctx.global_batch_size,
+        return streams.steps_per_epoch(total, self.ctx.global_batch_size,
                                                self.flags.tgt_len)
 
     def train_dataset(self):
