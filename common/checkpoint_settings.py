@@ -89,6 +89,12 @@ def adopt(settings, found: Mapping, names: Iterable[str], source: str, model: st
         if name not in recorded:
             continue
         value = recorded[name]
+        refused = settings.refuses(name, value) if value is not None else None
+        if refused:  # an edited or damaged record: the flags' checks hold for it too
+            raise DataError(f"{source}'s {FILE} records {name} {_show(value)}, which --{name} "
+                            f"does not take ({refused}): the record was edited or damaged; "
+                            "restore it from a copy, or delete it to read the checkpoint "
+                            "without it")
         if settings.given(name):
             if not _same(getattr(settings, name), value):
                 raise UsageError(f"--{name} {_show(getattr(settings, name))} contradicts "

@@ -4,7 +4,7 @@ them: what checkpoints, exports, predictions, drawings, op tables and settings r
 * ``check_output_dir``: a directory that is a file, read-only or full stops a run at its start
   with one line, not at the first write an epoch later.
 * ``write_atomically``: a file holds the new text in full or keeps what it held.
-* ``staged_dir``: a directory's new contents replace the old only once complete.
+* ``staged_dir``: a directory's new contents replace the old only once complete, in one step.
 """
 from __future__ import annotations
 
@@ -71,53 +71,145 @@ def write_atomically(path: str, text: str | bytes) -> None:
 
 @contextlib.contextmanager
 def staged_dir(target: str, what: str, replaces=(), log=None):
-    """A directory whose contents replace ``target``'s entries of the same names only once they
-    are complete: written in ``<target>/.staging-*`` (the same file system, whatever is
-    mounted where), then renamed into place. A failure (a full disk), or a signal that ends the
-    process (``graceful_stop.Interrupted``), removes the staging and leaves ``target`` as it
-    was, with one line. The entries ``replaces`` names (the previous set's: an export replaces
-    a whole export) go too when the new set lacks them, and ``log`` says so. For exports:
-    SavedModel, ONNX, TF-TRT."""
+    """A directory written beside ``target`` (``<parent>/.<name>.staging-*``: the same file
+    system) and put in its place whole, in one step: Linux's ``renameat2(RENAME_EXCHANGE)``
+    swaps the two directories atomically, so ``target`` holds the earlier contents or the new
+    ones at every instant, whatever stops the process (SIGKILL, a lost node). Where the file
+    system cannot exchange (NFS, some parallel file systems), the earlier directory is renamed
+    aside and the new one into place, and a kill between the two renames is undone by the next
+    run (``recover``). Stop signals are held over the swap (``graceful_stop.deferred``), and
+    Ctrl-C stops as SIGTERM does; the run's last line says which export is in place.
+
+    Entries of ``target`` that no export writes (a user's notes) are carried into the new
+    directory by hard links (copies where the file system has none); those ``replaces`` names
+    (the previous set's: an export replaces a whole export) are not, and ``log`` says so. A
+    failure (a full disk) removes the staging and leaves ``target`` as it was, with one line.
+    For exports: SavedModel, ONNX, TF-TRT, the Triton model repository."""
     import tensorflow as tf  # its errors (a failed SavedModel write) are caught below
 
-    os.makedirs(target, exist_ok=True)
-    clear_stale(target, log)
-    stage = tempfile.mkdtemp(prefix=STAGING, dir=target)
+    from common import graceful_stop
+
+    target = target.rstrip(os.sep) or os.sep
+    parent, base = os.path.split(os.path.abspath(target))
+    os.makedirs(parent, exist_ok=True)
+    recover(target, log)
+    existed = os.path.isdir(target)
+    graceful_stop.set_phase(f"while writing {what} to {target} (not written; "
+                            + ("the earlier one there is as it was)" if existed else
+                               "nothing was there)"))
+    stage = tempfile.mkdtemp(prefix=f".{base}{STAGING}", dir=parent)
+    old = None
     try:
-        yield stage
-        written = set(os.listdir(stage))
-        for name in sorted(set(replaces) - written):
-            old = os.path.join(target, name)
-            if os.path.isdir(old) and not os.path.islink(old):
-                shutil.rmtree(old)
-            elif os.path.lexists(old):
-                os.remove(old)
-            else:
-                continue
-            if log:
-                log(f"removed {old}: the previous export's, which this one does not write")
-        for name in os.listdir(stage):
-            old = os.path.join(target, name)
-            if os.path.isdir(old) and not os.path.islink(old):
-                shutil.rmtree(old)
-            elif os.path.lexists(old):
-                os.remove(old)
-            os.rename(os.path.join(stage, name), old)
+        with graceful_stop.sigint_stops():
+            yield stage
+            if existed:
+                _carry_over(target, stage, set(replaces), log)
+            with graceful_stop.deferred():  # one step: SIGTERM and Ctrl-C wait for it
+                old = _swap_in(stage, target, existed)
+                graceful_stop.written(f"{what} in {target} is the new one, whole")
+                graceful_stop.set_phase(f"after writing {what} to {target}")
     except (OSError, tf.errors.OpError) as e:
         why = one_line(getattr(e, "message", None) or e.strerror or str(e))
         raise DataError(f"cannot write {what} in {target} ({why}); nothing of it was kept "
                         "there") from None
     finally:
-        shutil.rmtree(stage, ignore_errors=True)
+        shutil.rmtree(stage if old is None else old, ignore_errors=True)
 
 
-STAGING, PROBE = ".staging-", ".size-probe-"  # what an export writes before it is whole
+STAGING, OLD, PROBE = ".staging-", ".replaced-", ".size-probe-"  # an export's work beside it
+RENAME_EXCHANGE = 2  # linux/fs.h
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Swaps two directories in one step (``renameat2`` with ``RENAME_EXCHANGE``); False where
+    the C library or the file system cannot."""
+    import ctypes
+    import errno
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    at_fdcwd = -100
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV):
+        return False
+    raise OSError(err, os.strerror(err), b)
+
+
+def _swap_in(stage: str, target: str, existed: bool) -> str | None:
+    """Puts ``stage`` at ``target``; returns where the earlier contents went (to be removed)."""
+    if not existed:
+        os.rename(stage, target)
+        return None
+    parent, base = os.path.split(os.path.abspath(target))
+    if _exchange(stage, target):  # stage now holds the earlier contents
+        old = tempfile.mkdtemp(prefix=f".{base}{OLD}", dir=parent)
+        os.rename(stage, os.path.join(old, base))
+        return old
+    old = tempfile.mkdtemp(prefix=f".{base}{OLD}", dir=parent)
+    os.rename(target, os.path.join(old, base))  # a kill here: recover() puts it back
+    os.rename(stage, target)
+    return old
+
+
+def _carry_over(target: str, stage: str, replaced: set[str], log) -> None:
+    """The entries of ``target`` that are not the export's, into ``stage``; the previous
+    export's that this one does not write are left behind, with a line."""
+    written = set(os.listdir(stage))
+    for name in sorted(os.listdir(target)):
+        if name in written or name.startswith((STAGING, PROBE)):
+            continue
+        if name in replaced:
+            if log:
+                log(f"removed {os.path.join(target, name)}: the previous export's, which this "
+                    "one does not write")
+            continue
+        src, dst = os.path.join(target, name), os.path.join(stage, name)
+        if os.path.isdir(src) and not os.path.islink(src):
+            shutil.copytree(src, dst, symlinks=True, copy_function=_link_or_copy)
+        else:
+            _link_or_copy(src, dst)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    if os.path.islink(src):
+        os.symlink(os.readlink(src), dst)
+        return
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def recover(target: str, log=None) -> None:
+    """What an earlier write of ``target`` left when it was stopped: a swap cut between its two
+    renames (the earlier contents put back, said), earlier contents not yet removed (removed),
+    a staging folder (kept and named: it may hold a whole export that never went in place),
+    and trial exports (removed). Exports run on one process at a time per directory (rank 0)."""
+    parent, base = os.path.split(os.path.abspath(target.rstrip(os.sep) or os.sep))
+    if not os.path.isdir(parent):
+        return
+    for name in sorted(os.listdir(parent)):
+        path = os.path.join(parent, name)
+        if name.startswith(f".{base}{OLD}") and os.path.isdir(path):
+            inner = os.path.join(path, base)
+            if not os.path.lexists(target) and os.path.isdir(inner):
+                os.rename(inner, target)
+                if log:
+                    log(f"put back {target}: a stop between the two renames of its swap had "
+                        f"left it aside in {path}")
+            shutil.rmtree(path, ignore_errors=True)
+        elif name.startswith(f".{base}{STAGING}") and os.path.isdir(path) and log:
+            log(f"{path}: a write of {target} that was stopped before it went in place (it may "
+                "be incomplete; not used): remove it when you no longer need it")
+    clear_stale(target, log)
 
 
 def clear_stale(target: str, log=None) -> None:
-    """Removes what an export killed before it could clean up left in ``target`` (a
-    ``.staging-*`` or ``.size-probe-*`` folder: SIGKILL, a lost node), with a line each.
-    Exports run on one process at a time per directory (rank 0)."""
+    """Removes trial exports (``.size-probe-*``) a killed run left in ``target``, and the
+    staging folders of earlier versions of these scripts (inside it), with a line each."""
     if not os.path.isdir(target):
         return
     for name in sorted(os.listdir(target)):

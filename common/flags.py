@@ -180,6 +180,19 @@ class Settings:
     def with_derived(self, values: Mapping) -> Settings:
         return Settings(self._fv, {**self.derived, **values}, self.adopted)
 
+    def refuses(self, name: str, value) -> str | None:
+        """Why ``--name`` could not take ``value`` (its type, its bounds, its choices), as the
+        command line would refuse it; None when it could."""
+        if name not in self._fv:
+            return "no such flag"
+        parser = self._fv[name].parser
+        try:
+            parser.parse(",".join(map(str, value)) if isinstance(value, list)
+                         and not isinstance(value, str) else value)
+        except (ValueError, TypeError, flags.Error) as e:
+            return str(e).splitlines()[0] if str(e) else type(e).__name__
+        return None
+
     def with_adopted(self, values: Mapping) -> Settings:
         """``values`` taken from a checkpoint: used, and counted as given."""
         return Settings(self._fv, {**self.derived, **values}, {**self.adopted, **values})
@@ -238,9 +251,18 @@ def validate(f: flags.FlagValues) -> dict:
     if f.export_triton and not f.export_dir:
         raise UsageError("--export_triton makes a model repository of the export: give "
                          "--export_dir")
-    if f.export_triton and f.export_dir and (
-            os.path.abspath(f.export_triton) == os.path.abspath(f.export_dir)):
-        raise UsageError("--export_triton needs a directory of its own, not --export_dir")
+    if f.export_triton and f.export_dir:
+        triton, export = (os.path.realpath(p) for p in (f.export_triton, f.export_dir))
+        if triton == export:
+            raise UsageError("--export_triton needs a directory of its own, not --export_dir")
+        if triton.startswith(export + os.sep):  # the repository would copy itself into itself
+            raise UsageError(f"--export_triton {f.export_triton} is inside --export_dir "
+                             f"{f.export_dir}: give the model repository a directory beside "
+                             "the export")
+        if export.startswith(triton + os.sep):  # Triton would take the export for a model
+            raise UsageError(f"--export_dir {f.export_dir} is inside --export_triton "
+                             f"{f.export_triton}: Triton reads every folder there as a model; "
+                             "give the export a directory beside the repository")
     if f.export_onnx_int8 and not f.export_dir:
         raise UsageError("--export_onnx_int8 writes model_int8.onnx into --export_dir: give "
                          "--export_dir")

@@ -13,12 +13,74 @@ SIGTERM and SIGUSR1 raise ``Interrupted`` from the moment ``install`` runs, the 
 removed on the way out, and ends with one line and exit 0 (a stop on request: the launchers
 forward a SIGTERM as SIGUSR1 to ranks that may still be importing TensorFlow). Without it
 Python's default would end the process where it stood: SIGUSR1 kills it ("signal 10"),
-SIGTERM leaves no chance to clean up.
+SIGTERM leaves no chance to clean up. The line says what the stop cut short (``phase``: the
+runner sets it for each part of a run, an export for its own steps, ``written`` what is already
+whole), and a step that must not be cut in two (an export's swap into place) holds the stop
+signals until it is done (``deferred``); during an export Ctrl-C stops as SIGTERM does
+(``sigint_stops``).
 """
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
+
+_phase = "while starting (nothing written)"
+_written: list[str] = []
+
+
+def set_phase(text: str, reset: bool = False) -> None:
+    """What a stop signal now cuts short, for the run's last line ("while exporting to X (not
+    written; ...)"); ``reset``: a new run, nothing written yet."""
+    global _phase
+    _phase = text
+    if reset:
+        _written.clear()
+
+
+def written(text: str) -> None:
+    """Something this run has finished writing whole (an export swapped into place): every
+    later stop line says so."""
+    _written.append(text)
+
+
+def phase() -> str:
+    return _phase + "".join(f"; {w}" for w in _written)
+
+
+@contextlib.contextmanager
+def sigint_stops():
+    """Within the block Ctrl-C stops as SIGTERM does (``Interrupted``: the line says what was
+    cut short and what is whole, exit 0) rather than with Python's bare KeyboardInterrupt."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def deferred():
+    """SIGTERM, SIGINT and SIGUSR1 held until the block ends, then delivered to the handlers
+    they had: a step that must not be cut in two, such as renaming an export into place. Held
+    by Python handlers that note the signal (a process's signal mask would not do: TensorFlow's
+    threads take a signal the main thread blocks, and Python runs its handler all the same)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: pending.append(signum))
+                for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for s in dict.fromkeys(pending):
+            signal.raise_signal(s)
 
 
 class Interrupted(BaseException):
@@ -35,6 +97,8 @@ def _interrupt(signum, frame):
     # ranks too) must not interrupt the unwinding that cleans up and says so.
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
+    if signum == signal.SIGINT:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     raise Interrupted(signal.Signals(signum).name)
 
 

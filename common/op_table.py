@@ -130,7 +130,9 @@ def _csv_field(value) -> str:
 
 def read(path: str) -> list[dict]:
     """The rows of an ``ops.csv``; ``ValueError`` naming the file (and the row) when it is not
-    one, is cut short or holds a time that is not a number."""
+    one, is cut short or holds a time that is not a number. A table cut at a row's end is
+    found by its shares: each place's (host, device) add up to 1 in a whole table (to the
+    rounding of 5 decimals a row), less once rows are missing."""
     try:
         with open(path, newline="", encoding="utf-8") as f:
             rows = list(csv.DictReader(f))
@@ -148,4 +150,16 @@ def read(path: str) -> list[dict]:
                 what = "missing" if r[column] is None else f"{r[column]!r}, not a number"
                 raise ValueError(f"{path}, row {n}: {column} is {what} (a table cut short or "
                                  "edited?)") from None
+    shares: dict[str, float] = {}
+    for n, r in enumerate(rows, 2):
+        try:
+            shares[r["where"]] = shares.get(r["where"], 0.0) + float(r["share"])
+        except (TypeError, ValueError):
+            raise ValueError(f"{path}, row {n}: share is {r['share']!r}, not a number (a table "
+                             "cut short or edited?)") from None
+    for where, total in shares.items():
+        rows_there = sum(r["where"] == where for r in rows)
+        if total > 0 and abs(total - 1.0) > 1e-3 + 1e-5 * rows_there:
+            raise ValueError(f"{path}: the {where} ops' shares add up to {total:.3f}, not 1: "
+                             f"the table is cut short or edited ({len(rows)} row(s) left)")
     return rows

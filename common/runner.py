@@ -183,21 +183,14 @@ def run(task_cls: type[Task], argv: Sequence[str]) -> dict:
         return _run(task_cls, argv)
 
 
-_phase = "while starting (nothing written)"  # what a stop signal cuts short (runner.main)
-
-
-def _in(phase: str) -> None:
-    global _phase
-    _phase = phase
-
-
 def _run(task_cls: type[Task], argv: Sequence[str]) -> dict:
-    _in("while starting (nothing written)")
+    graceful_stop.set_phase("while starting (nothing written)", reset=True)
     trainer = setup(task_cls, argv)
     fv, logger = trainer.flags, trainer.log
     try:
         summary = {"mode": fv.mode}
-        _in(f"during --mode {fv.mode} (checkpoints are as the last save left them)")
+        graceful_stop.set_phase(f"during --mode {fv.mode} (checkpoints are as the last save "
+                                "left them)")
         if fv.mode in ("train", "train_and_evaluate"):
             summary.update(trainer.train(trainer.total_steps(),
                                          evaluate=fv.mode == "train_and_evaluate"))
@@ -211,8 +204,8 @@ def _run(task_cls: type[Task], argv: Sequence[str]) -> dict:
         elif fv.mode == "inference_benchmark":
             summary.update(trainer.benchmark_inference())
         if fv.export_dir:
-            _in(f"while exporting to {fv.export_dir} (not written; an earlier export there is "
-                "as it was)")
+            graceful_stop.set_phase(f"while exporting to {fv.export_dir} (not written; an "
+                                    "earlier export there is as it was)")
             trainer.export(fv.export_dir)
         if trainer.dist.devices.gpu:  # what the recipe's batch costs (scripts/gpu_smoke.sh)
             peak = tf.config.experimental.get_memory_info("GPU:0")["peak"]
@@ -257,7 +250,7 @@ def main(task_cls: type[Task], argv: Sequence[str] | None = None) -> int:
     except graceful_stop.Interrupted as e:
         # Outside the training loop (which stops at a step, with a checkpoint): nothing is
         # half-written (exports are staged); say what was cut short.
-        print(f"{prog}: {e.signame}: stopped {_phase}", file=sys.stderr)
+        print(f"{prog}: {e.signame}: stopped {graceful_stop.phase()}", file=sys.stderr)
         return 0
     except (DataError, TrainingError) as e:
         message = str(e)

@@ -56,8 +56,20 @@ sudo_cmd=""
 if [ "$(id -u)" != 0 ]; then sudo_cmd="sudo"; fi
 log "apt-get install ${missing[*]} (a real one-node Slurm for the tests)"
 $sudo_cmd apt-get update -qq
-# Debian's packages start their daemons when a service manager runs; tests/slurm_cluster.py
-# starts its own, with its own configuration, so none is started here.
+# Debian's packages start their daemons (munged, slurmctld, slurmd) where a service manager
+# runs; tests/slurm_cluster.py starts its own, with its own configuration. A policy-rc.d that
+# answers 101 ("action forbidden", which invoke-rc.d and deb-systemd-invoke obey) keeps them
+# from starting, for this install only (an existing policy is left as it is).
+policy=/usr/sbin/policy-rc.d
+added=""
+if [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\n# install_test_deps.sh: no daemon starts while it installs Slurm\nexit 101\n' |
+    $sudo_cmd tee "$policy" >/dev/null
+  $sudo_cmd chmod 755 "$policy"
+  added=1
+  trap 'rm -rf "${work:-}"; $sudo_cmd rm -f "$policy"' EXIT
+fi
 DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends \
   "${missing[@]}" >/dev/null
+if [ -n "$added" ]; then $sudo_cmd rm -f "$policy"; fi
 log "slurm installed: $(slurmd -V)"

@@ -206,5 +206,7 @@ if [ -n "$left" ]; then  # the launcher ended under its ranks (its shell or mpir
 fi
 if [ -n "$stopping" ]; then
   echo "launch.sh: $stopping: the job stopped (exit $rc)" >&2
+elif [ "$rc" -gt 128 ] && [ -z "$left" ]; then  # the launcher itself killed (SIGKILL, OOM)
+  echo "launch.sh: ${launch[0]} was killed ($(kill -l $(( rc - 128 )) 2>/dev/null || echo "signal $(( rc - 128 ))")): its ranks ended with it, without a stop checkpoint; the steps since the last checkpoint (--save_checkpoint_steps) are lost, and the same command resumes from it" >&2
 fi
 exit "$rc"

@@ -5,14 +5,15 @@ function, here the SavedModel's signature. For trying the client and the export 
 (a CPU included); on GPU machines, serve the ``--export_triton`` model repository with
 Triton's own container (README, "Deployment").
 
-    python "$(bash scripts/triton_env.sh)" scripts/serve_pytriton.py --export_dir export
+    "$(bash scripts/triton_env.sh)" scripts/serve_pytriton.py --export_dir export
 
 It serves ``--signature`` (``serving_default``) under the name of the repository's SavedModel
 model (``client.json``'s ``triton_model``) with the same inputs and outputs, so
 ``scripts/triton_client.py`` talks to either. Requests are batched where every tensor leads
 with the batch (the image models); Transformer-XL's memory does not, so it is served
 unbatched. Runs until interrupted (Ctrl-C, SIGTERM); ``--ready_file`` is written once the
-model is ready.
+model is ready. What it cannot serve (a folder that is no export, a cut SavedModel or
+``client.json``, a signature the export lacks, a port in use) stops it with one line, exit 1.
 """
 from __future__ import annotations
 
@@ -75,6 +76,61 @@ def infer_function(fn, inputs, outputs, batched):
     return lambda requests: [infer(**r) for r in requests]
 
 
+class ServeError(Exception):
+    """What stops the server before it starts, said in one line."""
+
+
+def read_export(export_dir: str) -> dict:
+    """The export's ``client.json``, once the folder is checked to hold an export."""
+    info_path = os.path.join(export_dir, "assets", "client.json")
+    if not os.path.isdir(export_dir):
+        raise ServeError(f"--export_dir {export_dir}: no such directory")
+    if not os.path.exists(info_path):
+        raise ServeError(f"{export_dir} holds no export of this repository (no "
+                         "assets/client.json): give what --export_dir wrote")
+    if not os.path.exists(os.path.join(export_dir, "saved_model.pb")):
+        raise ServeError(f"{export_dir} has no saved_model.pb: the export is incomplete; "
+                         "export it again (main.py --mode evaluate --export_dir ...)")
+    try:
+        with open(info_path, encoding="utf-8") as fh:
+            info = json.load(fh)
+        info["triton_model"]  # noqa: B018  (what the model is served as)
+    except (ValueError, UnicodeDecodeError, KeyError, TypeError) as e:
+        raise ServeError(f"{info_path} is damaged ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else ''}): export again") from None
+    return info
+
+
+def check_ports(ports: dict[str, int]) -> None:
+    """Each port free to listen on, or one line naming the flag."""
+    import socket
+    for flag, port in ports.items():
+        if not 0 < port < 65536:
+            raise ServeError(f"{flag} {port} is not a port number")
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(("0.0.0.0", port))
+            except OSError as e:
+                raise ServeError(f"{flag} {port} cannot be used ({e.strerror}): choose "
+                                 "another") from None
+
+
+def load_signature(export_dir: str, signature: str):
+    import tensorflow as tf
+    try:
+        loaded = tf.saved_model.load(export_dir)
+    except (tf.errors.OpError, ValueError, OSError, IndexError, RuntimeError) as e:
+        why = str(getattr(e, "message", "") or e).strip().splitlines()
+        raise ServeError(f"{export_dir}: the SavedModel cannot be loaded ("
+                         f"{why[0][:200] if why else type(e).__name__}): export again"
+                         ) from None
+    if signature not in loaded.signatures:
+        raise ServeError(f"--signature {signature}: the export has "
+                         f"{', '.join(sorted(loaded.signatures))}")
+    return loaded.signatures[signature]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--export_dir", required=True, help="what --export_dir wrote")
@@ -86,20 +142,18 @@ def main(argv=None) -> int:
     p.add_argument("--metrics_port", type=int, default=8002)
     p.add_argument("--ready_file", help="written once the model is ready")
     args = p.parse_args(argv)
-
-    info_path = os.path.join(args.export_dir, "assets", "client.json")
-    if not os.path.exists(info_path):
-        print(f"serve_pytriton.py: error: {args.export_dir} holds no export of this repository "
-              "(no assets/client.json)", file=sys.stderr)
+    try:
+        info = read_export(args.export_dir)
+        check_ports({"--http_port": args.http_port, "--grpc_port": args.grpc_port,
+                     "--metrics_port": args.metrics_port})
+        _use_this_libpython()
+        fn = load_signature(args.export_dir, args.signature)
+    except ServeError as e:
+        print(f"serve_pytriton.py: error: {e}", file=sys.stderr)
         return 1
-    with open(info_path, encoding="utf-8") as fh:
-        info = json.load(fh)
-    _use_this_libpython()
-    import tensorflow as tf
     from pytriton.model_config import ModelConfig
     from pytriton.triton import Triton, TritonConfig
 
-    fn = tf.saved_model.load(args.export_dir).signatures[args.signature]
     inputs, outputs, batched = tensors(fn)
     name = args.model_name or info["triton_model"]
     config = TritonConfig(http_port=args.http_port, grpc_port=args.grpc_port,

@@ -11,7 +11,10 @@ serves ``<name>_savedmodel`` (encoded images sent as they are), ``<name>_onnx`` 
 ``<name>_tensorrt`` (images prepared here as ``client.json`` says: the evaluation's resize and
 normalisation, ``--client_json``). Needs only ``tritonclient[all]``, numpy and Pillow: Triton's
 SDK container (``nvcr.io/nvidia/tritonserver:<yy.mm>-py3-sdk``) has them. One line a file,
-``--json`` for the outputs as JSON lines.
+``--json`` for the outputs as JSON lines. A file that cannot be read, or that the model could
+not decode (its ``valid`` output, or the server's error for that file alone), gets its own
+"skipped" line on stderr and the others their answers; the exit status is 1 only when no file
+was answered, 2 for an error in the command (one line).
 """
 from __future__ import annotations
 
@@ -21,13 +24,43 @@ import sys
 
 import numpy as np
 
+PROG = "triton_client.py"
+
+
+class ClientError(Exception):
+    """What stops the client, said in one line (``main``)."""
+
 
 def _client(url: str, protocol: str):
-    if protocol == "grpc":
-        import tritonclient.grpc as client
-    else:
-        import tritonclient.http as client
-    return client, client.InferenceServerClient(url)
+    address = _address(url, protocol)  # a wrong address says so before any import
+    try:
+        if protocol == "grpc":
+            import tritonclient.grpc as client
+        else:
+            import tritonclient.http as client
+    except ImportError as e:
+        raise ClientError(f"tritonclient is not installed here ({e.name}): run it with the "
+                          "environment scripts/triton_env.sh makes (\"$(bash "
+                          "scripts/triton_env.sh)\" scripts/triton_client.py ...), or pip "
+                          "install 'tritonclient[all]'") from None
+    return client, client.InferenceServerClient(address)
+
+
+def _address(url: str, protocol: str) -> str:
+    """``host:port`` as tritonclient takes it; ``http://host:port`` and ``grpc://host:port``
+    are accepted (the scheme dropped), a port that is not a number is refused."""
+    scheme, sep, rest = url.partition("://")
+    if sep:
+        if scheme not in ("http", "grpc"):
+            raise ClientError(f"--url {url}: give host:port (a {scheme}:// address is not "
+                              "supported)")
+        url = rest.rstrip("/")
+    host, _, port = url.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        default = 8001 if protocol == "grpc" else 8000
+        raise ClientError(f"--url {url}: give host:port, the port a number (Triton's {protocol}"
+                          f" port is {default} by default)")
+    return url
 
 
 def _config(server, model: str, protocol: str) -> dict:
@@ -55,19 +88,33 @@ def prepare(path: str, info: dict) -> np.ndarray:
     return (x - np.asarray(info["mean"], np.float32)) / np.asarray(info["std"], np.float32)
 
 
-def request(client, config: dict, paths: list[str], info: dict | None):
-    """The request's inputs: the files' bytes for a model that takes encoded images, else the
-    prepared float batch."""
+def takes_encoded(config: dict) -> bool:
     (inp,) = config["input"]
-    name, dtype = inp["name"], inp["data_type"].removeprefix("TYPE_")
-    if dtype == "STRING":
-        data = np.array([[open(p, "rb").read()] for p in paths], dtype=object)
-        dtype = "BYTES"
+    return inp["data_type"].removeprefix("TYPE_") == "STRING"
+
+
+def read_input(path: str, config: dict, info: dict | None):
+    """One file as the model takes it: its bytes (a model that decodes), else the prepared
+    float image. A file that cannot be read raises ``ClientError`` with its reason."""
+    try:
+        if takes_encoded(config):
+            with open(path, "rb") as fh:
+                return fh.read()
+        return prepare(path, info)
+    except OSError as e:  # PIL's UnidentifiedImageError is an OSError too
+        why = e.strerror or str(e).split(" (")[0]
+        raise ClientError(f"{path}: {why}") from None
+
+
+def request(client, config: dict, items: list):
+    """The request's inputs: the files' bytes for a model that takes encoded images, else the
+    prepared float batch (``read_input``'s)."""
+    (inp,) = config["input"]
+    name = inp["name"]
+    if takes_encoded(config):
+        data, dtype = np.array([[x] for x in items], dtype=object), "BYTES"
     else:
-        if info is None:
-            raise SystemExit(f"triton_client.py: error: {config['name']} takes prepared images: "
-                             "give --client_json (the export's assets/client.json)")
-        data = np.stack([prepare(p, info) for p in paths])
+        data, dtype = np.stack(items), inp["data_type"].removeprefix("TYPE_")
     tensor = client.InferInput(name, list(data.shape), dtype)
     tensor.set_data_from_numpy(data)
     return [tensor]
@@ -92,49 +139,129 @@ def describe(path: str, out: dict, labels: list[str] | None, k: int, threshold: 
                         for c, s, b in found))
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _read_json(path: str, flag: str):
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except OSError as e:
+        raise ClientError(f"{flag} {path}: {e.strerror}") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ClientError(f"{flag} {path} is not JSON ({str(e).splitlines()[0]})") from None
+
+
+def _read_labels(path: str):
+    if path.endswith(".json"):
+        found = _read_json(path, "--labels")
+        if not isinstance(found, dict) or not isinstance(found.get("categories"), list):
+            raise ClientError(f"--labels {path}: not a label map (no \"categories\" list: the "
+                              "export's assets/label_map.json)")
+        return found
+    try:
+        with open(path, encoding="utf-8") as fh:
+            names = [ln.strip() for ln in fh if ln.strip()]
+    except OSError as e:
+        raise ClientError(f"--labels {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ClientError(f"--labels {path} is not text (the export's assets/labels.txt)"
+                          ) from None
+    return names
+
+
+def _error_line(e: Exception) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0][:300]
+
+
+def run(args) -> int:
+    info = _read_json(args.client_json, "--client_json") if args.client_json else None
+    if info is not None and not isinstance(info, dict):
+        raise ClientError(f"--client_json {args.client_json}: not an export's client.json")
+    labels = _read_labels(args.labels) if args.labels else None
+    client, server = _client(args.url, args.protocol)
+    try:
+        config = _config(server, args.model, args.protocol)
+    except Exception as e:  # tritonclient raises its own types per protocol (and OSErrors)
+        raise ClientError(f"{args.model} at {args.url}: {_error_line(e)}") from None
+    if not takes_encoded(config) and info is None:
+        raise ClientError(f"{args.model} takes prepared images: give --client_json (the "
+                          "export's assets/client.json)")
+    names = [o["name"] for o in config["output"]]
+    answered = failed = 0
+    ready = []  # (path, input) of the files read, sent --batch_size at a time
+    for n, path in enumerate(args.files):
+        try:
+            ready.append((path, read_input(path, config, info)))
+        except ClientError as e:
+            print(f"skipped {e}", file=sys.stderr)
+            failed += 1
+        if len(ready) == args.batch_size or (n == len(args.files) - 1 and ready):
+            a, f = _send(client, server, args, config, names, ready, labels)
+            answered, failed, ready = answered + a, failed + f, []
+    if failed:
+        print(f"{PROG}: {failed} of {len(args.files)} file(s) not answered", file=sys.stderr)
+    return 0 if answered else 1
+
+
+def _send(client, server, args, config, names, batch, labels) -> tuple[int, int]:
+    """One request for ``batch``; a request the server refuses is sent again one file at a
+    time, so that one bad image costs only its own answer. (answered, failed)."""
+    try:
+        result = server.infer(args.model, request(client, config, [x for _, x in batch]),
+                              outputs=[client.InferRequestedOutput(n) for n in names])
+    except Exception as e:  # the server's error: InferenceServerException, socket errors
+        if len(batch) > 1:
+            counts = [_send(client, server, args, config, names, [item], labels)
+                      for item in batch]
+            return sum(c[0] for c in counts), sum(c[1] for c in counts)
+        print(f"skipped {batch[0][0]}: the server answered: {_error_line(e)}", file=sys.stderr)
+        return 0, 1
+    outputs = {n: result.as_numpy(n) for n in names}
+    answered = failed = 0
+    for row, (path, _) in enumerate(batch):
+        out = {n: v[row] for n, v in outputs.items()}
+        if "valid" in out and not bool(np.asarray(out["valid"]).reshape(-1)[0]):
+            print(f"skipped {path}: the model could not decode it as an image",
+                  file=sys.stderr)
+            failed += 1
+            continue
+        answered += 1
+        if args.json:
+            print(json.dumps({"file": path, **{n: np.asarray(v).tolist()
+                                               for n, v in out.items()}}), flush=True)
+        else:
+            print(describe(path, out, labels, args.top_k, args.score_threshold), flush=True)
+    return answered, failed
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("files", nargs="+", help="images (JPEG, PNG, BMP, GIF)")
     p.add_argument("--model", required=True, help="the model's name in the repository")
-    p.add_argument("--url", default="localhost:8000", help="the server (HTTP 8000, gRPC 8001)")
+    p.add_argument("--url", default="localhost:8000", help="the server, host:port (HTTP 8000, "
+                   "gRPC 8001)")
     p.add_argument("--protocol", choices=("http", "grpc"), default="http")
     p.add_argument("--client_json", help="the export's assets/client.json (models that take "
                    "prepared images: *_onnx, *_tensorrt)")
     p.add_argument("--labels", help="labels.txt (ResNet-50) or label_map.json (SSD320) from "
                    "the export's assets/")
-    p.add_argument("--batch_size", type=int, default=8, help="images a request")
-    p.add_argument("--top_k", type=int, default=5)
+    p.add_argument("--batch_size", type=_positive, default=8, help="images a request")
+    p.add_argument("--top_k", type=_positive, default=5)
     p.add_argument("--score_threshold", type=float, default=0.3)
     p.add_argument("--json", action="store_true", help="each image's outputs as a JSON line")
     args = p.parse_args(argv)
-
-    info = json.load(open(args.client_json)) if args.client_json else None
-    labels = None
-    if args.labels:
-        with open(args.labels, encoding="utf-8") as fh:
-            labels = json.load(fh) if args.labels.endswith(".json") else \
-                [ln.strip() for ln in fh if ln.strip()]
-    client, server = _client(args.url, args.protocol)
     try:
-        config = _config(server, args.model, args.protocol)
-    except Exception as e:  # tritonclient raises its own exception types per protocol
-        print(f"triton_client.py: error: {args.model} at {args.url}: {e}", file=sys.stderr)
-        return 1
-    names = [o["name"] for o in config["output"]]
-    for start in range(0, len(args.files), args.batch_size):
-        paths = args.files[start:start + args.batch_size]
-        result = server.infer(args.model, request(client, config, paths, info),
-                              outputs=[client.InferRequestedOutput(n) for n in names])
-        outputs = {n: result.as_numpy(n) for n in names}
-        for row, path in enumerate(paths):
-            out = {n: v[row] for n, v in outputs.items()}
-            if args.json:
-                print(json.dumps({"file": path, **{n: np.asarray(v).tolist()
-                                                   for n, v in out.items()}}))
-            else:
-                print(describe(path, out, labels, args.top_k, args.score_threshold))
-    return 0
+        return run(args)
+    except ClientError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -101,6 +101,28 @@ def test_checkpoint_of_another_model_stops_with_the_last_line_on_stderr(tmp_path
     assert ckpt_digests(ckdir) == before  # never overwritten by a from-scratch run
 
 
+@pytest.mark.parametrize("setting, value, why", [
+    ("arch", "resnet999", "value should be one of <resnet50|resnet_tiny>"),
+    ("image_size", -5, "-5 is not an integer in the range [32, 2048]")])
+def test_an_edited_settings_record_is_refused_as_the_flag_would_be(tmp_path, capsys, setting,
+                                                                  value, why):
+    """settings.json's values were adopted unchecked: an "arch" no model has was a KeyError at
+    the resume, a negative image size a shape error. They are held to the flags' own checks."""
+    import json
+    _train(tmp_path, 1)
+    ckdir = tmp_path / "r" / "checkpoints"
+    record = json.loads((ckdir / "settings.json").read_text())
+    record["settings"][setting] = value
+    (ckdir / "settings.json").write_text(json.dumps(record))
+    before = ckpt_digests(ckdir)
+    code, _, err = _main(tmp_path, capsys, 2)
+    assert code == 1 and err[-1] == (
+        f"main.py: error: the checkpoint in --model_dir {ckdir}'s settings.json records "
+        f"{setting} {value}, which --{setting} does not take ({why}): the record was edited or "
+        "damaged; restore it from a copy, or delete it to read the checkpoint without it")
+    assert ckpt_digests(ckdir) == before
+
+
 @pytest.mark.parametrize("fault", ["results_dir_is_a_file", "tensorboard_is_a_file",
                                    "model_dir_is_a_file", "model_dir_read_only",
                                    "model_dir_full"])

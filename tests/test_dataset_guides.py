@@ -175,3 +175,63 @@ def test_coco_2017_from_its_three_zips(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert os.path.exists(tmp_path / "records" / "validation_annotations.json")
     assert tfrecord_index.shard_files(str(tmp_path / "records"), "train", "train")
+
+
+def _flat_imagenet(tmp_path):
+    """train/<wnid>/ folders and a flat val/ of two ILSVRC2012_val images."""
+    raw = tmp_path / "raw"
+    for wnid in WNIDS:
+        (raw / "train" / wnid).mkdir(parents=True)
+        (raw / "train" / wnid / "a.JPEG").write_bytes(_jpeg(1))
+    (raw / "val").mkdir()
+    for i in (1, 2):
+        (raw / "val" / f"ILSVRC2012_val_{i:08d}.JPEG").write_bytes(_jpeg(i))
+    return raw
+
+
+def _prepare(capsys, *argv):
+    from rn50 import prepare
+    code = prepare.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, [ln for ln in err.splitlines() if ln.strip()]
+
+
+def test_a_cut_devkit_is_one_line(tmp_path, capsys):
+    """A 0-byte meta.mat (a cut extraction) was scipy's MatReadError traceback; a devkit folder
+    without its ground truth was read as a synset file (IsADirectoryError)."""
+    raw = _flat_imagenet(tmp_path)
+    kit = tmp_path / "ILSVRC2012_devkit_t12"
+    (kit / "data").mkdir(parents=True)
+    (kit / "data" / "ILSVRC2012_validation_ground_truth.txt").write_text("1\n2\n")
+    (kit / "data" / "meta.mat").write_bytes(b"")
+    code, _, err = _prepare(capsys, raw, tmp_path / "out", "--val_labels", kit)
+    assert code == 1 and err == [f"prepare_dataset.py: error: {kit / 'data' / 'meta.mat'} is "
+                                 "empty (an extraction cut short?): unpack "
+                                 "ILSVRC2012_devkit_t12.tar.gz again"]
+    (kit / "data" / "meta.mat").write_bytes(b"MATLAB 5.0 MAT-file" + b"\0" * 40)  # cut later
+    code, _, err = _prepare(capsys, raw, tmp_path / "out", "--val_labels", kit)
+    assert code == 1 and len(err) == 1 and "is not the ILSVRC2012 devkit's meta.mat" in err[0]
+    os.remove(kit / "data" / "ILSVRC2012_validation_ground_truth.txt")
+    code, _, err = _prepare(capsys, raw, tmp_path / "out", "--val_labels", kit)
+    assert code == 1 and err == [
+        f"prepare_dataset.py: error: --val_labels {kit} is a folder without the devkit's ground "
+        "truth (data/ILSVRC2012_validation_ground_truth.txt): give the unpacked "
+        "ILSVRC2012_devkit_t12, or a file of one synset per validation image"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_class_folder_linked_from_outside_is_read_with_a_note(tmp_path, capsys):
+    raw = tmp_path / "raw"
+    elsewhere = tmp_path / "elsewhere" / "n09999999"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "a.JPEG").write_bytes(_jpeg(3))
+    for split in ("train", "val"):
+        (raw / split / WNIDS[0]).mkdir(parents=True)
+        (raw / split / WNIDS[0] / "a.JPEG").write_bytes(_jpeg(4))
+    os.symlink(elsewhere, raw / "train" / "n09999999")
+    code, out, err = _prepare(capsys, raw, tmp_path / "out", "--train_shards", "1",
+                              "--val_shards", "1")
+    assert code == 0, err
+    assert (f"note: 1 class folder(s) of {raw / 'train'} are links out of it (first: n09999999 "
+            f"-> {elsewhere}); their images are read as those classes") in out
+    assert (tmp_path / "out" / "labels.txt").read_text().split() == [WNIDS[0], "n09999999"]

@@ -62,7 +62,8 @@ def test_logits_equal_the_source_frameworks_own(torch_files, source):
     assert (ours.argmax(1) == theirs.argmax(1)).all()
 
 
-def test_pth_files_read_as_the_safetensors_beside_them(torch_python, torch_files, capsys):
+def test_pth_files_read_as_the_safetensors_beside_them(torch_python, torch_files, capsys,
+                                                       tmp_path):
     """With PyTorch (its environment): the .pth state dict is the .safetensors one. Without it
     (TensorFlow's): one line saying what to do."""
     check = ("import sys, numpy as np; from safetensors.numpy import load_file; "
@@ -77,7 +78,7 @@ def test_pth_files_read_as_the_safetensors_beside_them(torch_python, torch_files
     assert proc.returncode == 0 and proc.stdout.strip() == "320", proc.stderr[-2000:]
     if "torch" in sys.modules or _has_torch():
         pytest.skip("PyTorch is installed beside TensorFlow here")
-    assert pretrained.main([str(torch_files / "torchvision.pth"), "/nonexistent-out",
+    assert pretrained.main([str(torch_files / "torchvision.pth"), str(tmp_path / "out"),
                             "--from", "torchvision"]) == 1
     assert capsys.readouterr().err.strip() == (
         f"import_weights.py: error: {torch_files / 'torchvision.pth'}: reading a pickled PyTorch "
@@ -282,3 +283,107 @@ def test_the_command_line_script_imports(torch_files, tmp_path):
     assert "the classifier starts fresh: the source has 1000 classes, the model 10" in proc.stdout
     assert checkpoint_settings.read(str(tmp_path / "t"))["settings"]["num_classes"] == 10
     assert pretrained.STD == images.STD
+
+
+# --- hardening: the importer's inputs and outputs ---------------------------------------------
+def test_a_keras_classifier_of_its_own_classes_is_imported_with_them(tmp_path, capsys):
+    """A keras.applications.ResNet50 trained for 10 classes (Keras 3's save_weights): its
+    classifier is imported, not dropped as "no classes"."""
+    app = keras.applications.ResNet50(weights=None, classes=10)
+    path = str(tmp_path / "ten.weights.h5")
+    app.save_weights(path)
+    assert pretrained.main([path, str(tmp_path / "k"), "--from", "keras"]) == 0
+    out = capsys.readouterr().out
+    assert "(10 classes, --padding symmetric)" in out and "starts fresh" not in out
+    model, settings, _ = _imported("keras", path)
+    assert settings["num_classes"] == 10
+    np.testing.assert_array_equal(model.get_layer("logits").kernel.numpy(),
+                                  app.get_layer("predictions").kernel.numpy())
+
+
+def _say(capsys, argv):
+    code = pretrained.main([str(a) for a in argv])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    return code, err
+
+
+def test_output_and_labels_faults_are_one_line_before_the_import(torch_files, tmp_path, capsys,
+                                                                 monkeypatch):
+    src = torch_files / "torchvision.safetensors"
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    code, err = _say(capsys, [src, a_file, "--from", "torchvision"])
+    assert code == 1 and err == [f"import_weights.py: error: out_dir {a_file} is a file, not a "
+                                 "directory"]
+    read = []  # the source is not read when the output or the labels are wrong
+    monkeypatch.setattr(pretrained, "read", lambda *a: read.append(a))
+    code, err = _say(capsys, [src, tmp_path / "o", "--from", "torchvision", "--labels",
+                              tmp_path / "missing.txt"])
+    assert code == 1 and err == [f"import_weights.py: error: --labels {tmp_path / 'missing.txt'}"
+                                 ": No such file or directory"]
+    binary = tmp_path / "labels.bin"
+    binary.write_bytes(b"\xff\xfe\x00\x81" * 8)
+    code, err = _say(capsys, [src, tmp_path / "o", "--from", "torchvision", "--labels", binary])
+    assert code == 1 and err == [f"import_weights.py: error: --labels {binary} is not text: "
+                                 "give a file of class names, one a line"]
+    assert read == []
+    monkeypatch.undo()
+    # A full disk while the checkpoint is written (TensorFlow's ResourceExhaustedError).
+    from common import checkpoints
+
+    def full(*a, **k):
+        raise tf.errors.ResourceExhaustedError(None, None, "ckpt-0_temp; No space left on device")
+    monkeypatch.setattr(checkpoints, "write_weights", full)
+    code, err = _say(capsys, [src, tmp_path / "full", "--from", "torchvision"])
+    assert code == 1 and err == [f"import_weights.py: error: cannot write the checkpoint in "
+                                 f"{tmp_path / 'full'} (ckpt-0_temp; No space left on device)"]
+    assert [n for n in os.listdir(tmp_path / "full") if not n.startswith(".")] == []
+
+
+def test_a_new_import_does_not_keep_an_earlier_imports_labels(torch_files, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "labels.txt").write_text("stale\n" * 1000)
+    assert pretrained.main([str(torch_files / "torchvision.safetensors"), str(out), "--from",
+                            "torchvision"]) == 0
+    assert f"note: removed {out / 'labels.txt'}, an earlier import's" in capsys.readouterr().out
+    assert not (out / "labels.txt").exists()
+
+
+@pytest.mark.parametrize("fault, expected", [
+    ("nan", "the source holds non-finite values (NaN or infinity): 3 in stage3_block2_2_conv/"
+            "kernel: a damaged file, or weights of a run that diverged"),
+    ("bias", "fc.bias (7,) does not fit fc.weight (1000, 2048): the source's classifier is "
+             "damaged")])
+def test_nan_weights_and_a_damaged_classifier_are_refused(torch_files, tmp_path, capsys, fault,
+                                                          expected):
+    sd = load_file(str(torch_files / "torchvision.safetensors"))
+    if fault == "nan":
+        sd["layer3.1.conv2.weight"].flat[:3] = np.nan
+    else:
+        sd["fc.bias"] = np.zeros(7, np.float32)
+    path = str(tmp_path / f"{fault}.safetensors")
+    save_file(sd, path)
+    code, err = _say(capsys, [path, tmp_path / "out", "--from", "torchvision"])
+    assert code == 1 and len(err) == 1 and expected in err[0], err
+    assert "--arch" not in err[0]
+
+
+@pytest.mark.parametrize("damage", ["bit flip", "cut"])
+def test_a_damaged_nvidia_checkpoint_is_one_line(torch_files, tmp_path, capsys, damage):
+    """A bit-flipped .data file (TensorFlow: "Checksum does not match") or a cut one."""
+    sd = {k: v.astype(np.float32) for k, v in
+          load_file(str(torch_files / "torchvision.safetensors")).items()}
+    prefix = str(tmp_path / "ngc" / "model.ckpt-1")
+    _write_tf1_checkpoint(prefix, _nvidia_names(sd))
+    (data,) = [tmp_path / "ngc" / n for n in os.listdir(tmp_path / "ngc") if ".data-" in n]
+    raw = bytearray(data.read_bytes())
+    if damage == "bit flip":
+        raw[len(raw) // 2] ^= 0x40
+    else:
+        raw = raw[:len(raw) // 3]
+    data.write_bytes(bytes(raw))
+    code, err = _say(capsys, [prefix, tmp_path / "out", "--from", "nvidia"])
+    assert code == 1 and len(err) == 1, err
+    assert err[0].startswith(f"import_weights.py: error: {prefix}: the checkpoint is damaged ("), \
+        err[0]

@@ -1,6 +1,7 @@
 """--export_onnx: every model's ONNX export gives its SavedModel's outputs under ONNX Runtime
 (CPU): ResNet logits, SSD's post-NMS detections (NMS included in the graph), Transformer-XL's
 log-probabilities and new memory. An AMP run exports a float32 graph of its weights."""
+import os
 from pathlib import Path
 
 import numpy as np
@@ -230,3 +231,57 @@ def test_int8_without_model_optimizer_is_refused_at_start_with_the_fix(tmp_path,
                                 "--data_dir", digits_records, "--export_dir",
                                 str(tmp_path / "e"), "--export_onnx_int8"])
     assert not (tmp_path / "e").exists() and not (tmp_path / "log.json").exists()
+
+
+@pytest.mark.parametrize("where", ["missing", "a directory"])
+def test_a_model_optimizer_python_that_is_no_program_is_one_line(tmp_path, digits_records,
+                                                                monkeypatch, where):
+    python = tmp_path / "venv" / "bin" / "python"
+    if where == "a directory":
+        python.mkdir(parents=True)
+    monkeypatch.setenv("MODELOPT_PYTHON", str(python))
+    what = "not there" if where == "missing" else "a directory"
+    with pytest.raises(runner.UsageError, match=(
+            f"--export_onnx_int8: MODELOPT_PYTHON={python} is {what}: set it to a python with "
+            r"nvidia-modelopt\[onnx\] \(its bin/python\), or unset it")):
+        runner.run(ResNetTask, ["main.py", *TINY, *BENCH, "--results_dir", str(tmp_path),
+                                "--data_dir", digits_records, "--export_dir",
+                                str(tmp_path / "e"), "--export_onnx_int8"])
+
+
+# Exits 0 having written junk where Model Optimizer writes its model (and answers the import
+# check): what a broken or cut quantizer can do.
+JUNK_QUANTIZER = """#!/usr/bin/env bash
+out=""
+while [ $# -gt 0 ]; do
+  if [ "$1" = --output_path ]; then out=$2; fi
+  shift
+done
+if [ -n "$out" ]; then printf 'ONNX?\\0\\1 cut here' > "$out"; fi
+exit 0
+"""
+
+
+def test_a_quantizer_that_exits_0_with_junk_replaces_nothing(tmp_path, digits_records,
+                                                             monkeypatch):
+    """Model Optimizer's output is checked (onnx.checker, Q/DQ, the float model's inputs and
+    outputs) before it replaces anything: the earlier export stays, whole, and the line names
+    the kept log (in --results_dir)."""
+    fake = tmp_path / "quantizer"
+    fake.write_text(JUNK_QUANTIZER)
+    fake.chmod(0o755)
+    monkeypatch.setenv("MODELOPT_PYTHON", str(fake))
+    export = tmp_path / "e"
+    export.mkdir()
+    (export / "model_int8.onnx").write_bytes(b"the earlier export's good INT8 file")
+    with pytest.raises(runner.TrainingError) as e:
+        runner.run(ResNetTask, ["main.py", *TINY, *BENCH, "--results_dir", str(tmp_path / "r"),
+                                "--data_dir", digits_records, "--export_dir", str(export),
+                                "--export_onnx_int8"])
+    message = str(e.value)
+    assert message.startswith("INT8 quantization of model.onnx by Model Optimizer failed (log: "
+                              f"{tmp_path / 'r'}/modelopt-"), message
+    assert "it exited 0, but model_int8.onnx is not a valid ONNX model" in message
+    assert (export / "model_int8.onnx").read_bytes() == b"the earlier export's good INT8 file"
+    assert os.listdir(export) == ["model_int8.onnx"]
+    assert [n for n in os.listdir(tmp_path) if n.startswith(".e.")] == []

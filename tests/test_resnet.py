@@ -159,7 +159,12 @@ def test_sweep_prints_a_table_with_speedups_against_fp32(tmp_path, capsys):
     assert "| batch/process | processes |" in out and "Measured on " in out and "no GPU" in out
     saved = json.load(open(tmp_path / "sweep.json"))
     assert [r["precision"] for r in saved] == ["fp32", "amp", "fp32", "amp"]  # alternating
-    assert saved[1]["train_throughput"] > 0
+    assert saved[1]["eval_throughput"] > 0
+    # Each step waited for: the latency's mean and tails, under NVIDIA's names, per row.
+    assert "| eval_throughput (images/s, median) |" in out
+    assert "| latency mean ms | p90 ms | p95 ms | p99 ms |" in out
+    lat = [float(c) for c in rows[0].strip("|").split("|")[-4:]]
+    assert lat[1] <= lat[2] <= lat[3] and all(v > 0 for v in lat)
     assert sorted(os.listdir(tmp_path)) == ["amp_bs4_gpu1_r1", "amp_bs4_gpu1_r2",
                                             "fp32_bs4_gpu1_r1", "fp32_bs4_gpu1_r2", "sweep.json"]
 

@@ -115,6 +115,12 @@ def test_nan_loss_stops_with_one_line_and_keeps_the_checkpoint(tmp_path, monkeyp
                                            "--results_dir, not a directory or a path"),
     (["--log_filename", "."], 2, "--log_filename . must name a file inside --results_dir, not "
                                  "a directory or a path"),
+    (["--export_dir", "/tmp/e", "--export_triton", "/tmp/e/triton"], 2,
+     "--export_triton /tmp/e/triton is inside --export_dir /tmp/e: give the model repository a "
+     "directory beside the export"),
+    (["--export_dir", "/tmp/t/e", "--export_triton", "/tmp/t"], 2,
+     "--export_dir /tmp/t/e is inside --export_triton /tmp/t: Triton reads every folder there "
+     "as a model; give the export a directory beside the repository"),
 ])
 def test_bad_command_lines_fail_with_one_line(extra, code, message):
     proc = run_cli([sys.executable, MAIN, *extra])

@@ -101,6 +101,8 @@ def test_ssd_signatures_on_image_bytes_equal_the_evaluation_pipeline(ssd):
     for name, feed in (("serving_default", tf.constant(encoded)),
                        ("preprocessed", batch["images"])):
         got = {k: v.numpy() for k, v in _signature(export, name)(images=feed).items()}
+        if name == "serving_default":  # each encoded image decoded (a bad one would be False)
+            assert got.pop("valid").all()
         assert sorted(got) == ["detection_boxes", "detection_classes", "detection_scores",
                                "num_detections"]
         np.testing.assert_array_equal(got["num_detections"], want["num_detections"])
@@ -323,5 +325,187 @@ def test_serve_pytriton_refuses_a_directory_that_is_no_export(tmp_path, triton_p
                           timeout=120)
     assert proc.returncode == 1
     assert proc.stderr.strip() == (f"serve_pytriton.py: error: {tmp_path} holds no export of "
-                                   "this repository (no assets/client.json)")
+                                   "this repository (no assets/client.json): give what "
+                                   "--export_dir wrote")
 
+
+
+# --- hardening: a bad image among good ones, and the tools' bad inputs ------------------------
+def _photos(tmp_path, n, seed=3):
+    from PIL import Image
+    rng = np.random.RandomState(seed)
+    paths = []
+    for i in range(n):
+        path = tmp_path / f"good{i}.jpg"
+        Image.fromarray((rng.rand(30 + i, 40, 3) * 255).astype(np.uint8)).save(path)
+        paths.append(str(path))
+    return paths
+
+
+def test_one_undecodable_image_fails_alone_in_serving_default(resnet, ssd, tmp_path):
+    """serving_default decoded a batch in one map: one bad image failed the whole call. Now its
+    row is flagged (valid False, zeros; classes -1, no detections) and the others are the
+    answers they get without it."""
+    good = [open(p, "rb").read() for p in _photos(tmp_path, 3)]
+    batch = tf.constant([good[0], b"not an image", good[1], good[2][:40], good[2]])
+    for (_, export, _) in (resnet, ssd):
+        fn = _signature(export, "serving_default")
+        got = {k: v.numpy() for k, v in fn(images=batch).items()}
+        alone = {k: v.numpy() for k, v in fn(images=tf.constant(good)).items()}
+        assert got["valid"].tolist() == [True, False, True, False, True]
+        for k, v in alone.items():
+            np.testing.assert_allclose(got[k][[0, 2, 4]], v, atol=1e-5, err_msg=k)
+        if "classes" in got:
+            assert got["classes"][[1, 3]].tolist() == [-1, -1]
+            assert not got["probabilities"][[1, 3]].any()
+        else:
+            assert got["num_detections"][[1, 3]].tolist() == [0, 0]
+
+
+CONCURRENT = """
+import json, sys
+import numpy as np
+import tritonclient.http as http
+url, model, files = sys.argv[1], sys.argv[2], sys.argv[3:]
+client = http.InferenceServerClient(url, concurrency=len(files))
+pending = []
+for path in files:  # every request in flight at once: Triton batches them together
+    data = np.array([[open(path, "rb").read()]], dtype=object)
+    tensor = http.InferInput("images", list(data.shape), "BYTES")
+    tensor.set_data_from_numpy(data)
+    pending.append(client.async_infer(model, [tensor], outputs=[
+        http.InferRequestedOutput("valid"), http.InferRequestedOutput("classes")]))
+out = []
+for path, p in zip(files, pending):
+    try:
+        r = p.get_result()
+        out.append([path, bool(r.as_numpy("valid").reshape(-1)[0]),
+                    int(r.as_numpy("classes").reshape(-1)[0])])
+    except Exception as e:
+        out.append([path, "error", str(e)[:200]])
+print(json.dumps(out))
+"""
+
+
+@TRITON_ENV
+def test_concurrent_requests_with_a_corrupt_one_are_all_answered(resnet, triton_python,
+                                                                 tmp_path):
+    """Twelve good requests and a corrupt one sent together to Triton's dynamic batching: every
+    good one is answered (9 to 11 of them got "[500] Model execute error" before), the corrupt
+    one is flagged; and scripts/triton_client.py gives the others' answers and a line for each
+    file it could not send or the model could not decode."""
+    _, export, _ = resnet
+    good = _photos(tmp_path, 12)
+    bad = tmp_path / "corrupt.jpg"
+    bad.write_bytes(open(good[0], "rb").read()[:60])
+    text = tmp_path / "notes.txt"
+    text.write_text("not an image\n")
+    server = _Server(triton_python, export, tmp_path)
+    try:
+        proc = subprocess.run([triton_python, "-c", CONCURRENT, f"localhost:{server.http}",
+                               "resnet50_savedmodel", *good[:6], str(bad), *good[6:]],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        answers = {path: rest for path, *rest in json.loads(proc.stdout)}
+        assert answers[str(bad)] == [False, -1]
+        assert all(answers[p][0] is True and answers[p][1] >= 0 for p in good), answers
+        files = [good[0], str(bad), str(tmp_path / "missing.jpg"), str(text), good[1]]
+        client = subprocess.run(
+            [triton_python, os.path.join(ROOT, "scripts", "triton_client.py"), "--model",
+             "resnet50_savedmodel", "--url", f"http://localhost:{server.http}",
+             "--batch_size", "5", *files], capture_output=True, text=True, timeout=120)
+        assert client.returncode == 0, client.stderr[-2000:]
+        assert [ln.split(":")[0] for ln in client.stdout.splitlines()] == [good[0], good[1]]
+        err = client.stderr.splitlines()
+        assert f"skipped {tmp_path / 'missing.jpg'}: No such file or directory" in err
+        assert f"skipped {bad}: the model could not decode it as an image" in err
+        assert f"skipped {text}: the model could not decode it as an image" in err
+        assert err[-1] == "triton_client.py: 3 of 5 file(s) not answered"
+    finally:
+        server.close()
+
+
+@TRITON_ENV
+def test_serve_pytriton_refuses_what_it_cannot_serve_with_one_line(resnet, triton_python,
+                                                                   tmp_path):
+    import shutil
+    import socket
+    _, export, _ = resnet
+
+    def serve(directory, *args):
+        ports = [str(p) for p in free_ports(3)]
+        proc = subprocess.run([triton_python, os.path.join(ROOT, "scripts", "serve_pytriton.py"),
+                               "--export_dir", str(directory), "--http_port", ports[0],
+                               "--grpc_port", ports[1], "--metrics_port", ports[2], *args],
+                              capture_output=True, text=True, timeout=300)
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert proc.returncode == 1 and lines and "Traceback" not in proc.stderr, proc.stderr
+        return lines[-1].removeprefix("serve_pytriton.py: error: ")
+
+    def copy(name):
+        return shutil.copytree(export, tmp_path / name)
+
+    no_pb = copy("no_pb")
+    os.remove(no_pb / "saved_model.pb")
+    assert serve(no_pb) == (f"{no_pb} has no saved_model.pb: the export is incomplete; export it "
+                            "again (main.py --mode evaluate --export_dir ...)")
+    cut_json = copy("cut_json")
+    info = cut_json / "assets" / "client.json"
+    info.write_text(info.read_text()[:40])
+    assert serve(cut_json).startswith(f"{info} is damaged (JSONDecodeError")
+    cut_vars = copy("cut_vars")
+    (data,) = (cut_vars / "variables").glob("variables.data-*")
+    data.write_bytes(data.read_bytes()[:100])
+    assert serve(cut_vars).startswith(f"{cut_vars}: the SavedModel cannot be loaded (")
+    assert serve(export, "--signature", "nope") == \
+        "--signature nope: the export has preprocessed, serving_default"
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        assert serve(export, "--http_port", str(port)) == \
+            f"--http_port {port} cannot be used (Address already in use): choose another"
+
+
+def test_triton_client_refuses_bad_arguments_with_one_line(tmp_path, resnet):
+    """What the client can tell before it reaches a server, each one line (exit 2): the
+    address, the batch size, --client_json and --labels, and tritonclient missing here (this
+    environment has none: the pointer to scripts/triton_env.sh)."""
+    _, export, _ = resnet
+    image = _photos(tmp_path, 1)[0]
+    client = os.path.join(ROOT, "scripts", "triton_client.py")
+
+    def ask(*args, python=None):
+        import sys
+        proc = subprocess.run([python or sys.executable, client, "--model", "m", *args, image],
+                              capture_output=True, text=True, timeout=60)
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert proc.returncode == 2 and len(lines) >= 1 and "Traceback" not in proc.stderr, \
+            proc.stderr
+        return lines[-1]
+
+    assert ask("--url", "localhost:port") == ("triton_client.py: error: --url localhost:port: "
+                                              "give host:port, the port a number (Triton's "
+                                              "http port is 8000 by default)")
+    assert ask("--url", "ftp://host:1") == ("triton_client.py: error: --url ftp://host:1: give "
+                                            "host:port (a ftp:// address is not supported)")
+    assert ask("--batch_size", "0").endswith("argument --batch_size: must be at least 1, not 0")
+    assert ask("--client_json", str(tmp_path / "none.json")) == (
+        f"triton_client.py: error: --client_json {tmp_path / 'none.json'}: No such file or "
+        "directory")
+    garbled = tmp_path / "garbled.json"
+    garbled.write_text("{\"input_size\": [3")
+    assert ask("--client_json", str(garbled)).startswith(
+        f"triton_client.py: error: --client_json {garbled} is not JSON (")
+    not_a_map = tmp_path / "label_map.json"
+    not_a_map.write_text("[1, 2]")
+    assert ask("--labels", str(not_a_map)) == (
+        f"triton_client.py: error: --labels {not_a_map}: not a label map (no \"categories\" "
+        "list: the export's assets/label_map.json)")
+    binary = tmp_path / "labels.txt"
+    binary.write_bytes(b"\xff\xfe\x81\x00" * 4)
+    assert ask("--labels", str(binary)) == (f"triton_client.py: error: --labels {binary} is not "
+                                            "text (the export's assets/labels.txt)")
+    assert ask("--url", "http://localhost:8000").startswith(
+        "triton_client.py: error: tritonclient is not installed here (tritonclient): run it "
+        "with the environment scripts/triton_env.sh makes")

@@ -100,7 +100,8 @@ def _profile_run(root, model="resnet50v1.5", rows=(("Conv2D", "100.0"), ("MatMul
     prof.mkdir(parents=True)
     lines = ["op_type,op_name,where,occurrences,self_us,ms_per_step,share,dtype,"
              "tensor_core_eligible,tensor_core_share"]
-    lines += [f"{t},{t.lower()}_1,host,2,{us},{us},0.5,float32->float32,," for t, us in rows]
+    share = round(1 / len(rows), 5)  # a whole table's shares add up to 1
+    lines += [f"{t},{t.lower()}_1,host,2,{us},{us},{share},float32->float32,," for t, us in rows]
     (prof / "ops.csv").write_text("\n".join(lines) + "\n")
     return root
 
@@ -125,6 +126,8 @@ def test_profile_diff_compares_two_runs_and_notes_different_models(tmp_path, cap
 
 @pytest.mark.parametrize("fault, expected", [
     ("cut_csv", "ops.csv, row 3: self_us is missing (a table cut short or edited?)"),
+    ("cut_at_a_row_end", "ops.csv: the host ops' shares add up to 0.500, not 1: the table is "
+                         "cut short or edited (1 row(s) left)"),
     ("binary_csv", "ops.csv is not text: not an op table of --profile"),
     ("not_a_number", "ops.csv, row 2: self_us is 'fast', not a number"),
     ("binary_log", "log.json, line 1: not text (not a DLLogger log?)"),
@@ -138,6 +141,9 @@ def test_profile_diff_bad_tables_and_logs_are_one_line_naming_the_file(tmp_path,
     if fault == "cut_csv":
         text = table.read_text()
         table.write_text(text[:text.rindex("MatMul") + 10])
+    elif fault == "cut_at_a_row_end":  # whole rows, but not all of them
+        text = table.read_text()
+        table.write_text(text[:text.rindex("MatMul")])
     elif fault == "binary_csv":
         table.write_bytes(b"\xff\xfe\x00" + os.urandom(64))
     elif fault == "binary_log":

@@ -79,3 +79,13 @@ def test_wikitext_103_as_its_archive_unpacks(tmp_path):
     (raw / "wiki.train.raw").write_text("A b\n")
     proc = run_cli([sys.executable, PREPARE, str(raw), str(tmp_path / "out4")])
     assert proc.returncode == 1 and "wikitext-103-v1.zip (wiki.*.tokens)" in stderr_last_line(proc)
+
+
+def test_an_empty_evaluation_split_stops_with_one_line(tmp_path):
+    """An empty valid.txt (a cut extraction) prepared silently, and evaluation failed later."""
+    corpus = _corpus(tmp_path / "c", " a b\n", "", " a\n")
+    proc = run_cli([sys.executable, PREPARE, str(corpus), str(tmp_path / "out")])
+    assert proc.returncode == 1 and stderr_last_line(proc) == (
+        f"prepare_dataset.py: error: {corpus / 'valid.txt'} is empty (an extraction cut short?):"
+        " evaluation reads the valid split; unpack the corpus again")
+    assert not (tmp_path / "out").exists()

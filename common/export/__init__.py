@@ -39,11 +39,19 @@ def export(serving, model: keras.Model, export_dir: str, with_onnx: bool, log,
     log.print(f"exported a SavedModel to {export_dir} (signatures and client.json: "
               f"{os.path.join(export_dir, 'assets')})")
     for path in onnx:
-        log.print(f"exported ONNX (opset {onnx_convert.OPSET}) to "
-                  f"{os.path.join(export_dir, os.path.basename(path))}")
+        final = os.path.join(export_dir, os.path.basename(path))
+        log.print(f"exported ONNX (opset {onnx_opset(final)}) to {final}")
     if triton_dir:
         for line in triton.write_repository(serving, export_dir, triton_dir):
             log.print(line)
+
+
+def onnx_opset(path: str) -> int | str:
+    """The ONNX file's own opset (the default domain's): Model Optimizer raises an INT8 file's
+    above what tf2onnx wrote."""
+    import onnx
+    model = onnx.load(path, load_external_data=False)
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), "?")
 
 
 def check_export_dir(serving, model: keras.Model, flags, log) -> None:
@@ -51,6 +59,12 @@ def check_export_dir(serving, model: keras.Model, flags, log) -> None:
     export (measured by a trial export) stops the run before training; so does a calibration
     record that cannot be read (``--export_onnx_int8``), not after the training."""
     files.check_output_dir(flags.export_dir, "--export_dir", 1 << 20, "the export needs")
+    for flag, path in (("--export_dir", flags.export_dir), ("--export_triton",
+                                                            flags.export_triton)):
+        parent = os.path.dirname(os.path.abspath(path)) if path else None
+        if parent and os.path.isdir(parent) and not os.access(parent, os.W_OK | os.X_OK):
+            raise DataError(f"{flag} {path}: its folder {parent} is not writable; the export is "
+                            "written beside it and then swapped in whole")
     with_onnx = flags.export_onnx or flags.export_onnx_int8
     need = export_bytes(serving, model, flags.export_dir, with_onnx, flags.export_onnx_int8, log)
     files.check_output_dir(flags.export_dir, "--export_dir", need, "the export needs")

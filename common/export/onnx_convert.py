@@ -29,12 +29,13 @@ def require() -> None:
 
 
 def export(saved_model: str, out_path: str | None = None, signature: str = "serving_default",
-           opset: int = OPSET) -> str:
-    """``saved_model``'s ``signature`` as ONNX at ``out_path`` (default: model.onnx in it)."""
+           opset: int = OPSET, log_dir: str | None = None) -> str:
+    """``saved_model``'s ``signature`` as ONNX at ``out_path`` (default: model.onnx in it);
+    tf2onnx's log kept in ``log_dir`` when it fails."""
     out_path = out_path or os.path.join(saved_model, "model.onnx")
     cmd = [sys.executable, "-m", "tf2onnx.convert", "--saved-model", saved_model,
            "--signature_def", signature, "--opset", str(opset), "--output", out_path]
-    failed = run_with_log(cmd, "tf2onnx-", out_path)
+    failed = run_with_log(cmd, "tf2onnx-", out_path, log_dir=log_dir)
     if failed:
         raise RuntimeError(f"tf2onnx could not convert {saved_model} {failed}")
     return out_path
@@ -52,7 +53,8 @@ def export_serving(serving, model, export_dir: str) -> list[str]:
         if precision.float32_model(serving.task.build_model, model) is not model:
             source = export_lib.float32_saved_model(serving, model, tmp)
         try:
-            return [export(source, os.path.join(export_dir, name), signature)
+            return [export(source, os.path.join(export_dir, name), signature,
+                           log_dir=serving.flags.results_dir)
                     for name, signature in serving.onnx_files.items()]
         except RuntimeError as e:
             raise TrainingError(f"{e}; the SavedModel in {export_dir} is complete") from None

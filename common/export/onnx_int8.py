@@ -43,7 +43,13 @@ def modelopt_python() -> str | None:
     """The python that runs Model Optimizer: ``MODELOPT_PYTHON``, else the environment
     ``scripts/modelopt_env.sh`` made (None where it has not been made)."""
     if os.environ.get(PYTHON_ENV):
-        return os.environ[PYTHON_ENV]
+        python = os.environ[PYTHON_ENV]
+        if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+            what = "a directory" if os.path.isdir(python) else "not a program" \
+                if os.path.exists(python) else "not there"
+            raise UsageError(f"--export_onnx_int8: {PYTHON_ENV}={python} is {what}: set it to "
+                             "a python with nvidia-modelopt[onnx] (its bin/python), or unset it")
+        return python
     proc = subprocess.run(["bash", ENV_SCRIPT, "--where"], capture_output=True, text=True)
     path = proc.stdout.strip()
     return path if proc.returncode == 0 and os.path.exists(path) else None
@@ -54,8 +60,12 @@ def require() -> str:
     the python that runs it."""
     python = modelopt_python()
     given = f"{PYTHON_ENV}={python}" if os.environ.get(PYTHON_ENV) else python
-    if python and subprocess.run([python, "-c", "import modelopt.onnx.quantization"],
-                                 capture_output=True).returncode == 0:
+    try:
+        imports = python and subprocess.run([python, "-c", "import modelopt.onnx.quantization"],
+                                            capture_output=True).returncode == 0
+    except OSError:
+        imports = False
+    if imports:
         return python
     if os.environ.get(PYTHON_ENV):
         raise UsageError(f"--export_onnx_int8: {given} cannot import modelopt.onnx.quantization "
@@ -72,9 +82,35 @@ def int8_name(onnx_file: str) -> str:
     return f"{root}_int8{ext}"
 
 
-def quantize(float_path: str, int8_path: str, images: np.ndarray, python: str) -> str:
+def check_quantized(float_path: str):
+    """What Model Optimizer's output must be before it may replace anything: a model the ONNX
+    checker passes, quantized (Q/DQ pairs), with the float model's inputs and outputs."""
+    def check(int8_path: str) -> str | None:
+        import onnx
+        try:
+            model = onnx.load(int8_path)
+            onnx.checker.check_model(model)
+        except Exception as e:  # onnx raises DecodeError, ValidationError, OSError...
+            return (f"{os.path.basename(int8_path)} is not a valid ONNX model "
+                    f"({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''})")
+        ops = {n.op_type for n in model.graph.node}
+        if not {"QuantizeLinear", "DequantizeLinear"} <= ops:
+            return f"{os.path.basename(int8_path)} holds no QuantizeLinear/DequantizeLinear pair"
+        reference = onnx.load(float_path, load_external_data=False)
+        names = [[t.name for t in g.input] + ["->"] + [t.name for t in g.output]
+                 for g in (reference.graph, model.graph)]
+        if names[0] != names[1]:
+            return (f"{os.path.basename(int8_path)}'s inputs and outputs {names[1]} are not "
+                    f"the float model's {names[0]}")
+        return None
+    return check
+
+
+def quantize(float_path: str, int8_path: str, images: np.ndarray, python: str,
+             log_dir: str | None = None) -> str:
     """``float_path`` calibrated on ``images`` (model inputs, float32) and quantized to INT8 by
-    Model Optimizer (run by ``python``) at ``int8_path``. Its log goes to a temporary file,
+    Model Optimizer (run by ``python``) at ``int8_path``, checked (``check_quantized``) before
+    anything uses it. Its log goes to a file in ``log_dir`` (the run's results directory),
     kept (and named) only when the quantization fails."""
     import onnx
     input_name = onnx.load(float_path, load_external_data=False).graph.input[0].name
@@ -86,7 +122,8 @@ def quantize(float_path: str, int8_path: str, images: np.ndarray, python: str) -
              "--quantize_mode", "int8", "--calibration_method", "max",
              "--calibration_data_path", data, "--calibration_eps", "cpu",
              "--high_precision_dtype", "fp32", "--output_path", int8_path],
-            "modelopt-", int8_path, cwd=tmp)
+            "modelopt-", int8_path, cwd=tmp, check=check_quantized(float_path),
+            log_dir=log_dir)
     if failed:
         raise TrainingError(f"INT8 quantization of {os.path.basename(float_path)} by Model "
                             f"Optimizer failed {failed}")
@@ -100,7 +137,7 @@ def export_serving(serving, export_dir: str, log) -> list[str]:
     python = modelopt_python() or require()
     images = np.concatenate([np.asarray(b, np.float32) for b in serving.calibration_batches()])
     out = [quantize(os.path.join(export_dir, name), os.path.join(export_dir, int8_name(name)),
-                    images, python) for name in serving.onnx_files]
+                    images, python, serving.flags.results_dir) for name in serving.onnx_files]
     asked = serving.flags.calibration_images
     log(f"INT8 by NVIDIA Model Optimizer, calibrated on {len(images)} training images (max)"
         + (f": the training split holds fewer than --calibration_images {asked}"

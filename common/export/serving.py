@@ -138,11 +138,26 @@ class Serving:
 
 
 def prepare_each(images, prepare, size: int):
-    """Encoded images (N,) string -> the float (N, size, size, 3) batch the network takes,
-    each prepared by ``prepare(encoded, size)`` (the model's evaluation preprocessing): the
-    image models' ``serving_default`` before their network."""
-    return tf.map_fn(lambda e: prepare(e, size), images,
-                     fn_output_signature=tf.TensorSpec([size, size, 3], tf.float32))
+    """Encoded images (N,) string -> (the float (N, size, size, 3) batch the network takes,
+    ``valid`` (N,) bool), each prepared by ``prepare(encoded, size)`` (the model's evaluation
+    preprocessing): the image models' ``serving_default`` before their network. An image that
+    cannot be decoded fails alone: its row is zeros and ``valid`` False, and the batch's other
+    images are answered (Triton batches requests from different clients into one call). In the
+    graph, a dataset over the images whose failed elements are dropped (``ignore_errors``), each
+    kept one scattered back to its row."""
+    n = tf.shape(images)[0]
+    ds = tf.data.Dataset.from_tensor_slices((tf.range(n), images)).map(
+        lambda i, e: (i, prepare(e, size))).ignore_errors()
+    rows = tf.TensorArray(tf.int32, size=0, dynamic_size=True, element_shape=[])
+    prepared = tf.TensorArray(tf.float32, size=0, dynamic_size=True,
+                              element_shape=[size, size, 3])
+    for i, x in ds:
+        k = rows.size()
+        rows, prepared = rows.write(k, i), prepared.write(k, x)
+    kept = rows.stack()[:, None]
+    batch = tf.scatter_nd(kept, prepared.stack(), tf.stack([n, size, size, 3]))
+    valid = tf.scatter_nd(kept, tf.ones_like(kept[:, 0], tf.bool), tf.expand_dims(n, 0))
+    return batch, valid
 
 
 def image_input_info(size: int) -> dict:

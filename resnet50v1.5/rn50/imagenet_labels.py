@@ -48,12 +48,20 @@ def devkit_synsets(ground_truth: str) -> list[str]:
     if not os.path.isfile(meta):
         raise DataError(f"{meta} does not exist: the devkit's ground truth names classes by "
                         "ILSVRC2012_ID, which only meta.mat beside it maps to WordNet ids")
+    if os.path.getsize(meta) == 0:
+        raise DataError(f"{meta} is empty (an extraction cut short?): unpack "
+                        "ILSVRC2012_devkit_t12.tar.gz again")
     try:
         import scipy.io
+        from scipy.io.matlab import MatReadError
+    except ImportError as e:
+        raise DataError(f"reading {meta} needs scipy ({e})") from None
+    try:
         synsets = scipy.io.loadmat(meta, squeeze_me=True)["synsets"]
         by_id = {int(s["ILSVRC2012_ID"]): str(s["WNID"]) for s in synsets}
-    except (ImportError, OSError, ValueError, KeyError, TypeError, IndexError) as e:
-        raise DataError(f"{meta} is not the ILSVRC2012 devkit's meta.mat ({e})") from None
+    except (MatReadError, OSError, ValueError, KeyError, TypeError, IndexError) as e:
+        raise DataError(f"{meta} is not the ILSVRC2012 devkit's meta.mat "
+                        f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
     out = []
     for n, line in enumerate(_read_lines(ground_truth), 1):
         if not line.isdigit() or int(line) not in by_id:
@@ -76,6 +84,10 @@ def validation_items(val_dir: str, labels: str) -> list[tuple[str, str]]:
     if not os.path.exists(labels):
         raise DataError(f"--val_labels {labels} does not exist")
     ground_truth = _ground_truth_file(labels)
+    if ground_truth is None and os.path.isdir(labels):
+        raise DataError(f"--val_labels {labels} is a folder without the devkit's ground truth "
+                        f"(data/{GROUND_TRUTH}): give the unpacked ILSVRC2012_devkit_t12, or a "
+                        "file of one synset per validation image")
     synsets = devkit_synsets(ground_truth) if ground_truth else synset_file(labels)
     images = {}
     for name in os.listdir(val_dir):

@@ -33,8 +33,9 @@ def _is_image(name: str) -> bool:
     return name.lower().endswith(IMAGE_EXTENSIONS)
 
 
-def list_split(src: str, split: str, classes: Sequence[str] | None = None):
-    """[(path, class name)] for ``split`` ("train" or "val") and the sorted class names."""
+def list_split(src: str, split: str, classes: Sequence[str] | None = None, log=None):
+    """[(path, class name)] for ``split`` ("train" or "val") and the sorted class names; a
+    class folder that is a link out of the split's folder is read, and ``log`` says so."""
     root = os.path.join(src, split)
     if not os.path.isdir(root):
         raise DataError(f"{root} does not exist")
@@ -58,6 +59,14 @@ def list_split(src: str, split: str, classes: Sequence[str] | None = None):
         items = [(os.path.join(root, c, f), c)
                  for c in sorted(os.listdir(root)) if os.path.isdir(os.path.join(root, c))
                  for f in sorted(os.listdir(os.path.join(root, c))) if _is_image(f)]
+        real = os.path.realpath(root)
+        outside = [c for c in sorted(os.listdir(root)) if os.path.islink(os.path.join(root, c))
+                   and os.path.isdir(os.path.join(root, c)) and not os.path.realpath(
+                       os.path.join(root, c)).startswith(real + os.sep)]
+        if outside and log:
+            log(f"note: {len(outside)} class folder(s) of {root} are links out of it (first: "
+                f"{outside[0]} -> {os.path.realpath(os.path.join(root, outside[0]))}); their "
+                "images are read as those classes")
     if not items:
         raise DataError(f"no images found under {root}")
     found = sorted({c for _, c in items})
@@ -98,12 +107,12 @@ def write_split(items, classes, out_dir: str, prefix: str, shards: int, seed: in
 
 def prepare(src: str, out_dir: str, train_shards: int, val_shards: int, seed: int = 0,
             log=print, val_labels: str | None = None) -> dict:
-    train, classes = list_split(src, "train")
+    train, classes = list_split(src, "train", log=log)
     if val_labels:
         val = imagenet_labels.validation_items(os.path.join(src, "val"), val_labels)
         _refuse_unknown_classes(val, classes, f"--val_labels {val_labels}")
     else:
-        val, _ = list_split(src, "val", classes)
+        val, _ = list_split(src, "val", classes, log=log)
     with prepare_cli.staged(out_dir, log) as stage:
         with open(os.path.join(stage, "labels.txt"), "w") as f:
             f.write("".join(c + "\n" for c in classes))

@@ -140,6 +140,11 @@ def from_torch(sd: dict, arch: str, where: str) -> Imported:
         out[("logits", "kernel")] = _take(sd, "fc.weight", used, where).T
         out[("logits", "bias")] = _take(sd, "fc.bias", used, where)
         classes = out[("logits", "bias")].shape[0]
+        rows = out[("logits", "kernel")].shape
+        if out[("logits", "bias")].ndim != 1 or len(rows) != 2 or rows[1] != classes:
+            raise DataError(f"{where}: fc.bias {tuple(out[('logits', 'bias')].shape)} does not "
+                            f"fit fc.weight {tuple(rows[::-1])}: the source's classifier is "
+                            "damaged")
     _leftovers(sd, used, where, ignore=lambda k: k.endswith("num_batches_tracked"))
     return Imported(out, classes, "symmetric", [])
 
@@ -156,6 +161,10 @@ def from_nvidia(path: str, arch: str) -> Imported:
     except (tf.errors.OpError, ValueError) as e:
         raise DataError(f"{path} is not a readable TensorFlow checkpoint prefix "
                         f"({one_line(getattr(e, 'message', str(e)))[:200]})") from None
+    from common import checkpoints
+    damaged = checkpoints.unreadable(path)  # every tensor read: a cut or bit-flipped .data
+    if damaged:
+        raise DataError(f"{path}: the checkpoint is damaged ({damaged}): download it again")
     names = reader.get_variable_to_shape_map()
     source = _LazyReader(reader, names)
     used, out = set(), {}
@@ -227,13 +236,30 @@ def _load_every_weight(model, path: str) -> None:
         warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
 
+def _keras_classes(path: str) -> int | None:
+    """The classes of the classifier in a ``keras.applications.ResNet50`` weight file: the
+    second dimension of its one (2048, N) kernel (the legacy ``.h5`` and Keras 3's
+    ``.weights.h5`` alike), None without one (``notop``)."""
+    try:
+        import h5py
+        found = []
+        with h5py.File(path, "r") as f:
+            f.visititems(lambda name, obj: found.append(obj.shape[1]) if isinstance(
+                obj, h5py.Dataset) and len(obj.shape) == 2 and obj.shape[0] == 2048 else None)
+    except (ImportError, OSError, ValueError):
+        return None  # Keras' own load says what is wrong with the file
+    return found[0] if len(found) == 1 else None
+
+
 def from_keras(path: str, arch: str) -> Imported:
     if arch != "resnet50":
         raise UsageError("--from keras: keras.applications has ResNet50 only (--arch resnet50)")
     import keras
     app, errors = None, []
-    for top in (True, False):
-        candidate = keras.applications.ResNet50(weights=None, include_top=top)
+    classes = _keras_classes(path)  # a classifier trained for its own classes, or none
+    for top in ((True, False) if classes else (False,)):
+        candidate = keras.applications.ResNet50(weights=None, include_top=top,
+                                                classes=classes or 1000)
         try:
             _load_every_weight(candidate, path)
             app = candidate
@@ -298,6 +324,13 @@ def build(imported: Imported, arch: str, num_classes: int | None, image_size: in
         notes.append(f"the classifier starts fresh: the source has "
                      f"{imported.classes or 'no'} classes, the model {classes}; the trunk is "
                      "imported")
+    bad = [(k, int(np.size(v) - np.isfinite(v).sum())) for k, v in weights.items()
+           if not np.isfinite(v).all()]
+    if bad:
+        raise DataError(f"the source holds non-finite values (NaN or infinity): {bad[0][1]} in "
+                        f"{'/'.join(bad[0][0])}" + (f" and {len(bad) - 1} other tensor(s)"
+                                                    if len(bad) > 1 else "")
+                        + ": a damaged file, or weights of a run that diverged")
     model = build_resnet(arch, classes, image_size, padding=imported.padding)
     targets = {(layer.name, w.path.split("/")[-1]): w for layer in model.layers
                for w in layer.weights}
@@ -311,28 +344,50 @@ def build(imported: Imported, arch: str, num_classes: int | None, image_size: in
         if key not in targets:
             raise DataError(f"the model has no weight {'/'.join(key)} (--arch {arch}?)")
         if tuple(targets[key].shape) != tuple(value.shape):
+            blame = "the source's classifier" if key[0] == "logits" else f"--arch {arch}"
             raise DataError(f"{'/'.join(key)}: the source's is {tuple(value.shape)}, the "
-                            f"model's {tuple(targets[key].shape)} (--arch {arch}?)")
+                            f"model's {tuple(targets[key].shape)} ({blame}?)")
         targets[key].assign(value)
     settings = {"arch": arch, "num_classes": classes, "image_size": image_size,
                 "padding": imported.padding}
     return model, settings, notes
 
 
-def write(model, settings: dict, out_dir: str, labels: str | None) -> str:
-    """The weights-only checkpoint, settings.json and labels.txt, moved into ``out_dir`` once
-    complete; returns the checkpoint's prefix."""
-    from common import checkpoints
+def check_output(out_dir: str) -> None:
+    """Before the import: ``out_dir`` can take the checkpoint (a directory, writable, no
+    checkpoint in it)."""
+    from common import checkpoints, files
+    files.check_output_dir(out_dir, "out_dir", 1 << 20, "the checkpoint needs")
     if checkpoints.on_disk(out_dir):
         raise DataError(f"{out_dir} already holds checkpoints: import into an empty directory")
-    names = None
-    if labels:
+
+
+def read_labels(labels: str) -> list[str]:
+    """The class names of ``--labels``, one a line."""
+    try:
         with open(labels, encoding="utf-8") as f:
             names = [line.strip() for line in f if line.strip()]
-        if len(names) != settings["num_classes"]:
-            raise DataError(f"{labels} lists {len(names)} classes; the model has "
-                            f"{settings['num_classes']}")
-    os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:
+        raise DataError(f"--labels {labels}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise DataError(f"--labels {labels} is not text: give a file of class names, one a "
+                        "line") from None
+    if not names:
+        raise DataError(f"--labels {labels} names no class")
+    return names
+
+
+def write(model, settings: dict, out_dir: str, names: list[str] | None, log=print) -> str:
+    """The weights-only checkpoint, settings.json and labels.txt (``names``), moved into
+    ``out_dir`` once complete; a labels.txt an earlier import left there goes when this one has
+    none. Returns the checkpoint's prefix."""
+    import tensorflow as tf
+
+    from common import checkpoints
+    check_output(out_dir)
+    if names and len(names) != settings["num_classes"]:
+        raise DataError(f"--labels lists {len(names)} classes; the model has "
+                        f"{settings['num_classes']}")
     stage = tempfile.mkdtemp(prefix=".import-", dir=out_dir)
     try:
         prefix = checkpoints.write_weights(stage, model, step=0)
@@ -340,10 +395,17 @@ def write(model, settings: dict, out_dir: str, labels: str | None) -> str:
         if names:
             with open(os.path.join(stage, "labels.txt"), "w", encoding="utf-8") as f:
                 f.write("".join(n + "\n" for n in names))
+        stale = os.path.join(out_dir, "labels.txt")
+        if not names and os.path.exists(stale):
+            os.remove(stale)
+            log(f"note: removed {stale}, an earlier import's: this one has no --labels")
         for name in os.listdir(stage):
             os.replace(os.path.join(stage, name), os.path.join(out_dir, name))
     except OSError as e:
         raise DataError(f"cannot write the checkpoint in {out_dir} ({e.strerror or e})") from None
+    except tf.errors.OpError as e:  # a full disk: ResourceExhaustedError
+        raise DataError(f"cannot write the checkpoint in {out_dir} "
+                        f"({one_line(e.message)[:200]})") from None
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     return os.path.join(out_dir, os.path.basename(prefix))
@@ -370,9 +432,11 @@ def main(argv=None) -> int:
                    "checkpoint as labels.txt (predict names its classes)")
     args = p.parse_args(argv)
     try:
+        check_output(args.out_dir)  # before the import, not after it
+        names = read_labels(args.labels) if args.labels else None
         imported = read(args.source, args.src, args.arch)
         model, settings, notes = build(imported, args.arch, args.num_classes, args.image_size)
-        prefix = write(model, settings, args.out_dir, args.labels)
+        prefix = write(model, settings, args.out_dir, names)
     except UsageError as e:
         print(f"import_weights.py: error: {e}", file=sys.stderr)
         return 2

@@ -5,7 +5,9 @@ size), and prepares each as evaluation does (``tfdata_pipeline.eval_image``: dec
 side to size / 0.875, central crop, ImageNet normalisation); ``preprocessed`` takes the float
 (N, size, size, 3) batch the network itself takes, the input of the ONNX file and of TensorRT.
 Both return ``logits`` and ``probabilities`` (N, classes) float32 and ``classes`` (N,) int32,
-each image's most probable class (0-based: the line of ``assets/labels.txt``).
+each image's most probable class (0-based: the line of ``assets/labels.txt``);
+``serving_default`` also ``valid`` (N,) bool: False for an image that could not be decoded,
+whose other outputs are zeros (``classes`` -1) while the rest of the batch is answered.
 """
 from __future__ import annotations
 
@@ -35,7 +37,12 @@ class ResNetServing(Serving):
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")])
         def encoded(images):
-            return outputs(prepare_each(images, tfdata_pipeline.eval_image, size))
+            batch, valid = prepare_each(images, tfdata_pipeline.eval_image, size)
+            out = outputs(batch)
+            zero = tf.zeros_like(out["logits"])
+            return {"logits": tf.where(valid[:, None], out["logits"], zero),
+                    "probabilities": tf.where(valid[:, None], out["probabilities"], zero),
+                    "classes": tf.where(valid, out["classes"], -1), "valid": valid}
         return {"serving_default": encoded, "preprocessed": preprocessed}
 
     def assets(self):

@@ -172,10 +172,20 @@ def load_trunk(model: keras.Model, path: str, arch: str, trunk: str, padding: st
                     else "")
             raise DataError(f"{FLAG} {path} holds no TF-slim resnet_v1 (no .../resnet_v1_50/"
                             f"conv1/weights){hint}")
+        damaged = checkpoints.unreadable(prefix)  # every tensor read: a cut or flipped .data
+        if damaged:
+            raise DataError(f"{FLAG} {path}: the checkpoint is damaged ({damaged}): download "
+                            "or unpack it again")
         n = load_slim_trunk(model, reader, scope, arch, path)
         left = " (its classifier left out)" if any(
             k.startswith(f"{scope}/logits/") for k in reader.get_variable_to_shape_map()) else ""
         return f"initialised {n} trunk layers from {prefix}: TF-slim {scope}{left}"
+    if os.path.isfile(path) and not os.path.exists(path + ".index"):  # a V1 single-file one
+        _, reader = _reader(path)
+        if is_slim(reader):
+            raise DataError(f"{FLAG} {path} is TF-slim's resnet_v1_50 (a TF1 checkpoint "
+                            "file), not this repository's ResNet-50 v1.5: drop --trunk "
+                            "resnet_v1.5 (--trunk resnet_v1, the default, reads it)")
     prefix = checkpoints.resolve(path, FLAG)
     if "_CHECKPOINTABLE_OBJECT_GRAPH" not in dict(tf.train.list_variables(prefix)):
         raise DataError(f"{FLAG} {path} is a TF1 name-based checkpoint, not this repository's "

@@ -8,7 +8,9 @@ the post-NMS detections under TF Object Detection API's names: ``detection_boxes
 normalised (ymin, xmin, ymax, xmax) of the image as sent (the resize keeps no aspect, so they
 scale by its own height and width), ``detection_scores`` (N, 100), ``detection_classes``
 (N, 100) int32 category ids (``assets/label_map.json``'s) and ``num_detections`` (N,) int32,
-the rows that hold a detection. ``decoded`` returns what NMS takes, every anchor's clipped box
+the rows that hold a detection; ``serving_default`` also ``valid`` (N,) bool: False for an
+image that could not be decoded, which gets no detections while the rest of the batch is
+answered. ``decoded`` returns what NMS takes, every anchor's clipped box
 ``decoded_boxes`` (N, A, 4) and class scores ``class_scores`` (N, A, C): the input of
 TensorRT's EfficientNMS plugin (``model_before_nms.onnx``, ``scripts/attach_efficient_nms.py``).
 """
@@ -52,7 +54,11 @@ class SSDServing(Serving):
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")])
         def encoded(images):
-            return preprocessed(prepare_each(images, tfdata_pipeline.eval_image, size))
+            batch, valid = prepare_each(images, tfdata_pipeline.eval_image, size)
+            found = preprocessed(batch)
+            kept = {k: tf.where(tf.reshape(valid, [-1] + [1] * (len(v.shape) - 1)), v,
+                                tf.zeros_like(v)) for k, v in found.items()}
+            return {**kept, "valid": valid}
         return {"serving_default": encoded, "preprocessed": preprocessed, "decoded": decoded}
 
     def assets(self):

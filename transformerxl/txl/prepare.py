@@ -102,6 +102,10 @@ def split_paths(corpus_dir: str) -> dict[str, str]:
 
 def prepare(corpus_dir: str, out_dir: str, log=print) -> dict:
     paths = split_paths(corpus_dir)
+    for split in ("valid", "test"):  # evaluation reads them: an empty one would fail later
+        if os.path.getsize(paths[split]) == 0:
+            raise DataError(f"{paths[split]} is empty (an extraction cut short?): evaluation "
+                            f"reads the {split} split; unpack the corpus again")
     vocab = build_vocab(paths["train"], log)
     if len(vocab) < 2:
         raise DataError(f"{paths['train']} has no words")
