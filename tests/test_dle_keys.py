@@ -83,6 +83,7 @@ def _runs(model, data):
         "training_benchmark": ["--mode", "training_benchmark", *short]}
 
 
+@pytest.mark.one_stack("pip", "the names the logs use do not change with the Python stack")
 @pytest.mark.parametrize("model", list(NVIDIA))
 def test_a_dle_parser_finds_nvidias_keys_with_their_units_in_every_mode(
         model, tmp_path, request):

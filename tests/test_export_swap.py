@@ -17,6 +17,8 @@ from conftest import ROOT, TINY
 from common import files
 
 MAIN = os.path.join(ROOT, "resnet50v1.5", "main.py")
+pytestmark = pytest.mark.one_stack(
+    "pip", "the swap is the file system's and Python's signals', the same for both stacks")
 # Loaded at start-up (PYTHONPATH): slows the exchange and every rename of the export's
 # staging, and notes in SWAP_MARKER when the swap begins.
 SITECUSTOMIZE = """

@@ -48,6 +48,8 @@ def test_dali_comparison_flags_images_beyond_the_bound_and_any_other_difference(
     assert not dali_compare.compare_outputs("eval", ("images",), [nan], [images], bound)[0].passed
 
 
+@pytest.mark.one_stack("pip", "the comparison's code is the same for both stacks; the steps it "
+                       "compares are the training loop's, which both suites run")
 def test_parity_passes_two_cpu_runs_bounds_float16_and_flags_a_perturbed_weight(
         tmp_path, digits_records):
     """The CPU float32 reference against a second CPU float32 run (identical), and float16
