@@ -1,6 +1,7 @@
-"""The import structure: no circle among the repository's modules, counting the imports inside
-functions (which hid the two there were: common.profiling <-> common.op_table and txl.config
-<-> txl.model)."""
+"""The import structure: no circle among the repository's modules, sub-packages included
+(``common.export``'s modules) and counting the imports inside functions (which hid the circles
+there were: common.profiling <-> common.op_table, txl.config <-> txl.model, and the export
+package's ``__init__`` <-> ``onnx_convert`` and ``tftrt``)."""
 import ast
 import os
 
@@ -10,27 +11,40 @@ PACKAGES = {"common": "common", "benchtools": "benchtools", "rn50": "resnet50v1.
             "ssd": "ssd320/ssd", "txl": "transformerxl/txl"}
 
 
-def _imports() -> dict[str, set[str]]:
-    """Module -> the repository modules it imports anywhere in its source."""
+def _modules(root: str, packages: dict[str, str]) -> dict[str, str]:
+    """Every module of ``packages`` (name -> folder under ``root``), sub-packages included:
+    dotted name -> file."""
     paths = {}
-    for package, folder in PACKAGES.items():
-        for f in sorted(os.listdir(os.path.join(ROOT, folder))):
-            if f.endswith(".py"):
-                name = package if f == "__init__.py" else f"{package}.{f[:-3]}"
-                paths[name] = os.path.join(ROOT, folder, f)
+    for package, folder in packages.items():
+        base = os.path.join(root, folder)
+        for d, _, names in os.walk(base):
+            if "__init__.py" not in names:
+                continue
+            rel = os.path.relpath(d, base)
+            prefix = ".".join([package, *([] if rel == "." else rel.split(os.sep))])
+            for f in sorted(names):
+                if f.endswith(".py"):
+                    paths[prefix if f == "__init__.py" else f"{prefix}.{f[:-3]}"] = \
+                        os.path.join(d, f)
+    return paths
+
+
+def _imports(root: str = ROOT, packages: dict[str, str] = PACKAGES) -> dict[str, set[str]]:
+    """Module -> the repository modules it imports anywhere in its source (inside functions
+    too): every name of ``from a.b import c, d`` that is a module, else the module ``a.b``."""
+    paths = _modules(root, packages)
     edges = {m: set() for m in paths}
     for module, path in paths.items():
         with open(path, encoding="utf-8") as fh:
             tree = ast.parse(fh.read())
         for node in ast.walk(tree):
-            names = []
             if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
+                edges[module] |= {a.name for a in node.names if a.name in paths}
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                names = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
-            found = [n for n in names if n in paths]
-            if found:
-                edges[module].add(found[0])
+                names = {f"{node.module}.{a.name}" for a in node.names} & set(paths)
+                edges[module] |= names or ({node.module} & set(paths))
+    for module in edges:
+        edges[module].discard(module)
     return edges
 
 
@@ -69,9 +83,25 @@ def _cycles(edges):
 def test_no_import_circles():
     edges = _imports()
     assert "common.op_table" in edges["common.profiling"]  # the checker sees imports
+    assert "common.export.serving" in edges["common.export.onnx_convert"]  # in a function,
+    assert "common.export.writer" in edges["common.export"]  # in a sub-package
     assert _cycles(edges) == []
     # A circle is found where there is one.
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_a_circle_inside_a_sub_package_through_a_function_level_import_is_found(tmp_path):
+    """The shape the export package had: its ``__init__`` imports a module that imports the
+    package back inside a function."""
+    pkg = tmp_path / "top" / "sub"
+    pkg.mkdir(parents=True)
+    (tmp_path / "top" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("from top.sub import convert\n")
+    (pkg / "convert.py").write_text("def f():\n    from top import sub\n    return sub\n")
+    (pkg / "leaf.py").write_text("import os\n")
+    edges = _imports(str(tmp_path), {"top": "top"})
+    assert sorted(edges) == ["top", "top.sub", "top.sub.convert", "top.sub.leaf"]
+    assert _cycles(edges) == [["top.sub", "top.sub.convert"]]
 
 
 def _script_imports() -> dict[str, set[str]]:

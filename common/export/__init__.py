@@ -4,108 +4,16 @@ ONNX files for TensorRT and ONNX Runtime), ``--export_triton`` (a Triton model r
 the SavedModel that ``--use_tftrt`` converts. What each holds is the model's serving object's
 (``common.export.serving.Serving``); this package writes it.
 
-* ``serving``: the base of each model's serving object, and ``client.json``.
+* ``writer``: the export and the Triton repository written whole, and the checks before
+  training.
+* ``serving``: the base of each model's serving object, ``client.json``, and the float32
+  SavedModel that ONNX and TF-TRT convert.
 * ``onnx_convert``: SavedModel signatures to ONNX (tf2onnx, in a process of its own).
 * ``onnx_int8``: INT8 ONNX in Q/DQ form, calibrated on training images.
 * ``triton``: a Triton Inference Server model repository of the export.
 * ``tftrt``: TF-TRT conversion for the inference benchmark.
 * ``tools``: the external tools' runs, their logs kept only on failure.
 """
-from __future__ import annotations
+from common.export.writer import check_export_dir, export, export_bytes, export_names, onnx_opset
 
-import os
-import tempfile
-
-import keras
-import tensorflow as tf
-
-from common import files, precision
-from common.errors import DataError, one_line
-from common.export import onnx_convert, onnx_int8, triton
-
-
-def export(serving, model: keras.Model, export_dir: str, with_onnx: bool, log,
-           int8: bool = False, triton_dir: str | None = None) -> None:
-    """``serving``'s SavedModel of ``model`` in ``export_dir``, and its ONNX files beside it
-    (rank 0 only), with ``int8`` their INT8 forms too, swapped in only once all of them are
-    written (``files.staged_dir``): a full disk or a failed conversion leaves no half-written
-    export. With ``triton_dir``, a Triton model repository of what was written, after it."""
-    with files.staged_dir(export_dir, "the export", replaces=export_names(serving),
-                          log=log.print) as stage:
-        serving.save(model, stage)
-        onnx = onnx_convert.export_serving(serving, model, stage) if with_onnx else []
-        if int8:
-            onnx += onnx_int8.export_serving(serving, stage, log.print)
-    log.print(f"exported a SavedModel to {export_dir} (signatures and client.json: "
-              f"{os.path.join(export_dir, 'assets')})")
-    for path in onnx:
-        final = os.path.join(export_dir, os.path.basename(path))
-        log.print(f"exported ONNX (opset {onnx_opset(final)}) to {final}")
-    if triton_dir:
-        for line in triton.write_repository(serving, export_dir, triton_dir):
-            log.print(line)
-
-
-def onnx_opset(path: str) -> int | str:
-    """The ONNX file's own opset (the default domain's): Model Optimizer raises an INT8 file's
-    above what tf2onnx wrote."""
-    import onnx
-    model = onnx.load(path, load_external_data=False)
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), "?")
-
-
-def check_export_dir(serving, model: keras.Model, flags, log) -> None:
-    """--export_dir (and --export_triton) that is a file, read-only or too small for the
-    export (measured by a trial export) stops the run before training; so does a calibration
-    record that cannot be read (``--export_onnx_int8``), not after the training."""
-    files.check_output_dir(flags.export_dir, "--export_dir", 1 << 20, "the export needs")
-    for flag, path in (("--export_dir", flags.export_dir), ("--export_triton",
-                                                            flags.export_triton)):
-        parent = os.path.dirname(os.path.abspath(path)) if path else None
-        if parent and os.path.isdir(parent) and not os.access(parent, os.W_OK | os.X_OK):
-            raise DataError(f"{flag} {path}: its folder {parent} is not writable; the export is "
-                            "written beside it and then swapped in whole")
-    with_onnx = flags.export_onnx or flags.export_onnx_int8
-    need = export_bytes(serving, model, flags.export_dir, with_onnx, flags.export_onnx_int8, log)
-    files.check_output_dir(flags.export_dir, "--export_dir", need, "the export needs")
-    if flags.export_triton:
-        files.check_output_dir(flags.export_triton, "--export_triton", need,
-                               "the model repository needs")
-    if flags.export_onnx_int8:
-        for _ in serving.calibration_batches():
-            pass
-
-
-def export_names(serving) -> set[str]:
-    """Every entry an export may write in its directory: a new export replaces them all (an
-    INT8 file left from an earlier export would be taken for this one's)."""
-    onnx = set(serving.onnx_files) | {onnx_int8.int8_name(n) for n in serving.onnx_files}
-    return {"saved_model.pb", "fingerprint.pb", "variables", "assets", "assets.extra", *onnx}
-
-
-def export_bytes(serving, model: keras.Model, export_dir: str, with_onnx: bool,
-                 with_int8: bool = False, log=None) -> int:
-    """What the export will take in ``export_dir``, from a real SavedModel of ``model`` written
-    there now and removed (before training: the same graph and weights' size), once more for
-    each ONNX file (each holds the float32 weights and the graph, about a SavedModel's size),
-    with a tenth to spare. A directory too small for even the trial stops the run with one
-    line."""
-    try:
-        files.clear_stale(export_dir, log)
-        with tempfile.TemporaryDirectory(prefix=files.PROBE, dir=export_dir) as tmp:
-            serving.save(model, tmp)
-            size = files.tree_bytes(tmp)
-    except (OSError, tf.errors.OpError) as e:
-        why = one_line(getattr(e, "message", None) or e.strerror or str(e))
-        raise DataError(f"--export_dir {export_dir} cannot hold the export: a trial export "
-                        f"failed ({why})") from None
-    copies = 1 + (len(serving.onnx_files) if with_onnx else 0) * (2 if with_int8 else 1)
-    return int(1.1 * size * copies) + (1 << 20)
-
-
-def float32_saved_model(serving, model: keras.Model, directory: str) -> str:
-    """A SavedModel of ``model`` in float32 in ``directory`` (AMP keeps float32 weights; the
-    model is rebuilt in float32 with them): what ONNX and TF-TRT convert, so that the graph
-    holds no casts and TensorRT picks the engine's precision (``trtexec --fp16``)."""
-    serving.save(precision.float32_model(serving.task.build_model, model), directory)
-    return directory
+__all__ = ["check_export_dir", "export", "export_bytes", "export_names", "onnx_opset"]

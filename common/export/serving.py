@@ -20,7 +20,7 @@ from collections.abc import Mapping
 import keras
 import tensorflow as tf
 
-from common import errors
+from common import errors, precision
 from common.errors import DataError
 from common.images import MEAN, STD
 
@@ -171,3 +171,11 @@ def read_client_info(export_dir: str) -> dict:
     """An export's ``client.json``."""
     with open(os.path.join(export_dir, "assets", CLIENT_INFO), encoding="utf-8") as fh:
         return json.load(fh)
+
+
+def float32_saved_model(serving, model: keras.Model, directory: str) -> str:
+    """A SavedModel of ``model`` in float32 in ``directory`` (AMP keeps float32 weights; the
+    model is rebuilt in float32 with them): what ONNX and TF-TRT convert, so that the graph
+    holds no casts and TensorRT picks the engine's precision (``trtexec --fp16``)."""
+    serving.save(precision.float32_model(serving.task.build_model, model), directory)
+    return directory

@@ -107,13 +107,13 @@ def benchmark_infer(serving, model, results_dir: str, precision: str, inputs, st
     """``infer(x, state) -> (outputs, state)`` through the model's SavedModel (of the model in
     float32) converted by TF-TRT at ``precision``, with engines built for the shapes of
     ``inputs``: exported, converted and loaded here, before any step is timed."""
-    from common import export as export_lib
+    from common.export.serving import float32_saved_model
     saved, converted = paths(results_dir)
     key, example = serving.serving_call(inputs, state)
     # TF-TRT converts what it is given: an AMP graph's float16 casts would make "FP32" mean
     # float16 in places. The model is exported in float32 and TF-TRT sets the precision.
     with files.staged_dir(saved, "the SavedModel for TF-TRT") as stage:
-        export_lib.float32_saved_model(serving, model, stage)
+        float32_saved_model(serving, model, stage)
     convert(saved, converted, precision, key,
             serving_arguments(load_serving(saved, key), example), log=log)
     fn = load_serving(converted, key)
