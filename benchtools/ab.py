@@ -22,12 +22,12 @@ import sys
 import tempfile
 
 from benchtools import failure
-from common import presets
+from common import models
 from common.dllogger import last_summary, read_records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Where each package of pyproject.toml lives in a tree (besides the root: common, benchtools).
-MODEL_DIRS = tuple(m.directory for m in presets.MODELS.values())
+MODEL_DIRS = tuple(m.directory for m in models.MODELS.values())
 
 
 def worktree(revision: str, parent: str) -> str:
@@ -41,7 +41,7 @@ def worktree(revision: str, parent: str) -> str:
 def rate_key(summary: dict, model: str) -> str:
     """The benchmark's throughput in ``summary``: under the model's names (the mode's; the
     summary says which), else the ``throughput_<unit>_per_s`` of revisions before them."""
-    names = presets.log_names(model)
+    names = models.log_names(model)
     key = names.train_throughput if summary.get("mode") == "training_benchmark" else \
         names.infer_throughput
     if key in summary:

@@ -36,7 +36,7 @@ import tempfile
 
 import numpy as np
 
-from common import dali_graph, presets, tfrecord_index
+from common import dali_graph, models, tfrecord_index
 
 # Mean absolute difference allowed between GPU and CPU evaluation images (normalised units).
 IMAGE_BOUNDS = {"resnet50v1.5": 0.013, "ssd320": 0.076}
@@ -94,7 +94,7 @@ def _indexes(files, idx_dir: str) -> None:
 def pipelines(model: str, data_dir: str, idx_dir: str, image_size: int | None, batch_size: int,
               tgt_len: int = 64):
     """{split: (output names, build(where) -> @pipeline_def function)} for ``model``."""
-    pipe = importlib.import_module(f"{presets.MODELS[model].package}.dali_pipeline")
+    pipe = importlib.import_module(f"{models.MODELS[model].package}.dali_pipeline")
     if model == "transformerxl":
         path = os.path.join(data_dir, "train.npy")
         return {"train": (("inputs", "targets"), lambda where: pipe.build_pipeline(
@@ -161,7 +161,7 @@ def compare(model: str, data_dir: str, devices=("gpu", "cpu"), batches: int = 3,
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("model", choices=sorted(presets.MODELS))
+    ap.add_argument("model", choices=sorted(models.MODELS))
     ap.add_argument("--data_dir", required=True, help="prepare_dataset.py's output")
     ap.add_argument("--devices", default="gpu,cpu",
                     help="the placement compared, then the reference: gpu,cpu (default) or "

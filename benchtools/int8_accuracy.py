@@ -32,7 +32,7 @@ import time
 
 import numpy as np
 
-from common import machine, presets, runs
+from common import machine, models, runs
 from common.dllogger import read_records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -42,11 +42,11 @@ ROUNDS = 5
 def _hooks(model: str):
     """The model's part (``rn50/benchmarks.py``, ``ssd/benchmarks.py``): its data, recipe,
     validation batches and metric, reached through the model table."""
-    return presets.benchmarks(model)
+    return models.benchmarks(model)
 
 
 def _int8_models() -> list[str]:
-    return [m for m in presets.MODELS if hasattr(_hooks(m), "int8_data")]
+    return [m for m in models.MODELS if hasattr(_hooks(m), "int8_data")]
 
 
 def export(model: str, workdir: str, smoke: bool = False) -> tuple[str, str, list[str]]:

@@ -48,7 +48,7 @@ import sys
 import numpy as np
 
 from benchtools import failure
-from common import presets
+from common import models
 from common.dllogger import read_records, step_logs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -119,7 +119,7 @@ def model_weights(model_dir: str) -> dict[str, np.ndarray]:
 
 def step_losses(results_dir: str, model: str) -> dict[int, float]:
     """{step: loss} of every training step a run logged (the last job's, on a resumed run)."""
-    loss = presets.log_names(model).loss
+    loss = models.log_names(model).loss
     logs = [r for r in step_logs(read_records(os.path.join(results_dir, "log.json")))
             if loss in r["data"]]
     return {r["step"][1]: float(r["data"][loss]) for r in logs}
@@ -172,7 +172,7 @@ def _groups(weights: dict) -> dict[str, list[str]]:
 
 
 def _main_py(model: str) -> str:
-    return os.path.join(ROOT, presets.MODELS[model].directory, "main.py")
+    return os.path.join(ROOT, models.MODELS[model].directory, "main.py")
 
 
 def train(model: str, device: str, flags: list[str], results_dir: str, log) -> None:
@@ -232,7 +232,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  usage="python -m benchtools.parity MODEL --out DIR [options] "
                                        "-- MAIN_PY_FLAGS")
-    ap.add_argument("model", choices=sorted(presets.MODELS))
+    ap.add_argument("model", choices=sorted(models.MODELS))
     ap.add_argument("--out", required=True, help="the runs' results directories")
     ap.add_argument("--runs", default="gpu-fp32,gpu-amp",
                     help="DEVICE-PRECISION entries compared with cpu-fp32 (device: gpu or "

@@ -7,7 +7,7 @@ side in one run, with FLOP/s and MFU counted the same way for both.
 
 Each model names its peer and counts its own FLOPs in its ``benchmarks`` module
 (``rn50/benchmarks.py``, ``ssd/benchmarks.py``, ``txl/benchmarks.py``), reached through the model
-table (``common/presets.py``): ResNet-50 v1.5 against ``keras.applications.ResNet50``; SSD320
+table (``common/models.py``): ResNet-50 v1.5 against ``keras.applications.ResNet50``; SSD320
 against keras-hub's ``RetinaNetObjectDetector``; Transformer-XL base against keras-hub's
 ``GPT2CausalLM`` at its width and depth. Each
 peer trains with ``model.fit`` on synthetic data as Keras resolves ``jit_compile="auto"``;
@@ -31,15 +31,16 @@ import sys
 import tempfile
 import time
 
-from common import presets  # noqa: E402  (no TensorFlow: the model table)
+from common import models  # noqa: E402  (no TensorFlow: the model table)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEER_ENV = os.path.join(ROOT, "benchtools", "peer_env.sh")
 
 # --- the peers (run in a process of their own, under the peer environment's python) -----------
 def _policy(precision: str) -> str:
-    from common import devices, presets
-    dtype = presets.compute_dtype(precision, gpu=bool(devices.physical_gpus()))
+    from common import devices
+    from common.precisions import compute_dtype
+    dtype = compute_dtype(precision, gpu=bool(devices.physical_gpus()))
     return "float32" if dtype == "float32" else f"mixed_{dtype}"
 
 
@@ -49,7 +50,7 @@ def peer_child(model: str, precision: str, batch: int, steps: int, warmup: int) 
 
     from common.mfu import graph_flops
     keras.mixed_precision.set_dtype_policy(_policy(precision))
-    net, data, items, spec, items_per_spec = presets.benchmarks(model).build_peer(batch)
+    net, data, items, spec, items_per_spec = models.benchmarks(model).build_peer(batch)
     per_item = graph_flops(lambda x: net(x, training=False), spec) / items_per_spec
     ds = tf.data.Dataset.from_tensors(data).repeat()
     clock = _WindowClock(warmup, warmup + steps)
@@ -82,12 +83,12 @@ def ours(model: str, precision: str, batch: int, steps: int, warmup: int) -> flo
     from common.runs import run_main_py
     with tempfile.TemporaryDirectory() as tmp:
         summary = last_summary(run_main_py(os.path.join(ROOT, model, "main.py"), [
-            "--mode", "training_benchmark", *presets.benchmarks(model).OUR_FLAGS,
+            "--mode", "training_benchmark", *models.benchmarks(model).OUR_FLAGS,
             "--batch_size", str(batch),
             "--iter_unit", "batch", "--num_iter", str(warmup + steps), "--warmup_steps",
             str(warmup), "--display_every", str(warmup + steps),
             *(["--amp"] if precision == "amp" else [])], tmp))
-    return summary[presets.log_names(model).train_throughput]
+    return summary[models.log_names(model).train_throughput]
 
 
 def peer(python: str, model: str, precision: str, batch: int, steps: int, warmup: int) -> dict:
@@ -112,7 +113,7 @@ def table(model: str, rates: dict, ceilings: dict, flops: dict, our_batch: int,
     as this process sees it heads it. ``rates``: (who, precision) -> per-round rates."""
     from common import devices
     from common.machine import describe
-    name, unit = presets.benchmarks(model).PEER, presets.MODELS[model].item_unit
+    name, unit = models.benchmarks(model).PEER, models.MODELS[model].item_unit
     precisions = list(ceilings)
     rounds = len(next(iter(rates.values())))
     lines = [f"{describe(devices.current().devices)}; matmul ceilings: "
@@ -141,7 +142,7 @@ def table(model: str, rates: dict, ceilings: dict, flops: dict, our_batch: int,
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("model", choices=sorted(presets.MODELS))
+    p.add_argument("model", choices=sorted(models.MODELS))
     p.add_argument("--precisions", default="fp32,amp")
     p.add_argument("--batch_size", type=int, default=None, help="ours, per step")
     p.add_argument("--peer_batch", type=int, default=None, help="the peer's, per step")
@@ -151,8 +152,8 @@ def main(argv=None) -> int:
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
-    hooks = presets.benchmarks(a.model)  # the model's own part: rn50/benchmarks.py, ...
-    name, unit = hooks.PEER, presets.MODELS[a.model].item_unit
+    hooks = models.benchmarks(a.model)  # the model's own part: rn50/benchmarks.py, ...
+    name, unit = hooks.PEER, models.MODELS[a.model].item_unit
     peer_batch, our_batch = a.peer_batch or hooks.PEER_BATCH, a.batch_size or hooks.OUR_BATCH
     if a.child:
         print(json.dumps(peer_child(a.model, a.precision, peer_batch, a.steps, a.warmup)))

@@ -37,7 +37,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 
-from common import presets  # noqa: E402
+from common import models  # noqa: E402
 from common.dllogger import read_records, step_logs  # noqa: E402
 
 BENCHMARK_MODES = ("training_benchmark", "inference_benchmark")
@@ -87,7 +87,7 @@ class Run:
     @property
     def names(self):
         """The model's names in its logs (``common/log_names.py``)."""
-        return presets.log_names(self.model)
+        return models.log_names(self.model)
 
     @property
     def mode(self) -> str:

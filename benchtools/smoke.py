@@ -19,13 +19,13 @@ import os
 import re
 import sys
 
-from common import presets
+from common import models
 from common.dllogger import last_summary, read_records
 
 
 def _figures(model: str) -> tuple:
     """(summary key, how the table shows it), under the model's names (common/log_names.py)."""
-    n = presets.log_names(model)
+    n = models.log_names(model)
     unit = n.unit.replace("images/s", "img/s").replace("tokens/s", "tok/s")
     rates = dict.fromkeys((n.train_throughput, n.infer_throughput))
     return (("world_size", "{} proc"), *((k, "{:.0f} " + unit) for k in rates),

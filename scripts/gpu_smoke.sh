@@ -131,7 +131,7 @@ declare -A ARGS=(
   [ssd320]="--data_dir $DATA/coco --dali --batch_size 32"
   [transformerxl]="--data_dir $DATA/wt103 --dali --batch_size 32"
 )
-read -ra MODELS <<< "$(cd "$root" && "$PY" -m common.presets --models)"  # common/presets.py
+read -ra MODELS <<< "$(cd "$root" && "$PY" -m common.models)"  # common/models.py
 short=(--iter_unit batch --num_iter "$STEPS" --display_every 5)
 
 # TF-TRT's stage runs where TensorFlow has TensorRT (TFTRT=1 or 0 decides without asking it).

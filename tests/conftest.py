@@ -96,10 +96,10 @@ def run_cli(args, timeout=300, env=None, **kw):
 def step_losses(records) -> list[float]:
     """Each logged training step's loss, under the run's model's name for it (NVIDIA's:
     ``total_loss``, ``train_loss``; common/log_names.py)."""
-    from common import presets
+    from common import models
     from common.dllogger import step_logs
     model = next((r["data"].get("model") for r in records if r.get("step") == "PARAMETER"), "")
-    loss = presets.log_names(model).loss
+    loss = models.log_names(model).loss
     return [r["data"][loss] for r in step_logs(records) if loss in r["data"]]
 
 

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 from conftest import ROOT
 
-from common import flags, presets
+from common import flags, models
 
 DOCS = sorted({os.path.relpath(p, ROOT) for p in
                [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "CHANGELOG.md"),
@@ -104,8 +104,8 @@ def _script_flags(script: str) -> set[str]:
 
 def _model_flags():
     out = {}
-    for name in presets.MODELS:
-        task = presets.task_class(name)
+    for name in models.MODELS:
+        task = models.task_class(name)
         fv = flags.build(task.define_flags, task.flag_defaults)
         out[name] = set(fv) | {"help", "helpfull"}
     return out

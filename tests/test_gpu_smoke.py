@@ -7,13 +7,13 @@ import subprocess
 import pytest
 from conftest import ROOT
 
-from common import flags, presets
+from common import flags, models
 
-MODELS = presets.MODELS
+MODELS = models.MODELS
 
 
 def _task(model):
-    return presets.task_class(model)
+    return models.task_class(model)
 
 
 def _dry_run(tmp_path, data_root, **env):

@@ -208,12 +208,12 @@ def test_bind_runs_unbound_where_there_is_nothing_to_follow(tmp_path):
 
 
 @pytest.mark.parametrize("precision", ["fp32", "tf32", "amp"])
-def test_launch_sh_keeps_the_precision_presets_of_common_presets(precision):
+def test_launch_sh_keeps_the_precisions_of_common_precisions(precision):
     """launch.sh runs where Python may not (a pyxis job's batch host), so it keeps its own copy
     of the table: the same flags."""
-    from common import presets
+    from common import precisions
     code, cmd, _ = dry("scripts/launch.sh", "m/main.py", precision, "1")
-    assert code == 0 and cmd[2:] == presets.precision_flags(precision)
+    assert code == 0 and cmd[2:] == precisions.precision_flags(precision)
 
 
 @pytest.mark.parametrize("env, message", [

@@ -126,7 +126,7 @@ def _script_imports() -> dict[str, set[str]]:
 
 
 def test_benchtools_stands_above_the_models():
-    """benchtools measures the models through the model table (common/presets.py: each model's
+    """benchtools measures the models through the model table (common/models.py: each model's
     ``benchmarks`` module), never naming a model package; the models never import benchtools."""
     edges = _imports()
     named = {m: sorted(e for e in es if e.split(".")[0] in ("rn50", "ssd", "txl"))

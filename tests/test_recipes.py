@@ -115,7 +115,7 @@ def test_main_py_and_train_sh_run_one_recipe(model, tmp_path, monkeypatch, digit
                                              shapes_records, corpus):
     """``mpirun -np 2 python MODEL/main.py --no_tf32 [data]`` and ``train.sh fp32 2`` with the
     same data give the same PARAMETER record: every derived size included."""
-    from common import presets
+    from common import models
     data = {"resnet50v1.5": digits_records, "ssd320": shapes_records, "transformerxl": corpus}
     # Small models (the recipe's sizes do not depend on the network's): set-up in seconds.
     extra = {"resnet50v1.5": ["--num_classes", "10", "--arch", "resnet_tiny"],
@@ -127,7 +127,7 @@ def test_main_py_and_train_sh_run_one_recipe(model, tmp_path, monkeypatch, digit
     if model == "transformerxl":
         env["DALI"] = "1"
     monkeypatch.setattr(distributed, "init", lambda: Distributed(_TwoProcesses()))
-    task = presets.task_class(model)
+    task = models.task_class(model)
     direct = ["--no_tf32", "--data_dir", data[model], "--dali", "--results_dir", results, *extra]
     for argv in (direct, _train_sh_args(model, env) + extra):
         trainer = runner.setup(task, ["main.py", *argv])

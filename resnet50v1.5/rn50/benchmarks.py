@@ -1,5 +1,5 @@
 """What the benchmark tools (``benchtools/``) ask of ResNet-50 v1.5: they stand above the models
-and reach this module through the model table (``common.presets.MODELS``), never by name.
+and reach this module through the model table (``common.models.MODELS``), never by name.
 
 * ``benchtools.peers``: the Keras model a user would pick instead (``keras.applications``'
   ResNet-50, trained by ``fit``) and the forward FLOPs of ours, counted the same way.

@@ -24,11 +24,11 @@ _model_dir = os.path.dirname(_here)
 
 import numpy as np  # noqa: E402
 
-from common import dllogger, presets, runner, runs  # noqa: E402
+from common import dllogger, precisions, runner, runs  # noqa: E402
 from rn50 import config, digits  # noqa: E402
 from rn50.task import ResNetTask  # noqa: E402
 
-PRECISIONS = {p: presets.precision_flags(p) for p in ("fp32", "amp")}  # common/presets.py
+PRECISIONS = {p: precisions.precision_flags(p) for p in ("fp32", "amp")}  # common/precisions.py
 
 
 def prepare_digits(root: str) -> str:

@@ -14,15 +14,15 @@ from common import quiet_start
 with quiet_start.filtered_stderr():  # TensorFlow's start-up lines, as main.py's
     import tensorflow as tf
 
-from common import presets, runner  # noqa: E402
+from common import precisions, runner  # noqa: E402
 from common.mfu import forward_flops, matmul_ceiling  # noqa: E402
 from common.rounds import alternating_rounds, mfu_rows  # noqa: E402
 from ssd.model import build_ssd  # noqa: E402
 from ssd.task import SSDTask  # noqa: E402
 
-# The presets every tool shares (common/presets.py), and the type their matmuls run in here.
-PRECISIONS = {p: (presets.precision_flags(p), tf.as_dtype(presets.compute_dtype(p, gpu=False)))
-              for p in ("fp32", "amp")}
+# The precisions every tool shares (common/precisions.py), and the type their matmuls run in here.
+PRECISIONS = {p: (precisions.precision_flags(p),
+                  tf.as_dtype(precisions.compute_dtype(p, gpu=False))) for p in ("fp32", "amp")}
 
 
 def one(mode, precision, args) -> float:

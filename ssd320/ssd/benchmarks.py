@@ -1,5 +1,5 @@
 """What the benchmark tools (``benchtools/``) ask of SSD320: they stand above the models and
-reach this module through the model table (``common.presets.MODELS``), never by name.
+reach this module through the model table (``common.models.MODELS``), never by name.
 
 * ``benchtools.peers``: keras-hub's ``RetinaNetObjectDetector`` (ResNet-50 v1, FPN P3-P7,
   320x320, 90 classes), and the forward FLOPs of ours, counted the same way.

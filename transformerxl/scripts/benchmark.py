@@ -23,14 +23,14 @@ with quiet_start.filtered_stderr():  # TensorFlow's start-up lines, as main.py's
     import keras
     import tensorflow as tf
 
-from common import dllogger, presets, runs  # noqa: E402
+from common import dllogger, models, precisions, runs  # noqa: E402
 from common.mfu import matmul_ceiling  # noqa: E402
 from common.rounds import alternating_rounds, mfu_rows  # noqa: E402
 from txl.flops import run_flops_per_token  # noqa: E402
 
-# The presets every tool shares (common/presets.py), and the type their matmuls run in here.
-PRECISIONS = {p: (presets.precision_flags(p), tf.as_dtype(presets.compute_dtype(p, gpu=False)))
-              for p in ("fp32", "amp")}
+# The precisions every tool shares (common/precisions.py), and the type their matmuls run in here.
+PRECISIONS = {p: (precisions.precision_flags(p),
+                  tf.as_dtype(precisions.compute_dtype(p, gpu=False))) for p in ("fp32", "amp")}
 MODES = ("training_benchmark", "inference_benchmark")
 
 
@@ -49,7 +49,7 @@ def one(mode, precision, args) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         s = dllogger.last_summary(runs.run_main_py(
             os.path.join(_model_dir, "main.py"), flags(mode, precision, args)[1:], tmp))
-    names = presets.log_names("transformerxl")
+    names = models.log_names("transformerxl")
     rate = s[names.train_throughput if mode == "training_benchmark" else names.infer_throughput]
     print(f"{mode} {precision}: {rate:.1f} tokens/s", flush=True)
     return rate

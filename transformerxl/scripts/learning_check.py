@@ -39,11 +39,11 @@ import numpy as np
 _here = os.path.dirname(os.path.abspath(__file__))
 _model_dir = os.path.dirname(_here)
 
-from common import dllogger, presets, runs  # noqa: E402
+from common import dllogger, precisions, runs  # noqa: E402
 from txl.config import LOG_NAMES  # noqa: E402
 from txl.plays import fetch, write_corpus  # noqa: E402
 
-PRECISIONS = {p: presets.precision_flags(p) for p in ("fp32", "amp")}  # common/presets.py
+PRECISIONS = {p: precisions.precision_flags(p) for p in ("fp32", "amp")}  # common/precisions.py
 RECIPE = ["--preset", "small", "--display_every", "50"]  # txl/config.py's PRESETS["small"]
 
 

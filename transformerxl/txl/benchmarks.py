@@ -1,5 +1,5 @@
 """What the benchmark tools (``benchtools/``) ask of Transformer-XL: they stand above the models
-and reach this module through the model table (``common.presets.MODELS``), never by name.
+and reach this module through the model table (``common.models.MODELS``), never by name.
 
 ``benchtools.peers``: keras-hub's ``GPT2CausalLM`` at the width and depth of NVIDIA's
 Transformer-XL base, which ours is (16 layers, d_model 512, 8 heads of 64, inner 2048, the
