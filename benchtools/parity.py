@@ -85,11 +85,11 @@ def model_weights(model_dir: str) -> dict[str, np.ndarray]:
     import tensorflow as tf
     from tensorflow.core.protobuf import trackable_object_graph_pb2
 
-    from common import checkpoints
-    steps = checkpoints.on_disk(model_dir)
+    from common.checkpoint import store
+    steps = store.on_disk(model_dir)
     if not steps:
         raise ValueError(f"no checkpoint in {model_dir}")
-    reader = tf.train.load_checkpoint(os.path.join(model_dir, f"{checkpoints.PREFIX}-{steps[0]}"))
+    reader = tf.train.load_checkpoint(os.path.join(model_dir, f"{store.PREFIX}-{steps[0]}"))
     graph = trackable_object_graph_pb2.TrackableObjectGraph()
     graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
     paths, queue = {0: ""}, [0]  # breadth first from the root: each node's shortest path

@@ -4,10 +4,11 @@ of ``common`` is imported; then the stack check (``versions.require``), then the
 target: a ``Task`` class for ``main.py`` (run by ``common.runner.main``), a function
 for ``prepare_dataset.py``.
 
-    sys.exit(runpy.run_path(ENTRY)["run"](__file__, "rn50.task:ResNetTask", "rn50.config"))
+    sys.exit(runpy.run_path(ENTRY)["run"](__file__, "rn50.task:ResNetTask"))
 
-``main.py --help`` is answered from the model's config module (its ``define_flags`` and
-``FLAG_DEFAULTS``) without importing TensorFlow. Otherwise TensorFlow is imported and its
+``main.py --help`` is answered from the model's config module (``<package>.config``, what its
+Task's ``config`` is: its ``define_flags`` and ``FLAG_DEFAULTS``) without importing
+TensorFlow. Otherwise TensorFlow is imported and its
 devices found with its start-up lines filtered (``common.quiet_start``): a line that means
 nothing on a healthy machine is not shown, any other is.
 """
@@ -24,12 +25,13 @@ HELP = ("-h", "--help", "--helpfull")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run(script: str, target: str, flags_module: str | None = None) -> int:
+def run(script: str, target: str) -> int:
     if sys.path[:2] != [sys.path[0], ROOT]:
         sys.path.insert(1, ROOT)  # after the script's own folder (its model package)
     from common import quiet_start, versions
-    if flags_module and any(a in HELP for a in sys.argv[1:]):
-        return _help(flags_module)
+    module = target.split(":")[0]
+    if module.endswith(".task") and any(a in HELP for a in sys.argv[1:]):
+        return _help(module.removesuffix(".task") + ".config")  # the Task's config module
     from common import graceful_stop
     graceful_stop.install()  # a stop signal from here on ends the process cleanly, one line
     try:

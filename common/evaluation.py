@@ -40,7 +40,7 @@ class Evaluator:
             results, items, seconds = self._gathered()
         else:
             results, items, seconds = self._summed()
-        results[self.task.log_names.eval_throughput] = items / seconds
+        results[self.task.config.LOG_NAMES.eval_throughput] = items / seconds
         self.log.log((epoch or 0, step), results, tb_step=step, tb_prefix="eval")
         return results
 
@@ -67,7 +67,7 @@ class Evaluator:
         for m in metrics:
             for var, value in zip(m.variables, self.dist.sum([v.value for v in m.variables])):
                 var.assign(value)
-        results = {task.log_names.metric(m.name): float(m.result()) for m in metrics}
+        results = {task.config.LOG_NAMES.metric(m.name): float(m.result()) for m in metrics}
         return {**results, f"eval_{task.item_unit}": total}, items, seconds
 
     def _gathered(self) -> tuple[dict, int, float]:
@@ -89,7 +89,7 @@ class Evaluator:
         gathered = self.dist.allgather(
             {k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]})
         results = self.dist.broadcast_object(
-            {task.log_names.metric(k): v for k, v in task.summarize(gathered).items()}
+            {task.config.LOG_NAMES.metric(k): v for k, v in task.summarize(gathered).items()}
             if self.dist.is_chief else None)
         return {**results, f"eval_{task.item_unit}": total}, items, seconds
 

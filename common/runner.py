@@ -14,8 +14,6 @@ import numpy as np
 import tensorflow as tf
 
 from common import (
-    checkpoint_settings,
-    checkpoints,
     devices,
     distributed,
     files,
@@ -25,6 +23,8 @@ from common import (
     precision,
     profiling,
 )
+from common.checkpoint import settings as checkpoint_settings
+from common.checkpoint import store
 from common.dllogger import Logger
 from common.errors import DataError, TrainingError, UsageError
 from common.export import onnx_convert, onnx_int8, tftrt
@@ -64,7 +64,7 @@ def adopted_settings(task_cls: type[Task], fv: flags.Settings) -> tuple[dict, st
     training run's --finetune_checkpoint (only the settings its weights need). A flag that
     contradicts the checkpoint stops here, before a model is built."""
     if fv.mode in ("train", "train_and_evaluate", "evaluate", "predict") and \
-            checkpoints.on_disk(fv.model_dir):
+            store.on_disk(fv.model_dir):
         source, names = f"the checkpoint in --model_dir {fv.model_dir}", task_cls.checkpoint_flags
         found = checkpoint_settings.read(fv.model_dir)
     elif fv.finetune_checkpoint:
@@ -79,7 +79,7 @@ def adopted_settings(task_cls: type[Task], fv: flags.Settings) -> tuple[dict, st
 
 def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
     """Flags, Horovod, precision, logs and the model: everything before the mode runs."""
-    fv = flags.parse(flags.build(task_cls.define_flags, task_cls.flag_defaults), argv,
+    fv = flags.parse(flags.build(task_cls.config.define_flags, task_cls.config.FLAG_DEFAULTS), argv,
                      task_cls.name,
                      task_cls.serving_class is not None and task_cls.serving_class.int8)
     if fv.use_tftrt:
@@ -98,7 +98,7 @@ def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
     adopted = dist.broadcast_object(dist.on_chief(lambda: adopted_settings(task_cls, fv),
                                                   "reading the checkpoint's settings"))
     fv = fv.with_adopted(adopted[0]) if adopted and adopted[0] else fv
-    fv = fv.with_derived(flags.preset_values(fv, task_cls.presets))
+    fv = fv.with_derived(flags.preset_values(fv, task_cls.config.PRESETS))
     fv = fv.with_derived(task_cls.derive_settings(fv, dist.size))
     prec = precision.resolve(
         amp=fv.amp, amp_dtype=fv.amp_dtype, static_loss_scale=fv.static_loss_scale, tf32=fv.tf32,
@@ -119,7 +119,7 @@ def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
         enabled=dist.is_chief,
         json_path=os.path.join(fv.results_dir, fv.log_filename) if fv.log_filename else None,
         tensorboard_dir=tensorboard_dir)
-    for name, unit, fmt in task_cls.log_names.units():  # DLLogger's units, NVIDIA's names
+    for name, unit, fmt in task_cls.config.LOG_NAMES.units():  # DLLogger's units, NVIDIA's names
         logger.metadata(name, unit=unit, fmt=fmt)
     ctx = RunContext(flags=fv, dist=dist, precision=prec, logger=logger,
                      capabilities=devices.decide(dist.devices, prec.compute_dtype))
@@ -134,7 +134,7 @@ def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
     logger.parameters({**flags.as_dict(fv), "world_size": dist.size,
                        **run_settings(trainer), **prec.describe(),
                        "model": task_cls.name, "headline_metric":
-                           task_cls.log_names.metric(task_cls.headline_metric)
+                           task_cls.config.LOG_NAMES.metric(task_cls.headline_metric)
                            if task_cls.headline_metric else None,
                        "machine": machine.describe(dist.devices), "tensorflow": tf.__version__})
     logger.print(

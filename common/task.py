@@ -9,13 +9,13 @@ import abc
 import dataclasses
 import functools
 import itertools
+import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
-from absl import flags
 
 from common import dali, devices, input_errors, tfrecord_index
 from common.distributed import Distributed, rank_seed
@@ -39,21 +39,24 @@ class RunContext:
         return self.flags.batch_size * self.dist.size * self.flags.batch_chunk
 
 
+def model_config(flag_defaults: Mapping[str, Any] | None = None,
+                 log_names: LogNames | None = None) -> types.SimpleNamespace:
+    """A model's configuration where it has no config module of its own (a test's task)."""
+    return types.SimpleNamespace(FLAG_DEFAULTS=dict(flag_defaults or {}), PRESETS={},
+                                 LOG_NAMES=log_names or resnet_pattern("items/s", {}),
+                                 define_flags=lambda fv: None)
+
+
 class Task(abc.ABC):
     name = "task"
     item_unit = "items"  # what throughput counts: images, tokens, ...
     headline_metric: str | None = None  # the evaluation metric results quote (charts plot it)
-    # NVIDIA's DLLogger names of this model's figures (common/log_names.py; its config.py's)
-    log_names: LogNames = resnet_pattern("items/s", {})
-    flag_defaults: Mapping[str, Any] = {}  # model-specific defaults for common flags
-    # --preset's named flag values (the model's config module defines the flag): resolved by
-    # common.flags.preset_values before derive_settings.
-    presets: Mapping[str, Mapping[str, Any]] = {}
-
-    @staticmethod
-    def define_flags(fv: flags.FlagValues) -> None:
-        """Adds the model's own flags to ``fv``; a model without flags of its own keeps this."""
-        return None
+    # The model's config module, TensorFlow-free (``<package>/config.py``; ``main.py --help``
+    # reads it alone): ``define_flags`` (its own flags), ``FLAG_DEFAULTS`` (its defaults for the
+    # common ones), ``PRESETS`` (--preset's named values, resolved by common.flags
+    # .preset_values before derive_settings) and ``LOG_NAMES`` (NVIDIA's names of its figures,
+    # common/log_names.py).
+    config = model_config()
 
     @classmethod
     def derive_settings(cls, settings, world: int) -> dict:
@@ -74,7 +77,7 @@ class Task(abc.ABC):
         flags' own values in the log's PARAMETER record. Called after ``build_model``."""
         return {}
 
-    # --- what a checkpoint is (common/checkpoint_settings.py) -------------------------------
+    # --- what a checkpoint is (common/checkpoint/settings.py) -------------------------------
     # The flags that shape the model's variables or what they compute: recorded beside every
     # checkpoint; a run that restores one takes them from it when omitted and refuses a flag
     # that contradicts them.

@@ -11,7 +11,6 @@ import tensorflow as tf
 
 from common import (
     benchmark,
-    checkpoints,
     dllogger,
     export,
     files,
@@ -20,10 +19,10 @@ from common import (
     loop,
     precision,
     profiling,
-    starts,
     train_step,
     watchdog,
 )
+from common.checkpoint import start, store
 from common.errors import DataError, TrainingError
 from common.evaluation import Evaluator
 from common.graceful_stop import GracefulStop
@@ -59,7 +58,7 @@ class Trainer:
                                 else self.optimizer)
         loss_scale = ({"dynamic_scale": self.optimizer.dynamic_scale,
                        "step_counter": self.optimizer.step_counter} if self.loss_scaled else None)
-        self.checkpoints = checkpoints.CheckpointStore(
+        self.checkpoints = store.CheckpointStore(
             self.flags.model_dir, {"model": self.model, "optimizer": self.inner_optimizer,
                                    "global_step": self.global_step},
             loss_scale, keep=self.flags.keep_checkpoints, log=self.log.print)
@@ -71,8 +70,8 @@ class Trainer:
         self.profiler = profiling.StepProfiler(
             self.flags.profile, os.path.join(self.flags.results_dir, "tensorboard"), self.log,
             enabled=self.dist.is_chief)
-        self.log.print(f"{task.name}: {checkpoints.count(self.model.trainable_variables):,} "
-                       f"trainable parameters, {checkpoints.count(self.model.variables):,} in all")
+        self.log.print(f"{task.name}: {store.count(self.model.trainable_variables):,} "
+                       f"trainable parameters, {store.count(self.model.variables):,} in all")
 
     def _check_output_dirs(self) -> None:
         """A checkpoint or export directory that is a file, read-only or full stops the run
@@ -80,7 +79,7 @@ class Trainer:
         so do leftovers that need cleaning first."""
         f = self.flags
         if f.mode in ("train", "train_and_evaluate"):
-            need = int(1.1 * checkpoints.nbytes(self.state())) + (1 << 20)
+            need = int(1.1 * store.nbytes(self.state())) + (1 << 20)
             self.dist.on_chief(lambda: (
                 files.check_output_dir(f.model_dir, "--model_dir", need, "a checkpoint needs"),
                 self.checkpoints.clean_leftovers()), "checking --model_dir")
@@ -99,16 +98,16 @@ class Trainer:
 
     def restore(self, required: bool = False) -> str | None:
         """Rank 0 restores the newest readable checkpoint; then every rank takes rank 0's state.
-        A training run moves unreadable newer checkpoints aside (common/checkpoints.py). A
+        A training run moves unreadable newer checkpoints aside (common/store.py). A
         training run with nothing to resume starts from --finetune_checkpoint's weights."""
         training = self.flags.mode in ("train", "train_and_evaluate")
 
         def restore():
-            starts.check_facts(self.task, self.flags.model_dir,
+            start.check_facts(self.task, self.flags.model_dir,
                                f"the checkpoint in --model_dir {self.flags.model_dir}")
             path = self.checkpoints.restore(required, quarantine=training)
             if path is None and training and self.flags.finetune_checkpoint:
-                starts.finetune(self.task, self.model, self.flags.finetune_checkpoint,
+                start.finetune(self.task, self.model, self.flags.finetune_checkpoint,
                                 self.log.print)
             elif path and self.flags.finetune_checkpoint:
                 self.log.print(f"--finetune_checkpoint {self.flags.finetune_checkpoint} not "
@@ -126,14 +125,14 @@ class Trainer:
 
     def save(self) -> str | None:
         """Rank 0 saves, unless a weight is not finite, with what the checkpoint is beside it
-        (``starts.record``); a failed save (a full disk) stops every rank with one line."""
+        (``start.record``); a failed save (a full disk) stops every rank with one line."""
         def save():
             bad = first_non_finite(self.state())
             if bad:
                 raise TrainingError(f"{bad} is not finite at step {self.step}; stopped without "
                                     f"saving (last checkpoint: {self.checkpoints.latest})")
             path = self.checkpoints.save(self.step)
-            starts.record(self.task, self.flags, self.flags.model_dir)
+            start.record(self.task, self.flags, self.flags.model_dir)
             return path
         return self.dist.on_chief(save, "saving a checkpoint")
 
@@ -167,7 +166,7 @@ class Trainer:
         return float(self.optimizer.dynamic_scale.numpy()) if self.loss_scaled else None
 
     def _step_logs(self) -> dict:
-        out = {self.task.log_names.lr:
+        out = {self.task.config.LOG_NAMES.lr:
                float(keras.ops.convert_to_numpy(self.optimizer.learning_rate))}
         if self.loss_scaled:
             out["loss_scale"] = float(self.optimizer.dynamic_scale.numpy())
@@ -261,7 +260,7 @@ class Trainer:
 
     def _display(self, sp, epoch: int, total: int, skipped: int, rate: float) -> None:
         extra = {"skipped_steps": skipped} if skipped else {}
-        names = self.task.log_names
+        names = self.task.config.LOG_NAMES
         record = {names.loss: sp.value, **self._step_logs()}
         if names.perplexity:
             record[names.perplexity] = math.exp(min(float(sp.value), 700.0))
@@ -271,7 +270,7 @@ class Trainer:
     def _train_figures(self, clock: loop.Clock, skipped: int, short: bool) -> dict:
         """A training run's summary of its steps: skipped ones, throughput (and whether it
         includes compilation, or leaves out profiled steps)."""
-        f, name, out = self.flags, self.task.log_names.train_throughput, {}
+        f, name, out = self.flags, self.task.config.LOG_NAMES.train_throughput, {}
         if skipped:
             out["skipped_steps"] = skipped
             self.log.print(f"{skipped} step(s) had non-finite gradients and were not applied")
@@ -297,7 +296,7 @@ class Trainer:
         """``--mode training_benchmark``: the training step on the training data, timed."""
         self.dist.broadcast(self.state())
         return benchmark.training(self.train_step(self.task.train_dataset(), None), self.flags,
-                                  self.profiler, self.log, self.task.log_names,
+                                  self.profiler, self.log, self.task.config.LOG_NAMES,
                                   self.steps_per_epoch, self.ctx.global_batch_size)
 
     def benchmark_inference(self) -> dict:
@@ -309,7 +308,7 @@ class Trainer:
                                                       data, f, self.dist.size,
                                                       self.ctx.precision.xla, self.log)
         stepper = InferStep(infer, data, task.inference_inputs, task.items_in, state)
-        return benchmark.inference(stepper, f, self.profiler, self.log, task.log_names,
+        return benchmark.inference(stepper, f, self.profiler, self.log, task.config.LOG_NAMES,
                                    self.steps_per_epoch)
 
     def inference_weights(self) -> str:

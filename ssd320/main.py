@@ -17,4 +17,4 @@ import sys
 ENTRY = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "common", "entry.py")
 
 if __name__ == "__main__":
-    sys.exit(runpy.run_path(ENTRY)["run"](__file__, "ssd.task:SSDTask", "ssd.config"))
+    sys.exit(runpy.run_path(ENTRY)["run"](__file__, "ssd.task:SSDTask"))

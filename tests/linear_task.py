@@ -7,7 +7,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from common.task import Task
+from common.task import Task, model_config
 
 FEATURES, BATCH, LR = 3, 4, 0.01
 
@@ -15,8 +15,8 @@ FEATURES, BATCH, LR = 3, 4, 0.01
 class LinearTask(Task):
     name = "linear"
     item_unit = "examples"
-    flag_defaults = {"batch_size": BATCH, "mode": "train", "iter_unit": "batch",
-                     "display_every": 1, "warmup_steps": 0}
+    config = model_config({"batch_size": BATCH, "mode": "train", "iter_unit": "batch",
+                           "display_every": 1, "warmup_steps": 0})
     last_model = None  # the model of the last run, for the test to read
 
     def build_model(self):

@@ -106,7 +106,7 @@ def _model_flags():
     out = {}
     for name in models.MODELS:
         task = models.task_class(name)
-        fv = flags.build(task.define_flags, task.flag_defaults)
+        fv = flags.build(task.config.define_flags, task.config.FLAG_DEFAULTS)
         out[name] = set(fv) | {"help", "helpfull"}
     return out
 

@@ -1,5 +1,5 @@
 """Fine-tuning (``--finetune_checkpoint``) and checkpoints that say what they are
-(``settings.json``, common/checkpoint_settings.py), for every model through main.py's code path:
+(``settings.json``, common/checkpoint/settings.py), for every model through main.py's code path:
 a fine-tuning run starts at step 0 from the checkpoint's weights and learns, a classifier for
 another number of classes starts afresh with a line, another vocabulary is refused, resuming
 wins over fine-tuning; evaluate, predict, export and resume take omitted settings from the
@@ -13,7 +13,8 @@ import pytest
 import tensorflow as tf
 from conftest import TINY, step_losses
 
-from common import checkpoint_settings, runner
+from common import runner
+from common.checkpoint import settings as checkpoint_settings
 from common.dllogger import read_records
 from rn50.task import ResNetTask
 from ssd.task import SSDTask

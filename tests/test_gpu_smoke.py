@@ -40,7 +40,8 @@ def _stages(proc) -> dict:
 
 def _main_flags(model, argv):
     task = _task(model)
-    return flags.parse(flags.build(task.define_flags, task.flag_defaults), ["main.py", *argv])
+    return flags.parse(flags.build(task.config.define_flags, task.config.FLAG_DEFAULTS),
+                       ["main.py", *argv])
 
 
 PER_MODEL = ("parity", "dali-compare", "dali-1gpu", "dali-8gpu", "fp16-allreduce",

@@ -15,7 +15,8 @@ from conftest import ROOT, run_cli
 from PIL import Image
 from safetensors.numpy import load_file, save_file
 
-from common import checkpoint_settings, images, runner
+from common import images, runner
+from common.checkpoint import settings as checkpoint_settings
 from rn50 import pretrained
 from rn50.model import build_resnet
 from rn50.task import ResNetTask
@@ -329,11 +330,11 @@ def test_output_and_labels_faults_are_one_line_before_the_import(torch_files, tm
     assert read == []
     monkeypatch.undo()
     # A full disk while the checkpoint is written (TensorFlow's ResourceExhaustedError).
-    from common import checkpoints
+    from common.checkpoint import store
 
     def full(*a, **k):
         raise tf.errors.ResourceExhaustedError(None, None, "ckpt-0_temp; No space left on device")
-    monkeypatch.setattr(checkpoints, "write_weights", full)
+    monkeypatch.setattr(store, "write_weights", full)
     code, err = _say(capsys, [src, tmp_path / "full", "--from", "torchvision"])
     assert code == 1 and err == [f"import_weights.py: error: cannot write the checkpoint in "
                                  f"{tmp_path / 'full'} (ckpt-0_temp; No space left on device)"]

@@ -16,7 +16,7 @@ from common.errors import UsageError
 
 
 def _settings(task_cls, *args):
-    return flags.parse(flags.build(task_cls.define_flags, task_cls.flag_defaults),
+    return flags.parse(flags.build(task_cls.config.define_flags, task_cls.config.FLAG_DEFAULTS),
                        ["main.py", *args])
 
 
@@ -61,7 +61,7 @@ def test_txl_preset_values_are_derived_settings_not_written_flags():
     from common.flags import preset_values
     from txl.task import TransformerXLTask
     s = _settings(TransformerXLTask, "--preset", "tiny", "--d_model", "48")
-    derived = preset_values(s, TransformerXLTask.presets)
+    derived = preset_values(s, TransformerXLTask.config.PRESETS)
     assert derived["n_layer"] == 2 and "d_model" not in derived  # the command line wins
     assert derived["batch_size"] == 4 and "batch_chunk" not in derived  # the preset's rows
     assert TransformerXLTask.derive_settings(s.with_derived(derived), 1) == {}

@@ -148,7 +148,7 @@ def test_every_mode_end_to_end(tmp_path, shapes_records, dali):
     params = [r["data"] for r in dllogger.read_records(os.path.join(out, "log.json"))
               if r.get("step") == "PARAMETER"]
     assert params[0]["num_classes"] == classes and params[0]["steps_per_epoch"] == 6
-    names = SSDTask.log_names
+    names = SSDTask.config.LOG_NAMES
     assert all(-1 <= s[names.metric(k)] <= 1 for k in coco_eval.STATS)
     ap = "DetectionBoxes_Precision/mAP"
     ev = runner.run(SSDTask, base + ["--mode", "evaluate"])
@@ -219,7 +219,7 @@ def test_two_process_evaluation_gives_the_same_ap_as_one(tmp_path, shapes_record
     from common.dllogger import read_records
     two = [r for r in read_records(os.path.join(out, "two.json")) if r.get("step") == []][-1]
     assert two["data"]["world_size"] == 2 and two["data"]["eval_images"] == 8
-    for k in map(SSDTask.log_names.metric, coco_eval.STATS):
+    for k in map(SSDTask.config.LOG_NAMES.metric, coco_eval.STATS):
         assert two["data"][k] == pytest.approx(one[k], abs=1e-6), k
 
 

@@ -30,5 +30,5 @@ def test_xla_trains_and_evaluates_every_model(model, tmp_path, digits_records, s
             "--num_iter", "2", "--seed", "1", "--results_dir", str(tmp_path)]
     s = runner.run(task_cls, argv)
     assert s["final_step"] == 2 and np.isfinite(s["final_loss"])
-    assert np.isfinite(s[task_cls.log_names.metric(metric)])
+    assert np.isfinite(s[task_cls.config.LOG_NAMES.metric(metric)])
     # jit_compile=True compiles or fails the run: no computation fell back to TensorFlow.

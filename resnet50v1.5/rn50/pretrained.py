@@ -1,5 +1,5 @@
 """ImageNet weights users already have, as a checkpoint of this repository's ResNet-50 v1.5
-(``resnet50v1.5/import_weights.py``): weights only (``common.checkpoints.write_weights``) with
+(``resnet50v1.5/import_weights.py``): weights only (``common.checkpoint.store.write_weights``) with
 its ``settings.json``, which evaluate, predict, export, ``--finetune_checkpoint`` and SSD320's
 ``--trunk resnet_v1.5 --backbone_checkpoint`` read like any other checkpoint.
 
@@ -40,7 +40,7 @@ import tempfile
 
 import numpy as np
 
-from common import checkpoint_settings
+from common.checkpoint import settings as checkpoint_settings
 from common.errors import DataError, UsageError, one_line
 
 # NVIDIA's ImageNet standard deviations (common/images.py), here so that the state-dict reader
@@ -161,8 +161,8 @@ def from_nvidia(path: str, arch: str) -> Imported:
     except (tf.errors.OpError, ValueError) as e:
         raise DataError(f"{path} is not a readable TensorFlow checkpoint prefix "
                         f"({one_line(getattr(e, 'message', str(e)))[:200]})") from None
-    from common import checkpoints
-    damaged = checkpoints.unreadable(path)  # every tensor read: a cut or bit-flipped .data
+    from common.checkpoint import store
+    damaged = store.unreadable(path)  # every tensor read: a cut or bit-flipped .data
     if damaged:
         raise DataError(f"{path}: the checkpoint is damaged ({damaged}): download it again")
     names = reader.get_variable_to_shape_map()
@@ -356,9 +356,10 @@ def build(imported: Imported, arch: str, num_classes: int | None, image_size: in
 def check_output(out_dir: str) -> None:
     """Before the import: ``out_dir`` can take the checkpoint (a directory, writable, no
     checkpoint in it)."""
-    from common import checkpoints, files
+    from common import files
+    from common.checkpoint import store
     files.check_output_dir(out_dir, "out_dir", 1 << 20, "the checkpoint needs")
-    if checkpoints.on_disk(out_dir):
+    if store.on_disk(out_dir):
         raise DataError(f"{out_dir} already holds checkpoints: import into an empty directory")
 
 
@@ -383,14 +384,14 @@ def write(model, settings: dict, out_dir: str, names: list[str] | None, log=prin
     none. Returns the checkpoint's prefix."""
     import tensorflow as tf
 
-    from common import checkpoints
+    from common.checkpoint import store
     check_output(out_dir)
     if names and len(names) != settings["num_classes"]:
         raise DataError(f"--labels lists {len(names)} classes; the model has "
                         f"{settings['num_classes']}")
     stage = tempfile.mkdtemp(prefix=".import-", dir=out_dir)
     try:
-        prefix = checkpoints.write_weights(stage, model, step=0)
+        prefix = store.write_weights(stage, model, step=0)
         checkpoint_settings.write(stage, "resnet50v1.5", settings)
         if names:
             with open(os.path.join(stage, "labels.txt"), "w", encoding="utf-8") as f:

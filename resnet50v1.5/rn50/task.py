@@ -41,15 +41,12 @@ class ResNetTask(RecordTask):
     name = "resnet50v1.5"
     item_unit = "images"
     headline_metric = "top1"
-    flag_defaults = config.FLAG_DEFAULTS
-    define_flags = staticmethod(config.define_flags)
-    presets = config.PRESETS
-    log_names = config.LOG_NAMES
+    config = config
     prepare_script = "resnet50v1.5/prepare_dataset.py"
     synthetic_epoch = IMAGENET_TRAIN_IMAGES
     serving_class = ResNetServing
 
-    # What a checkpoint is (common/checkpoint_settings.py): padding changes what the same
+    # What a checkpoint is (common/checkpoint/settings.py): padding changes what the same
     # weights compute, so it is recorded with the shapes' settings.
     checkpoint_flags = ("arch", "num_classes", "image_size", "padding")
     finetune_flags = ("arch", "padding")

@@ -32,7 +32,7 @@ def one(mode, precision, args) -> float:
                                  "--num_iter", str(args.steps + args.warmup), "--warmup_steps",
                                  str(args.warmup), "--display_every", "1000", "--results_dir",
                                  tmp, *PRECISIONS[precision][0]])
-    names = SSDTask.log_names
+    names = SSDTask.config.LOG_NAMES
     return s[names.train_throughput if mode == "training_benchmark" else names.infer_throughput]
 
 

@@ -24,7 +24,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from common import checkpoint_settings, checkpoints
+from common.checkpoint import settings as checkpoint_settings
+from common.checkpoint import store
 from common.errors import DataError, one_line
 from common.images import STD
 from rn50.model import build_resnet
@@ -116,7 +117,7 @@ def load_slim_trunk(model: keras.Model, reader, scope: str, arch: str, path: str
 def load_resnet_trunk(model: keras.Model, prefix: str, arch: str, padding: str) -> int:
     """Copies every trunk layer's weights from a resnet50v1.5 checkpoint (``--trunk
     resnet_v1.5``); returns how many layers."""
-    reason = checkpoints.unreadable(prefix)
+    reason = store.unreadable(prefix)
     if reason:
         raise DataError(f"{FLAG} {prefix} cannot be read ({reason})")
     found = checkpoint_settings.read(prefix)
@@ -172,7 +173,7 @@ def load_trunk(model: keras.Model, path: str, arch: str, trunk: str, padding: st
                     else "")
             raise DataError(f"{FLAG} {path} holds no TF-slim resnet_v1 (no .../resnet_v1_50/"
                             f"conv1/weights){hint}")
-        damaged = checkpoints.unreadable(prefix)  # every tensor read: a cut or flipped .data
+        damaged = store.unreadable(prefix)  # every tensor read: a cut or flipped .data
         if damaged:
             raise DataError(f"{FLAG} {path}: the checkpoint is damaged ({damaged}): download "
                             "or unpack it again")
@@ -186,7 +187,7 @@ def load_trunk(model: keras.Model, path: str, arch: str, trunk: str, padding: st
             raise DataError(f"{FLAG} {path} is TF-slim's resnet_v1_50 (a TF1 checkpoint "
                             "file), not this repository's ResNet-50 v1.5: drop --trunk "
                             "resnet_v1.5 (--trunk resnet_v1, the default, reads it)")
-    prefix = checkpoints.resolve(path, FLAG)
+    prefix = store.resolve(path, FLAG)
     if "_CHECKPOINTABLE_OBJECT_GRAPH" not in dict(tf.train.list_variables(prefix)):
         raise DataError(f"{FLAG} {path} is a TF1 name-based checkpoint, not this repository's "
                         "ResNet-50 v1.5 (TF-slim's resnet_v1_50: drop --trunk resnet_v1.5; "

@@ -13,7 +13,9 @@ import os
 import keras
 import tensorflow as tf
 
-from common import checkpoint_settings, checkpoints, schedules
+from common import schedules
+from common.checkpoint import settings as checkpoint_settings
+from common.checkpoint import store
 from common.errors import DataError, UsageError
 from common.images import read_image
 from common.input_errors import DeviceRangeCheck
@@ -41,15 +43,12 @@ class SSDTask(RecordTask):
     serving_class = SSDServing
     item_unit = "images"
     headline_metric = "AP50"
-    flag_defaults = config.FLAG_DEFAULTS
-    define_flags = staticmethod(config.define_flags)
-    presets = config.PRESETS
-    log_names = config.LOG_NAMES
+    config = config
     prepare_script = "ssd320/prepare_dataset.py"
     synthetic_epoch = COCO_TRAIN_IMAGES
     gathers_eval_outputs = True
 
-    # What a checkpoint is (common/checkpoint_settings.py).
+    # What a checkpoint is (common/checkpoint/settings.py).
     checkpoint_flags = ("arch", "num_classes", "image_size", "trunk", "padding")
     finetune_flags = ("arch", "trunk", "padding")
     finetune_heads = ("class_head",)
@@ -121,7 +120,7 @@ class SSDTask(RecordTask):
             self.ctx.logger.print(load_trunk(model, f.backbone_checkpoint, ARCHS[f.arch].resnet,
                                              f.trunk, f.padding))
         elif (f.mode in ("train", "train_and_evaluate") and not f.finetune_checkpoint
-              and not checkpoints.on_disk(f.model_dir)):
+              and not store.on_disk(f.model_dir)):
             self.ctx.logger.print("note: no --backbone_checkpoint: the trunk starts from random "
                                   "weights (NVIDIA's recipe starts from TF-slim's ImageNet "
                                   "resnet_v1_50: ssd320/README.md, Quick start)")

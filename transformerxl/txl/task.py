@@ -38,10 +38,7 @@ class TransformerXLTask(Task):
     serving_class = TXLServing
     item_unit = "tokens"
     headline_metric = "ppl"
-    flag_defaults = config.FLAG_DEFAULTS
-    define_flags = staticmethod(config.define_flags)
-    presets = config.PRESETS
-    log_names = config.LOG_NAMES
+    config = config
     # Every weight of its 16-bit layers is read rounded (tests/test_txl_model.py): inference
     # under AMP runs on bfloat16 weights, without casting them every step.
     infers_in_compute_dtype = True
@@ -173,7 +170,7 @@ class TransformerXLTask(Task):
         model(tf.zeros((1, 2), tf.int32), model.initial_mems(1), tf.zeros((1, 2), tf.int32))
         return model
 
-    # What a checkpoint is (common/checkpoint_settings.py): the model's shape and its preset;
+    # What a checkpoint is (common/checkpoint/settings.py): the model's shape and its preset;
     # the vocabulary (its size and a hash of its words in order) is checked against the data.
     checkpoint_flags = ("preset", "n_layer", "d_model", "n_head", "d_head", "d_inner", "div_val",
                         "cutoffs")

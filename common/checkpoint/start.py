@@ -1,12 +1,14 @@
 """What a training run starts from besides its own checkpoints, and what a checkpoint directory
-records for the runs that start from it (``common/checkpoint_settings.py``): the settings and
+records for the runs that start from it (``common/checkpoint/settings.py``): the settings and
 class names beside every checkpoint, the data-derived facts checked against them, and the
 weights of a fine-tuning run (``--finetune_checkpoint``)."""
 from __future__ import annotations
 
 import os
 
-from common import checkpoint_settings, checkpoints, files
+from common import files
+from common.checkpoint import settings as checkpoint_settings
+from common.checkpoint import store
 
 
 def record(task, flags, directory: str) -> None:
@@ -26,7 +28,7 @@ def check_facts(task, path: str, source: str) -> None:
     ``path`` (a directory or prefix), when it has a record; one line naming both when they
     differ."""
     found = (checkpoint_settings.read(path)
-             if checkpoints.on_disk(checkpoint_settings.directory_of(path)) else None)
+             if store.on_disk(checkpoint_settings.directory_of(path)) else None)
     if found:
         checkpoint_settings.compare(found, task.checkpoint_facts(), source,
                                     task.checkpoint_fact_sources())
@@ -37,11 +39,11 @@ def finetune(task, model, path: str, log) -> None:
     afresh, and so do the task's heads whose shapes differ (``Task.finetune_heads``), with a
     line each."""
     flag = f"--finetune_checkpoint {path}"
-    prefix = checkpoints.resolve(path, "--finetune_checkpoint")
+    prefix = store.resolve(path, "--finetune_checkpoint")
     found = checkpoint_settings.read(prefix)
     check_facts(task, prefix, flag)
     source = task.build_model_like(found["settings"] if found else {})
-    fresh = checkpoints.load_weights(model, source, prefix, flag, task.finetune_heads, log)
+    fresh = store.load_weights(model, source, prefix, flag, task.finetune_heads, log)
     log(f"fine-tuning from {prefix}: its weights, step 0, a fresh optimizer and schedule")
     for layer in fresh:
         log(f"{layer} starts afresh: its shape in the checkpoint differs (another number of "
