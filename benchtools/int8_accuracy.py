@@ -32,7 +32,7 @@ import time
 
 import numpy as np
 
-from common import machine, models, runs
+from common import machine, models
 from common.dllogger import read_records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -56,14 +56,14 @@ def export(model: str, workdir: str, smoke: bool = False) -> tuple[str, str, lis
     main_py = os.path.join(ROOT, model, "main.py")
     trained = os.path.join(workdir, "train")
     if not any(r.get("step") == [] for r in _records(trained)):
-        runs.run_main_py(main_py, ["--mode", "train", *recipe, "--data_dir", records],
-                           runs.fresh_results_dir(trained))
+        main_py.run_main_py(main_py, ["--mode", "train", *recipe, "--data_dir", records],
+                           main_py.fresh_results_dir(trained))
     out = os.path.join(workdir, "export")
-    runs.run_main_py(main_py, ["--mode", "evaluate", *recipe, "--data_dir", records,
+    main_py.run_main_py(main_py, ["--mode", "evaluate", *recipe, "--data_dir", records,
                                  "--model_dir", os.path.join(trained, "checkpoints"),
                                  "--export_dir", out, "--export_onnx_int8",
                                  *(["--calibration_images", "16"] if smoke else [])],
-                       runs.fresh_results_dir(os.path.join(workdir, "evaluate")))
+                       main_py.fresh_results_dir(os.path.join(workdir, "evaluate")))
     return records, out, recipe
 
 

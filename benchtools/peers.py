@@ -80,7 +80,7 @@ def _WindowClock(warmup: int, last: int):
 # --- ours ------------------------------------------------------------------------------------
 def ours(model: str, precision: str, batch: int, steps: int, warmup: int) -> float:
     from common.dllogger import last_summary
-    from common.runs import run_main_py
+    from common.main_py import run_main_py
     with tempfile.TemporaryDirectory() as tmp:
         summary = last_summary(run_main_py(os.path.join(ROOT, model, "main.py"), [
             "--mode", "training_benchmark", *models.benchmarks(model).OUR_FLAGS,

@@ -13,11 +13,6 @@ from common import loop
 from common.log_names import LogNames
 
 
-def epoch_of(step: int, steps_per_epoch: int) -> int:
-    """The epoch a step belongs to, numbered as training numbers it (from 1)."""
-    return (step - 1) // steps_per_epoch + 1 if step > 0 else 0
-
-
 def _summary(clock: loop.Clock, names: LogNames, phase: str, profile: str | None) -> dict:
     out = clock.throughput(names, phase)
     if clock.profiled_out:
@@ -34,7 +29,7 @@ def _timed_loop(stepper, flags, profiler, log, names: LogNames, steps_per_epoch:
     for sp in loop.run(stepper, flags, profiler, clock, start=0, total=flags.num_iter,
                        every_step=every_step):
         if sp.events.display:
-            log.log((epoch_of(sp.step, steps_per_epoch), sp.step),
+            log.log((loop.epoch_of(sp.step, steps_per_epoch), sp.step),
                     {**logged(sp), names.step_throughput: clock.rate(displayed),
                      "warmup": sp.step <= flags.warmup_steps},
                     progress=(sp.step, flags.num_iter), tb_step=sp.step)

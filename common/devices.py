@@ -52,6 +52,15 @@ class Capabilities:
     def gpu(self) -> bool:
         return self.devices.gpu
 
+    def on_device(self, data):
+        """tf.data batches, made on the host, copied to the GPU ahead of the step that reads
+        them (``prefetch_to_device``) rather than inside it. DALI's (``dali.Served``) and
+        synthetic batches (``task.Repeated``) are there already; on a CPU nothing moves."""
+        if isinstance(data, tf.data.Dataset) and self.gpu:
+            return data.apply(tf.data.experimental.prefetch_to_device(self.devices.tf_device,
+                                                                      buffer_size=2))
+        return data
+
     @property
     def tensor_core_padding(self) -> int:
         """Sizes padded to a multiple of this for tensor cores: 8 in 16-bit on a GPU."""

@@ -37,10 +37,9 @@ def run(script: str, target: str) -> int:
     try:
         with quiet_start.filtered_stderr():
             versions.require(script)  # one line, exit 2, on a stack it cannot use
-            module, name = target.split(":")
-            obj = getattr(importlib.import_module(module), name)
-            import tensorflow as tf
-            tf.config.list_physical_devices()  # where CUDA is initialised, and says so
+            obj = getattr(importlib.import_module(module), target.split(":")[1])
+            from common import devices
+            devices.physical_gpus()  # where CUDA is initialised, and says so
     except graceful_stop.Interrupted as e:
         print(f"{os.path.basename(script)}: {e.signame} while starting: stopped before "
               "anything was written", file=sys.stderr)

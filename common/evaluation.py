@@ -17,19 +17,19 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow as tf
 
+from common import task as task_lib
 from common.errors import DataError
 from common.input_errors import read_batches
 
 
 class Evaluator:
-    def __init__(self, task, ctx, model: Callable, on_device: Callable,
-                 check_inputs: Callable[[str], None]):
+    def __init__(self, task, ctx, model: Callable, check_inputs: Callable[[str], None]):
         """``model()`` gives the model to evaluate (the inference copy, made on first use);
-        ``on_device`` places the input pipeline (``Trainer.on_device``); ``check_inputs``
+        ``ctx.capabilities.on_device`` places the input pipeline; ``check_inputs``
         reads the task's device-side input checks."""
         self.task, self.dist, self.log = task, ctx.dist, ctx.logger
         self.xla = ctx.precision.xla
-        self.model, self.on_device, self.check_inputs = model, on_device, check_inputs
+        self.ctx, self.model, self.check_inputs = ctx, model, check_inputs
         self.metrics = list(task.eval_metrics())
         self._step = None
         self._data = None
@@ -46,8 +46,8 @@ class Evaluator:
 
     def batches(self):
         if self._data is None:
-            self._data = self.on_device(self.task.eval_dataset())
-        return read_batches(self._data, lambda: self.task.locate_bad_record("eval"))
+            self._data = self.ctx.capabilities.on_device(self.task.eval_dataset())
+        return read_batches(self._data, lambda: task_lib.locate_bad_record(self.task, "eval"))
 
     def _summed(self) -> tuple[dict, int, float]:
         task, model, metrics = self.task, self.model(), self.metrics
@@ -104,7 +104,7 @@ class Evaluator:
         del first
         total = int(self.dist.sum([tf.constant(items, tf.int64)])[0])
         if total == 0:
-            raise DataError(f"the evaluation data is empty ({self.task.eval_data_hint()})")
+            raise DataError(f"the evaluation data is empty ({self.task.empty_eval_hint})")
         if self.task.gathers_eval_outputs and self.dist.any(items == 0):
             raise DataError("a process got no evaluation examples: there are fewer evaluation "
                             "examples than processes")

@@ -43,21 +43,22 @@ class InferenceModel:
         return self.ctx.precision.compute_dtype if self._copy is not None else "float32"
 
 
-def predict(task, model: keras.Model, paths, dist, log, results_dir: str,
+def predict(serving, model: keras.Model, paths, dist, log, results_dir: str,
             epoch: int = 0) -> dict:
-    """Every file's predictions, in order, into ``predictions.json`` (written whole or not at
-    all), logged under the checkpoint's ``epoch``. A file that cannot be read is reported,
-    recorded with its error and skipped; the run fails only when no file can be read."""
+    """Every file's predictions (``serving.predict_file``), in order, into ``predictions.json``
+    (written whole or not at all), logged under the checkpoint's ``epoch``. A file that cannot
+    be read is reported, recorded with its error and skipped; the run fails only when no file
+    can be read."""
     records, failed = [], []
     for n, path in enumerate(paths, 1):
         try:
-            found = task.predict_file(model, path)
+            found = serving.predict_file(model, path)
         except (DataError, OSError, tf.errors.OpError) as e:
             why = str(e) if isinstance(e, DataError) else f"{path}: {one_line(str(e))}"
             failed.append(why)
             found = [{"file": path, "error": why}]
         for r in found:  # one line a record: the prediction, or why the file was skipped
-            said = task.describe_prediction(r) if "error" not in r else \
+            said = serving.describe_prediction(r) if "error" not in r else \
                 f"skipped {path}: {r['error']}"
             count = f"[{n}/{len(paths)}] " if len(paths) > 1 else ""
             log.log((epoch, len(records)), r, text=f"{count}{said}" if said else None)
@@ -73,17 +74,19 @@ def predict(task, model: keras.Model, paths, dist, log, results_dir: str,
     return {"predictions": len(records) - len(failed), "skipped_files": len(failed)}
 
 
-def benchmarked_function(task, model, inference_model, data, flags, world: int, xla: bool,
+def benchmarked_function(serving, model, inference_model, data, flags, world: int, xla: bool,
                          log):
     """(the function an inference benchmark times, its first state): the serving computation
-    of ``inference_model()``, or with --use_tftrt the model converted by TF-TRT (one GPU)."""
+    (``serving.infer``) of ``inference_model()``, or with --use_tftrt the model converted by
+    TF-TRT (one GPU)."""
+    task = serving.task
     if flags.use_tftrt:
         if world > 1:
             raise UsageError("--use_tftrt benchmarks one GPU: run it without mpirun/horovodrun")
         state = task.initial_state(model, "infer")
-        return tftrt.benchmark_infer(task.serving, model, flags.results_dir, flags.use_tftrt,
-                                     task.inference_inputs(next(data)), state,
+        return tftrt.benchmark_infer(serving, model, flags.results_dir, flags.use_tftrt,
+                                     serving.inference_inputs(next(data)), state,
                                      log=log.print), state
     served = inference_model()
     state = task.initial_state(served, "infer")
-    return tf.function(lambda x, state: task.infer(served, x, state), jit_compile=xla), state
+    return tf.function(lambda x, state: serving.infer(served, x, state), jit_compile=xla), state

@@ -50,3 +50,26 @@ def estimate(remaining_steps: int, seconds_per_step: float, step: int,
             line += (f"; MAX_REQUEUES={cap} leaves {max(0, allowed)}: the run will stop near step "
                      f"{reach:,} (raise MAX_REQUEUES or sbatch --time, or resubmit then)")
     return line
+
+
+def estimate_from(timed_windows, remaining_steps: int, step: int) -> str | None:
+    """``estimate`` at the rate of a run's timed windows so far (``loop.Clock.timed``)."""
+    seconds = sum(w.seconds for w in timed_windows)
+    steps = sum(w.steps for w in timed_windows)
+    return estimate(remaining_steps, seconds / steps, step) if steps else None
+
+
+def jobs_so_far(records, seconds: float) -> dict:
+    """The summary's part about jobs: this job's training time (``seconds``) and, for a run
+    resumed over several jobs (a time limit, a preemption), how many it took and their
+    training time in all, from its log's ``records`` (``dllogger.run_jobs``)."""
+    from common import dllogger
+    out = {"train_seconds": round(seconds, 1)}
+    try:
+        earlier = dllogger.run_jobs(records)[:-1]  # the last is this job's
+    except (OSError, ValueError):
+        earlier = []
+    if earlier:
+        out.update(jobs=len(earlier) + 1, total_train_seconds=round(
+            seconds + sum(j["train_seconds"] for j in earlier), 1))
+    return out

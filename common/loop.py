@@ -44,6 +44,11 @@ class Stepper:
         return None
 
 
+def epoch_of(step: int, steps_per_epoch: int) -> int:
+    """The epoch a step belongs to, numbered as training numbers it (from 1)."""
+    return (step - 1) // steps_per_epoch + 1 if step > 0 else 0
+
+
 @dataclasses.dataclass(frozen=True)
 class Window:
     seconds: float

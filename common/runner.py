@@ -24,12 +24,12 @@ from common import (
     profiling,
 )
 from common.checkpoint import settings as checkpoint_settings
-from common.checkpoint import store
 from common.dllogger import Logger
 from common.errors import DataError, TrainingError, UsageError
 from common.export import onnx_convert, onnx_int8, tftrt
+from common.inference import INFERENCE_MODES
 from common.task import RunContext, Task
-from common.trainer import INFERENCE_MODES, Trainer
+from common.trainer import Trainer
 
 
 def _predict_paths(pattern: str) -> list[str]:
@@ -58,25 +58,6 @@ def run_settings(trainer: Trainer) -> dict:
     return {**out, **trainer.task.effective_settings()}
 
 
-def adopted_settings(task_cls: type[Task], fv: flags.Settings) -> tuple[dict, str] | None:
-    """What the run takes from the checkpoint it starts from (``common/checkpoint_settings``),
-    and that checkpoint's name: the one in --model_dir when the mode restores it, else a
-    training run's --finetune_checkpoint (only the settings its weights need). A flag that
-    contradicts the checkpoint stops here, before a model is built."""
-    if fv.mode in ("train", "train_and_evaluate", "evaluate", "predict") and \
-            store.on_disk(fv.model_dir):
-        source, names = f"the checkpoint in --model_dir {fv.model_dir}", task_cls.checkpoint_flags
-        found = checkpoint_settings.read(fv.model_dir)
-    elif fv.finetune_checkpoint:
-        source, names = f"--finetune_checkpoint {fv.finetune_checkpoint}", task_cls.finetune_flags
-        found = checkpoint_settings.read(fv.finetune_checkpoint)
-    else:
-        return None
-    if found is None:
-        return None
-    return checkpoint_settings.adopt(fv, found, names, source, task_cls.name), source
-
-
 def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
     """Flags, Horovod, precision, logs and the model: everything before the mode runs."""
     fv = flags.parse(flags.build(task_cls.config.define_flags, task_cls.config.FLAG_DEFAULTS), argv,
@@ -95,7 +76,7 @@ def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
                          f"({fv.warmup_steps + 1}..{fv.num_iter}); profiled steps are not timed: "
                          "profile a part of them, or raise --num_iter")
     dist = distributed.init()
-    adopted = dist.broadcast_object(dist.on_chief(lambda: adopted_settings(task_cls, fv),
+    adopted = dist.broadcast_object(dist.on_chief(lambda: checkpoint_settings.adopted(task_cls, fv),
                                                   "reading the checkpoint's settings"))
     fv = fv.with_adopted(adopted[0]) if adopted and adopted[0] else fv
     fv = fv.with_derived(flags.preset_values(fv, task_cls.config.PRESETS))

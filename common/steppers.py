@@ -11,7 +11,7 @@ from common.errors import DataError
 from common.loop import Stepper
 
 
-class TrainStep(Stepper):
+class TrainStepper(Stepper):
     """One optimizer step: ``batch_chunk`` consecutive micro-batches through the compiled train
     step (``common/train_step.py``), each micro-batch's state carried to the next step's and
     reset at an epoch's first step. ``check`` reads the device's counters at a sync point: bad
@@ -57,7 +57,7 @@ class TrainStep(Stepper):
         self.skipped = self.guard_check(step, loss, last)
 
 
-class InferStep(Stepper):
+class InferStepper(Stepper):
     """One inference batch through the serving computation, its state carried to the next."""
 
     def __init__(self, infer, data, inputs_of: Callable, items_of: Callable, state):

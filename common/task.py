@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import functools
 import itertools
 import types
 from collections.abc import Callable, Mapping, Sequence
@@ -17,7 +16,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from common import dali, devices, input_errors, tfrecord_index
+from common import devices, input_errors, tfrecord_index
+from common.checkpoint.settings import CheckpointSpec
 from common.distributed import Distributed, rank_seed
 from common.dllogger import Logger
 from common.errors import UsageError
@@ -77,31 +77,13 @@ class Task(abc.ABC):
         flags' own values in the log's PARAMETER record. Called after ``build_model``."""
         return {}
 
-    # --- what a checkpoint is (common/checkpoint/settings.py) -------------------------------
-    # The flags that shape the model's variables or what they compute: recorded beside every
-    # checkpoint; a run that restores one takes them from it when omitted and refuses a flag
-    # that contradicts them.
-    checkpoint_flags: Sequence[str] = ()
-    # Those of them a fine-tuning run takes from its --finetune_checkpoint (the ones the
-    # weights cannot do without: the architecture, not the classes or the image size).
-    finetune_flags: Sequence[str] = ()
-    # Layers a fine-tuning run starts afresh, with a line, when the checkpoint's differ in
-    # shape (a classifier for another number of classes).
-    finetune_heads: Sequence[str] = ()
+    # --- what a checkpoint is (common/checkpoint/settings.py) ----------------------------
+    checkpoint = CheckpointSpec()
 
-    def checkpoint_facts(self) -> dict:
-        """Settings that come from the data and shape the model (a vocabulary's hash): recorded
-        beside every checkpoint, and a run whose data differ from a checkpoint's is refused."""
-        return {}
-
-    def checkpoint_fact_sources(self) -> dict[str, str]:
-        """Where each of ``checkpoint_facts`` comes from, for the error line ("vocab.txt in
-        --data_dir D")."""
-        return {}
-
-    def checkpoint_assets(self) -> dict[str, str]:
-        """Files copied beside every checkpoint, by name -> path (the data's class names), so
-        that predict and export find them without the data."""
+    def checkpoint_facts(self) -> dict[str, tuple[Any, str]]:
+        """Settings that come from the data and shape the model (a vocabulary's hash), each
+        with where it comes from ("vocab.txt in --data_dir D"): recorded beside every
+        checkpoint, and a run whose data differ from a checkpoint's is refused, naming both."""
         return {}
 
     def build_model_like(self, recorded: Mapping) -> keras.Model:
@@ -149,10 +131,6 @@ class Task(abc.ABC):
         """A float32 scalar the trainer adds to every micro-batch's loss (weight decay as an L2
         term), or None."""
         return None
-
-    def infer(self, model: keras.Model, inputs, state=None):
-        """(outputs, next state) of one inference batch, for the inference benchmark."""
-        return model(inputs, training=False), state
 
     # Evaluation comes in one of two forms. Metrics that are sums (accuracy, perplexity):
     # ``eval_metrics`` and ``eval_update``; the trainer adds the ranks' sums up. Metrics that
@@ -218,70 +196,21 @@ class Task(abc.ABC):
         before training starts in ``train_and_evaluate``."""
         return None
 
-    def eval_data_hint(self) -> str:
-        """What to check when the evaluation data gave no batch, for the error line."""
-        return "the evaluation split holds no examples"
-
-    def locate_bad_record(self, split: str) -> str | None:
-        """After the ``split`` ("train" or "eval") pipeline failed: "<file>, record <n>: <why>"
-        for the first bad record (see ``common.input_errors.locate_bad_record``), or None."""
-        return None
-
     def input_checks(self) -> Sequence[input_errors.DeviceRangeCheck]:
         """The checks this task makes of its batches inside the compiled step (labels in range,
         on the device DALI leaves them on); the trainer reads them at its sync points."""
         return ()
 
-    def check_inputs(self, split: str) -> None:
-        """At a sync point: what the compiled steps found wrong in the batches (a label out of
-        range), as one line naming the record where it can."""
-        for check in self.input_checks():
-            check.raise_if_bad(lambda: self.locate_bad_record(split))
-
-    def dali_placement(self) -> dali.Placement:
-        """Where this process's DALI pipelines run and what they emit: its GPU (the CPU with
-        --dali_cpu, or without a GPU), images in float16 under float16 AMP."""
-        return dali.placement(self.ctx.capabilities, self.flags.dali_cpu)
-
     def items_in(self, batch) -> int:
         """How many ``item_unit`` one batch holds (for throughput)."""
         return int(tf.nest.flatten(batch)[0].shape[0])
 
-    def inference_inputs(self, batch):
-        """The model inputs of a batch, for the inference benchmark."""
-        return batch[0]
-
-    def inference_dataset(self):
-        """Batches for the inference benchmark, endless and all of one size (a smaller last
-        batch would be compiled anew inside the timed steps): evaluation data if any, else
-        synthetic."""
-        if not self.flags.data_dir:
-            return self.train_dataset()
-        data = self.eval_dataset()
-        if isinstance(data, dali.EvalPass):
-            return data.served  # the padded last batch kept: its rows are as costly
-        return data.unbatch().repeat().batch(self.flags.batch_size, drop_remainder=True)
-
-    # --- inference ----------------------------------------------------------------------
-    def predict_file(self, model: keras.Model, path: str) -> list[dict]:
-        """The prediction records of one ``--to_predict`` file (a ``DataError`` when it cannot
-        be read: the trainer reports it and goes on with the other files)."""
-        raise NotImplementedError(f"{self.name} has no predict mode")
-
-    def describe_prediction(self, record: Mapping) -> str | None:
-        """One readable line for a ``predict_file`` record (the log's JSON line keeps it
-        whole), or None for the record's fields as they are."""
-        return None
-
-    # --- export -----------------------------------------------------------------------------
-    # The model's serving object (common/export/serving.py): what its exports hold.
+    # --- export and inference -------------------------------------------------------------
+    # The model's serving object (common/export/serving.py): what its exports hold, and what
+    # inference is (predict, the inference benchmark).
     serving_class: type = None
-
-    @functools.cached_property
-    def serving(self):
-        if self.serving_class is None:
-            raise NotImplementedError(f"{self.name} has no export")
-        return self.serving_class(self)
+    # What to check when the evaluation data gave no batch, for the error line.
+    empty_eval_hint = "the evaluation split holds no examples"
 
 
 class Repeated:
@@ -308,6 +237,8 @@ class RecordTask(Task):
     ``prepare_dataset.py``: the file sets, the epoch size and the bad-record locator, once."""
     prepare_script = "prepare_dataset.py"  # named in the error when no records are found
     synthetic_epoch = 1  # examples in a nominal epoch of synthetic data (no --data_dir)
+    empty_eval_hint = ("the validation records hold no examples: prepare them with "
+                       "prepare_dataset.py")
 
     def __init__(self, ctx: RunContext):
         super().__init__(ctx)
@@ -320,7 +251,7 @@ class RecordTask(Task):
         """What a serialized record must pass (parse, label range, decode): raises if bad."""
         raise NotImplementedError
 
-    # The two pipelines over the records, one decision between them (``record_dataset``).
+    # The two pipelines over the records, one decision between them (``record_dataset``, below).
     def dali_dataset(self, files: list[str], training: bool):
         """``files`` through the model's DALI pipeline (their index files are checked)."""
         raise NotImplementedError
@@ -333,43 +264,56 @@ class RecordTask(Task):
         """Synthetic batches (``Repeated``) for a run without --data_dir."""
         raise NotImplementedError
 
-    def record_dataset(self, split: str, training: bool):
-        """This rank's batches of ``split`` ("train", "validation"): DALI's with --dali, its
-        index files built or checked first, else tf.data's."""
-        f, dist = self.flags, self.ctx.dist
-        files = self.record_files(split)
-        if f.dali:
-            tfrecord_index.ensure_indexes(files, f.data_idx_dir, dist)
-            return self.dali_dataset(files, training)
-        return self.tfdata_dataset(files, training, rank_seed(f.seed, dist.rank))
-
     def train_dataset(self):
         if self.flags.data_dir is None:
             return self.synthetic_dataset()
-        return self.record_dataset("train", True)
+        return record_dataset(self, "train", True)
 
     def eval_dataset(self):
-        return self.record_dataset("validation", False)
-
-    def record_files(self, split: str) -> list[str]:
-        """``split``: "train" or "validation"; one complete set of shards."""
-        return tfrecord_index.shard_files(self.flags.data_dir, split,
-                                          f"prepare them with {self.prepare_script}")
-
-    def num_train_examples(self) -> int:
-        """Records in the training split (the nominal ``synthetic_epoch`` for synthetic data)."""
-        if self.flags.data_dir is None:
-            return self.synthetic_epoch
-        return tfrecord_index.count_records(self.record_files("train"), self.flags.data_idx_dir)
+        return record_dataset(self, "validation", False)
 
     def steps_per_epoch(self) -> int:
-        return max(1, self.num_train_examples() // self.ctx.global_batch_size)
+        return max(1, num_train_examples(self) // self.ctx.global_batch_size)
 
-    def eval_data_hint(self) -> str:
-        return f"the validation records hold no examples: prepare them with {self.prepare_script}"
 
-    def locate_bad_record(self, split: str) -> str | None:
-        if self.flags.data_dir is None:
-            return None
-        files = self.record_files("train" if split == "train" else "validation")
-        return input_errors.locate_bad_record(files, self.record_check())
+# --- what every record task does alike (not hooks: no model changes them) -------------------
+def record_files(task: RecordTask, split: str) -> list[str]:
+    """``split``: "train" or "validation"; one complete set of shards."""
+    return tfrecord_index.shard_files(task.flags.data_dir, split,
+                                      f"prepare them with {task.prepare_script}")
+
+
+def record_dataset(task: RecordTask, split: str, training: bool):
+    """This rank's batches of ``split`` ("train", "validation"): DALI's with --dali, its
+    index files built or checked first, else tf.data's."""
+    f, dist = task.flags, task.ctx.dist
+    files = record_files(task, split)
+    if f.dali:
+        tfrecord_index.ensure_indexes(files, f.data_idx_dir, dist)
+        return task.dali_dataset(files, training)
+    return task.tfdata_dataset(files, training, rank_seed(f.seed, dist.rank))
+
+
+def num_train_examples(task: RecordTask) -> int:
+    """Records in the training split (the nominal ``synthetic_epoch`` for synthetic data)."""
+    if task.flags.data_dir is None:
+        return task.synthetic_epoch
+    return tfrecord_index.count_records(record_files(task, "train"), task.flags.data_idx_dir)
+
+
+def locate_bad_record(task: Task, split: str) -> str | None:
+    """After the ``split`` ("train" or "eval") pipeline failed: "<file>, record <n>: <why>"
+    for the first bad record of a record task (``common.input_errors.locate_bad_record``),
+    else None."""
+    if not isinstance(task, RecordTask) or task.flags.data_dir is None:
+        return None
+    files = record_files(task, "train" if split == "train" else "validation")
+    return input_errors.locate_bad_record(files, task.record_check())
+
+
+def check_inputs(task: Task, split: str) -> None:
+    """At a sync point: what the compiled steps found wrong in the batches
+    (``Task.input_checks``: a label out of range), as one line naming the record where it
+    can."""
+    for check in task.input_checks():
+        check.raise_if_bad(lambda: locate_bad_record(task, split))

@@ -2,6 +2,7 @@
 training run's actions hung off its sync points (log, save, evaluate, stop)."""
 from __future__ import annotations
 
+import functools
 import math
 import os
 import time
@@ -11,7 +12,6 @@ import tensorflow as tf
 
 from common import (
     benchmark,
-    dllogger,
     export,
     files,
     inference,
@@ -22,16 +22,15 @@ from common import (
     train_step,
     watchdog,
 )
+from common import task as task_lib
 from common.checkpoint import start, store
 from common.errors import DataError, TrainingError
 from common.evaluation import Evaluator
 from common.graceful_stop import GracefulStop
 from common.input_errors import read_batches
 from common.nonfinite import NonFiniteGuard, first_non_finite
-from common.steppers import InferStep, TrainStep
+from common.steppers import InferStepper, TrainStepper
 from common.task import RunContext, Task
-
-INFERENCE_MODES = inference.INFERENCE_MODES
 
 
 class Trainer:
@@ -63,10 +62,12 @@ class Trainer:
                                    "global_step": self.global_step},
             loss_scale, keep=self.flags.keep_checkpoints, log=self.log.print)
         self._check_output_dirs()
-        self._train_step = None
+        self._compiled_step = None
         self.inference_model = inference.InferenceModel(task, self.model, ctx)
-        self.evaluator = Evaluator(task, ctx, self.inference_model, self.on_device,
-                                   self.task.check_inputs)
+        self.evaluator = Evaluator(task, ctx, self.inference_model,
+                                   functools.partial(task_lib.check_inputs, task))
+        # The model's serving object: what its exports hold and what inference is.
+        self.serving = task.serving_class(task) if task.serving_class else None
         self.profiler = profiling.StepProfiler(
             self.flags.profile, os.path.join(self.flags.results_dir, "tensorboard"), self.log,
             enabled=self.dist.is_chief)
@@ -84,7 +85,7 @@ class Trainer:
                 files.check_output_dir(f.model_dir, "--model_dir", need, "a checkpoint needs"),
                 self.checkpoints.clean_leftovers()), "checking --model_dir")
         if f.export_dir:  # its room measured by a trial export
-            self.dist.on_chief(lambda: export.check_export_dir(self.task.serving, self.model,
+            self.dist.on_chief(lambda: export.check_export_dir(self.serving, self.model,
                                                                f, self.log.print),
                                "checking --export_dir")
 
@@ -98,22 +99,12 @@ class Trainer:
 
     def restore(self, required: bool = False) -> str | None:
         """Rank 0 restores the newest readable checkpoint; then every rank takes rank 0's state.
-        A training run moves unreadable newer checkpoints aside (common/store.py). A
-        training run with nothing to resume starts from --finetune_checkpoint's weights."""
-        training = self.flags.mode in ("train", "train_and_evaluate")
-
-        def restore():
-            start.check_facts(self.task, self.flags.model_dir,
-                               f"the checkpoint in --model_dir {self.flags.model_dir}")
-            path = self.checkpoints.restore(required, quarantine=training)
-            if path is None and training and self.flags.finetune_checkpoint:
-                start.finetune(self.task, self.model, self.flags.finetune_checkpoint,
-                                self.log.print)
-            elif path and self.flags.finetune_checkpoint:
-                self.log.print(f"--finetune_checkpoint {self.flags.finetune_checkpoint} not "
-                               f"read: resuming the run in {self.flags.model_dir}")
-            return path
-        path = self.dist.on_chief(restore, "restoring the checkpoint")
+        A training run moves unreadable newer checkpoints aside (common/checkpoint/store.py);
+        one with nothing to resume starts from a fine-tuning checkpoint's weights
+        (``start.begin``)."""
+        path = self.dist.on_chief(
+            lambda: start.begin(self.task, self.model, self.checkpoints, required, self.log.print),
+            "restoring the checkpoint")
         if path:
             bad = first_non_finite(self.state())
             if bad:
@@ -132,65 +123,51 @@ class Trainer:
                 raise TrainingError(f"{bad} is not finite at step {self.step}; stopped without "
                                     f"saving (last checkpoint: {self.checkpoints.latest})")
             path = self.checkpoints.save(self.step)
-            start.record(self.task, self.flags, self.flags.model_dir)
+            start.record(self.task, self.flags.model_dir)
             return path
         return self.dist.on_chief(save, "saving a checkpoint")
 
     # --- what the loops share -------------------------------------------------------------
-    def build_train_step(self):
+    def build_step(self):
         return train_step.build(self.task, self.model, self.optimizer, self.guard,
                                 self.global_step, self.dist, self.ctx.precision.xla,
                                 self.flags.fp16_allreduce, self.ctx.capabilities.update_compiled)
 
-    def compiled_train_step(self):
-        """The train step, traced once and reused by training and the benchmark."""
-        if self._train_step is None:
-            self._train_step = self.build_train_step()
-        return self._train_step
+    def compiled_step(self):
+        """The compiled train step (``build_step``), traced once and reused by training and the
+        benchmark."""
+        if self._compiled_step is None:
+            self._compiled_step = self.build_step()
+        return self._compiled_step
 
     def initial_train_states(self) -> tuple:
         """Each micro-batch's starting state (all None for a stateless model)."""
         return tuple(self.task.initial_state(self.model, "train")
                      for _ in range(self.flags.batch_chunk))
 
-    def on_device(self, data):
-        """tf.data batches, made on the host, copied to the GPU ahead of the step that reads
-        them (``prefetch_to_device``) rather than inside it. DALI's (``dali.Served``) and
-        synthetic batches (``task.Repeated``) are there already; on a CPU nothing moves."""
-        if isinstance(data, tf.data.Dataset) and self.ctx.capabilities.gpu:
-            return data.apply(tf.data.experimental.prefetch_to_device(
-                self.dist.devices.tf_device, buffer_size=2))
-        return data
-
     def loss_scale(self) -> float | None:
         return float(self.optimizer.dynamic_scale.numpy()) if self.loss_scaled else None
-
-    def _step_logs(self) -> dict:
-        out = {self.task.config.LOG_NAMES.lr:
-               float(keras.ops.convert_to_numpy(self.optimizer.learning_rate))}
-        if self.loss_scaled:
-            out["loss_scale"] = float(self.optimizer.dynamic_scale.numpy())
-        return out
 
     # --- training -------------------------------------------------------------------------
     def total_steps(self) -> int:
         f = self.flags
         return f.num_iter * self.steps_per_epoch if f.iter_unit == "epoch" else f.num_iter
 
-    def train_step(self, data, steps_per_epoch: int | None) -> TrainStep:
-        """The loop's training step over ``data`` (tf.data, DALI or synthetic batches): what
-        training and the training benchmark run."""
+    def training_stepper(self, data, steps_per_epoch: int | None) -> TrainStepper:
+        """The loop's stepper of the compiled train step (``common/train_step.py``) over
+        ``data`` (tf.data, DALI or synthetic batches): what training and its benchmark run."""
         guard_last = not self.loss_scaled  # under float16 loss scaling a skipped last step is
         #                                    how the scale finds its level, not an error
 
         def guard_check(step, loss, last):
             return self.guard.check(step, loss, self.checkpoints.latest, self.loss_scale(),
                                     last=last and guard_last)
-        return TrainStep(self.compiled_train_step(),
-                         read_batches(self.on_device(data), lambda: self.task.locate_bad_record(
-                             "train")),
+        return TrainStepper(self.compiled_step(),
+                         read_batches(self.ctx.capabilities.on_device(data),
+                                      lambda: task_lib.locate_bad_record(self.task, "train")),
                          self.flags.batch_chunk, self.flags.batch_size, self.dist.size,
-                         self.task.items_in, self.initial_train_states, self.task.check_inputs,
+                         self.task.items_in, self.initial_train_states,
+                         functools.partial(task_lib.check_inputs, self.task),
                          guard_check, steps_per_epoch)
 
     def train(self, total_steps: int, evaluate: bool = False) -> dict:
@@ -208,7 +185,7 @@ class Trainer:
         if evaluate:
             self.evaluator.check_before_training()
         self.profiler.plan(start + 1, total_steps)
-        stepper = self.train_step(self.task.train_dataset_at(start), epoch_steps)
+        stepper = self.training_stepper(self.task.train_dataset_at(start), epoch_steps)
         short = 0 < f.warmup_steps and total_steps - start <= f.warmup_steps
         clock = loop.Clock(timed_from=start + (0 if short else f.warmup_steps))
         summary, loss, eval_results, displayed = {"start_step": start}, None, {}, 0
@@ -218,13 +195,15 @@ class Trainer:
             for sp in loop.run(stepper, f, self.profiler, clock, start=start, total=total_steps,
                                steps_per_epoch=epoch_steps, evaluate=evaluate, stop=stop,
                                dist=self.dist, watchdog=watch):
-                loss, epoch = sp.value, benchmark.epoch_of(sp.step, epoch_steps)
+                loss, epoch = sp.value, loop.epoch_of(sp.step, epoch_steps)
                 if sp.events.display:
                     self._display(sp, epoch, total_steps, stepper.skipped, clock.rate(displayed))
                     displayed = sp.window_index + 1
                     if not estimated and clock.timed:  # how many Slurm jobs the run needs
                         estimated = True
-                        self._estimate_jobs(clock, total_steps - sp.step, sp.step)
+                        line = job_time.estimate_from(clock.timed, total_steps - sp.step, sp.step)
+                        if line:
+                            self.log.print(line)
                 saved = self.save() if sp.events.save else None
                 if sp.events.evaluate:
                     eval_results = self.evaluate(epoch=epoch)
@@ -235,36 +214,20 @@ class Trainer:
                     summary["stopped_by_signal"] = True
         summary.update(final_step=self.step, final_loss=loss, epochs=self.step / epoch_steps)
         summary.update(self._train_figures(clock, stepper.skipped, short))
-        summary.update(self._run_jobs(time.monotonic() - began))
+        summary.update(job_time.jobs_so_far(self.log.records(), time.monotonic() - began))
         return {**summary, **eval_results, **self.profiler.report}
 
-    def _estimate_jobs(self, clock: loop.Clock, remaining: int, step: int) -> None:
-        timed = clock.timed
-        line = job_time.estimate(remaining, sum(w.seconds for w in timed) /
-                                 sum(w.steps for w in timed), step)
-        if line:
-            self.log.print(line)
-
-    def _run_jobs(self, seconds: float) -> dict:
-        """This job's training time and, for a run resumed over several jobs (a time limit, a
-        preemption), how many it took and their training time in all."""
-        out = {"train_seconds": round(seconds, 1)}
-        try:
-            earlier = dllogger.run_jobs(self.log.records())[:-1]  # the last is this job's
-        except (OSError, ValueError):
-            earlier = []
-        if earlier:
-            out.update(jobs=len(earlier) + 1, total_train_seconds=round(
-                seconds + sum(j["train_seconds"] for j in earlier), 1))
-        return out
-
     def _display(self, sp, epoch: int, total: int, skipped: int, rate: float) -> None:
-        extra = {"skipped_steps": skipped} if skipped else {}
         names = self.task.config.LOG_NAMES
-        record = {names.loss: sp.value, **self._step_logs()}
+        record = {names.loss: sp.value,
+                  names.lr: float(keras.ops.convert_to_numpy(self.optimizer.learning_rate))}
+        if self.loss_scaled:
+            record["loss_scale"] = self.loss_scale()
         if names.perplexity:
             record[names.perplexity] = math.exp(min(float(sp.value), 700.0))
-        self.log.log((epoch, sp.step), {**record, **extra, names.step_throughput: rate},
+        if skipped:
+            record["skipped_steps"] = skipped
+        self.log.log((epoch, sp.step), {**record, names.step_throughput: rate},
                      progress=(sp.step, total), tb_step=sp.step)
 
     def _train_figures(self, clock: loop.Clock, skipped: int, short: bool) -> dict:
@@ -289,25 +252,26 @@ class Trainer:
         """One pass over every rank's evaluation data (``common/evaluation.py``), logged under
         the epoch of the checkpoint's step as training numbers them."""
         if epoch is None:
-            epoch = benchmark.epoch_of(self.step, self.steps_per_epoch)
+            epoch = loop.epoch_of(self.step, self.steps_per_epoch)
         return self.evaluator.evaluate(self.step, epoch)
 
     def benchmark_training(self) -> dict:
         """``--mode training_benchmark``: the training step on the training data, timed."""
         self.dist.broadcast(self.state())
-        return benchmark.training(self.train_step(self.task.train_dataset(), None), self.flags,
-                                  self.profiler, self.log, self.task.config.LOG_NAMES,
-                                  self.steps_per_epoch, self.ctx.global_batch_size)
+        stepper = self.training_stepper(self.task.train_dataset(), None)
+        return benchmark.training(stepper, self.flags, self.profiler, self.log,
+                                  self.task.config.LOG_NAMES, self.steps_per_epoch,
+                                  self.ctx.global_batch_size)
 
     def benchmark_inference(self) -> dict:
         """``--mode inference_benchmark``: the serving computation (TF-TRT's with
         ``--use_tftrt``) on the inference data, every step timed."""
-        f, task = self.flags, self.task
-        data = read_batches(self.on_device(task.inference_dataset()))
-        infer, state = inference.benchmarked_function(task, self.model, self.inference_model,
+        f, task, serving = self.flags, self.task, self.serving
+        data = read_batches(self.ctx.capabilities.on_device(serving.inference_dataset()))
+        infer, state = inference.benchmarked_function(serving, self.model, self.inference_model,
                                                       data, f, self.dist.size,
                                                       self.ctx.precision.xla, self.log)
-        stepper = InferStep(infer, data, task.inference_inputs, task.items_in, state)
+        stepper = InferStepper(infer, data, serving.inference_inputs, task.items_in, state)
         return benchmark.inference(stepper, f, self.profiler, self.log, task.config.LOG_NAMES,
                                    self.steps_per_epoch)
 
@@ -316,13 +280,13 @@ class Trainer:
 
     def predict(self, paths) -> dict:
         self.restore(required=True)
-        return inference.predict(self.task, self.inference_model(), paths, self.dist, self.log,
+        return inference.predict(self.serving, self.inference_model(), paths, self.dist, self.log,
                                  self.flags.results_dir,
-                                 benchmark.epoch_of(self.step, self.steps_per_epoch))
+                                 loop.epoch_of(self.step, self.steps_per_epoch))
 
     def export(self, export_dir: str) -> None:
         if self.dist.is_chief:
             f = self.flags
-            export.export(self.task.serving, self.model, export_dir,
+            export.export(self.serving, self.model, export_dir,
                           f.export_onnx or f.export_onnx_int8, self.log,
                           int8=f.export_onnx_int8, triton_dir=f.export_triton)

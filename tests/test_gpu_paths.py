@@ -135,11 +135,11 @@ def test_the_trainer_copies_tfdata_batches_to_the_gpu_ahead_of_the_step(tmp_path
     from rn50.task import ResNetTask
     trainer = _setup(ResNetTask, [*TINY, "--data_dir", digits_records], tmp_path)
     with _gpu_stand_in(monkeypatch, trainer):
-        ds = trainer.on_device(trainer.task.train_dataset())
+        ds = trainer.ctx.capabilities.on_device(trainer.task.train_dataset())
         assert "copy_to_device" in repr(type(ds._input_dataset)).lower() or \
             "CopyToDevice" in type(ds._input_dataset).__name__
         synthetic = Repeated((tf.zeros([2]),))
-        assert trainer.on_device(synthetic) is synthetic
+        assert trainer.ctx.capabilities.on_device(synthetic) is synthetic
 
 
 def test_synthetic_data_is_one_batch_made_once(tmp_path):
@@ -162,7 +162,7 @@ def _graph_ops(concrete) -> list[str]:
 
 
 def _step_graph(trainer):
-    step = trainer.build_train_step()
+    step = trainer.build_step()
     batch = next(iter(trainer.task.train_dataset()))
     concrete = step.get_concrete_function((batch,), trainer.initial_train_states())
     return step, concrete, batch
@@ -185,7 +185,7 @@ def test_on_a_gpu_the_step_skips_a_non_finite_update_on_the_device(tmp_path, mon
     assert step.update._jit_compile
     gpu.model.set_weights(cpu.model.get_weights())
     for trainer in (cpu, gpu):
-        fn = trainer.build_train_step()
+        fn = trainer.build_step()
         for _ in range(2):
             fn((batch,), trainer.initial_train_states())
     for a, b in zip(cpu.model.get_weights(), gpu.model.get_weights()):

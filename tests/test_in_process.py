@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 from conftest import ROOT, TINY, step_losses
 
-from common import dllogger, runner, runs
+from common import dllogger, main_py, runner
 from rn50.model import build_resnet
 from rn50.task import ResNetTask
 from ssd.model import build_ssd
@@ -42,7 +42,7 @@ def test_runs_in_one_process_equal_main_py_processes(tmp_path):
 
 
 def _losses_of_main_py(out, precision):
-    runs.run_main_py(os.path.join(ROOT, "resnet50v1.5", "main.py"), ARGS + PRECISION[precision],
+    main_py.run_main_py(os.path.join(ROOT, "resnet50v1.5", "main.py"), ARGS + PRECISION[precision],
                        str(out))
     return _losses(out)
 

@@ -11,7 +11,7 @@ import pytest
 from conftest import RN50, TINY, run_cli, stderr_last_line
 from linear_task import LinearTask
 
-from common import dllogger, runner, runs
+from common import dllogger, main_py, runner
 from common.errors import UsageError
 from rn50.task import ResNetTask
 
@@ -181,11 +181,11 @@ def test_benchmark_rounds_alternate_and_keep_the_highest_ceiling():
 
 
 def test_run_main_py_returns_the_log_and_raises_on_failure(tmp_path):
-    records = runs.run_main_py(MAIN, ["--mode", "train", *TINY, "--iter_unit", "batch",
+    records = main_py.run_main_py(MAIN, ["--mode", "train", *TINY, "--iter_unit", "batch",
                                         "--num_iter", "2"], str(tmp_path / "ok"))
     assert dllogger.last_summary(records)["final_step"] == 2
     with pytest.raises(subprocess.CalledProcessError):
-        runs.run_main_py(MAIN, ["--mode", "no_such_mode"], str(tmp_path / "bad"))
+        main_py.run_main_py(MAIN, ["--mode", "no_such_mode"], str(tmp_path / "bad"))
 
 
 def test_run_main_py_refuses_a_run_stopped_by_a_signal(tmp_path):
@@ -200,7 +200,7 @@ def test_run_main_py_refuses_a_run_stopped_by_a_signal(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
     with pytest.raises(UsageError, match="stopped by a signal at step 4"):
-        runs.run_main_py(str(fake), [], str(out))
+        main_py.run_main_py(str(fake), [], str(out))
 
 
 def test_the_parameter_record_holds_what_the_run_derived(tmp_path):

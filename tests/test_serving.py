@@ -19,6 +19,7 @@ import tensorflow as tf
 from conftest import ROOT, TINY, free_ports
 
 from common import runner
+from common.task import record_files
 from rn50 import config as rn50_config
 from rn50 import tfdata_pipeline as rn50_data
 from rn50.task import ResNetTask
@@ -62,7 +63,7 @@ def txl(tmp_path_factory, corpus):
 
 def _records(trainer, parse):
     """(the first validation shard, its records' encoded images in order)."""
-    first = trainer.task.record_files("validation")[:1]
+    first = record_files(trainer.task, "validation")[:1]
     return first, [parse(r).numpy() for r in tf.data.TFRecordDataset(first)]
 
 
@@ -126,8 +127,8 @@ def test_client_json_names_every_signature_and_the_assets_are_the_data(model, re
     f = trainer.flags
     assert info["model"] == trainer.task.name and info["trained_precision"] == "float32"
     assert info["checkpoint_settings"] == {
-        **{n: getattr(f, n) for n in trainer.task.checkpoint_flags},
-        **trainer.task.checkpoint_facts()}
+        **{n: getattr(f, n) for n in trainer.task.checkpoint.flags},
+        **{k: v for k, (v, _) in trainer.task.checkpoint_facts().items()}}
     data = f.data_dir
     if model == "txl":
         assert (export / "assets" / "vocab.txt").read_text() == open(

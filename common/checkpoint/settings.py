@@ -5,7 +5,7 @@
 A run that restores a checkpoint directory (resume, evaluate, predict, and the export that
 follows them) takes an omitted setting from it and refuses a flag that contradicts it, with one
 line naming the flag and the checkpoint's value; a fine-tuning run takes the settings that make
-the weights fit (``Task.finetune_flags``). Without this, a model built from the wrong flags only
+the weights fit (``CheckpointSpec.finetune``). Without this, a model built from the wrong flags only
 found out at the restore, in TensorFlow's words ("does not fit this model"), after a screen of
 warnings. Checkpoints written before this file existed have none: they are read as before.
 
@@ -13,6 +13,7 @@ No TensorFlow here: the settings are read before the model is built.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Iterable, Mapping
@@ -21,6 +22,54 @@ from common.errors import DataError, UsageError
 
 FILE = "settings.json"
 VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointSpec:
+    """What a model's checkpoint is, declared once by its Task (``Task.checkpoint``); the
+    settings read from its data (a vocabulary's hash) are ``Task.checkpoint_facts``."""
+    # The flags that shape the model's variables or what they compute: recorded beside every
+    # checkpoint; a run that restores one takes them from it when omitted and refuses a flag
+    # that contradicts them.
+    flags: tuple[str, ...] = ()
+    # Those of them a fine-tuning run takes from its --finetune_checkpoint (the ones the
+    # weights cannot do without: the architecture, not the classes or the image size).
+    finetune: tuple[str, ...] = ()
+    # Layers a fine-tuning run starts afresh, with a line, when the checkpoint's differ in
+    # shape (a classifier for another number of classes).
+    fresh_heads: tuple[str, ...] = ()
+    # Files of --data_dir copied beside every checkpoint when there (the class names), so that
+    # predict and export find them without the data.
+    assets: tuple[str, ...] = ()
+
+
+def settings_of(task) -> dict:
+    """The settings of a checkpoint of ``task``'s model: its spec's flags as the run uses them
+    and the facts read from its data. What ``settings.json`` beside every checkpoint and an
+    export's ``client.json`` record."""
+    facts = {name: value for name, (value, _) in task.checkpoint_facts().items()}
+    return {**{n: getattr(task.flags, n) for n in task.checkpoint.flags}, **facts}
+
+
+def adopted(task_cls, fv) -> tuple[dict, str] | None:
+    """What the run takes from the checkpoint it starts from, and that checkpoint's name: the
+    one in --model_dir when the mode restores it, else a training run's --finetune_checkpoint
+    (only the settings its weights need). A flag that contradicts the checkpoint stops here,
+    before a model is built."""
+    from common.checkpoint import store
+    spec = task_cls.checkpoint
+    if fv.mode in ("train", "train_and_evaluate", "evaluate", "predict") and \
+            store.on_disk(fv.model_dir):
+        source, names = f"the checkpoint in --model_dir {fv.model_dir}", spec.flags
+        found = read(fv.model_dir)
+    elif fv.finetune_checkpoint:
+        source, names = f"--finetune_checkpoint {fv.finetune_checkpoint}", spec.finetune
+        found = read(fv.finetune_checkpoint)
+    else:
+        return None
+    if found is None:
+        return None
+    return adopt(fv, found, names, source, task_cls.name), source
 
 
 def directory_of(path: str) -> str:

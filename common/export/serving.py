@@ -21,8 +21,10 @@ import keras
 import tensorflow as tf
 
 from common import errors, precision
+from common.checkpoint.settings import settings_of
 from common.errors import DataError
 from common.images import MEAN, STD
+from common.task import locate_bad_record
 
 CLIENT_INFO = "client.json"  # in the SavedModel's assets/
 
@@ -59,6 +61,38 @@ class Serving:
         output (input size, mean and standard deviation, the class names' file)."""
         return {}
 
+    # --- what inference is: predict and the inference benchmark ---------------------------
+    def infer(self, model: keras.Model, inputs, state=None):
+        """(outputs, next state) of one inference batch, for the inference benchmark."""
+        return model(inputs, training=False), state
+
+    def inference_inputs(self, batch):
+        """The model inputs of a batch, for the inference benchmark."""
+        return batch[0]
+
+    def inference_dataset(self):
+        """Batches for the inference benchmark, endless and all of one size (a smaller last
+        batch would be compiled anew inside the timed steps): evaluation data if any, else
+        synthetic."""
+        task = self.task
+        if not self.flags.data_dir:
+            return task.train_dataset()
+        data = task.eval_dataset()
+        from common import dali
+        if isinstance(data, dali.EvalPass):
+            return data.served  # the padded last batch kept: its rows are as costly
+        return data.unbatch().repeat().batch(self.flags.batch_size, drop_remainder=True)
+
+    def predict_file(self, model: keras.Model, path: str) -> list[dict]:
+        """The prediction records of one ``--to_predict`` file (a ``DataError`` when it cannot
+        be read: the run reports it and goes on with the other files)."""
+        raise NotImplementedError(f"{self.task.name} has no predict mode")
+
+    def describe_prediction(self, record: Mapping) -> str | None:
+        """One readable line for a ``predict_file`` record (the log's JSON line keeps it
+        whole), or None for the record's fields as they are."""
+        return None
+
     def serving_call(self, inputs, state) -> tuple[str, object]:
         """The signature that computes what ``Task.infer`` computes, and its arguments (a
         tensor when the signature takes one, else a dict by argument name): what the TF-TRT
@@ -84,17 +118,11 @@ class Serving:
                 left -= len(batch)
                 yield batch
         except tf.errors.OpError as e:
-            where = self.task.locate_bad_record("train") or errors.one_line(e.message)
+            where = locate_bad_record(self.task, "train") or errors.one_line(e.message)
             raise DataError(f"--export_onnx_int8: a calibration image cannot be read ({where})"
                             ) from None
 
     # --- writing it -------------------------------------------------------------------------
-    def checkpoint_settings(self) -> dict:
-        """The settings that shape the model (the checkpoint's, ``Task.checkpoint_flags``) and
-        those read from its data (``Task.checkpoint_facts``)."""
-        task = self.task
-        return {**{n: getattr(self.flags, n) for n in task.checkpoint_flags},
-                **task.checkpoint_facts()}
 
     def describe(self, signatures: Mapping) -> dict:
         """``client.json``: each signature's inputs and outputs (dtype, shape; -1 where any
@@ -114,7 +142,7 @@ class Serving:
                 "triton_model": f"{self.triton_name}_savedmodel",
                 "trained_precision": p.policy, "exported_weights": "float32"
                 if not p.amp else f"float32 (computed in {p.compute_dtype})",
-                "checkpoint_settings": self.checkpoint_settings()}
+                "checkpoint_settings": settings_of(self.task)}
 
     def save(self, model: keras.Model, export_dir: str) -> None:
         """The SavedModel of ``model`` in ``export_dir``: ``signatures``, and ``assets`` with

@@ -11,9 +11,12 @@ whose other outputs are zeros (``classes`` -1) while the rest of the batch is an
 """
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
 from common.export.serving import Serving, image_input_info, prepare_each
+from common.images import read_image
+from common.task import record_files
 from rn50 import config, tfdata_pipeline
 
 
@@ -61,6 +64,22 @@ class ResNetServing(Serving):
 
     def calibration_dataset(self):
         f = self.flags
-        return tfdata_pipeline.dataset(self.task.record_files("train"), f.batch_size,
+        return tfdata_pipeline.dataset(record_files(self.task, "train"), f.batch_size,
                                        f.image_size, False, num_classes=f.num_classes).map(
                                            lambda x, _: x)
+
+    # --- what inference is --------------------------------------------------------------
+    def predict_file(self, model, path):
+        x = tfdata_pipeline.eval_crop(read_image(path), self.flags.image_size)[None]
+        probs = tf.nn.softmax(model(x, training=False)[0]).numpy()
+        top = np.argsort(-probs)[:5]
+        rec = {"file": path, "top5_classes": [int(c) for c in top],
+               "top5_probs": [round(float(probs[c]), 5) for c in top]}
+        if self.task.class_names:
+            rec["top5_names"] = [self.task.class_names[c] for c in top]
+        return [rec]
+
+    def describe_prediction(self, record):
+        names = record.get("top5_names") or [f"class {c}" for c in record["top5_classes"]]
+        return f"{record['file']}: " + ", ".join(
+            f"{name} {p:.3f}" for name, p in zip(names, record["top5_probs"]))

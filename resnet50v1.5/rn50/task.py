@@ -10,12 +10,11 @@ from __future__ import annotations
 import os
 
 import keras
-import numpy as np
 import tensorflow as tf
 
-from common import schedules
+from common import dali, schedules
+from common.checkpoint.settings import CheckpointSpec
 from common.errors import UsageError
-from common.images import read_image
 from common.input_errors import DeviceRangeCheck
 from common.task import RecordTask, Repeated, l2_regularization
 from rn50 import config, tfdata_pipeline
@@ -48,9 +47,9 @@ class ResNetTask(RecordTask):
 
     # What a checkpoint is (common/checkpoint/settings.py): padding changes what the same
     # weights compute, so it is recorded with the shapes' settings.
-    checkpoint_flags = ("arch", "num_classes", "image_size", "padding")
-    finetune_flags = ("arch", "padding")
-    finetune_heads = ("logits",)
+    checkpoint = CheckpointSpec(flags=("arch", "num_classes", "image_size", "padding"),
+                                finetune=("arch", "padding"), fresh_heads=("logits",),
+                                assets=(LABELS,))
 
     @classmethod
     def derive_settings(cls, settings, world):
@@ -81,10 +80,6 @@ class ResNetTask(RecordTask):
         # Labels are checked where the batch is (DALI leaves it on the GPU): 1-based, as the
         # records hold them and the tf.data pipeline's own check names them.
         self.label_check = DeviceRangeCheck("label", 1, f.num_classes, shift=1)
-
-    def checkpoint_assets(self):
-        path = os.path.join(self.flags.data_dir or "", LABELS)
-        return {LABELS: path} if self.flags.data_dir and os.path.exists(path) else {}
 
     # --- model and optimisation ---------------------------------------------------------
     def build_model(self):
@@ -153,7 +148,8 @@ class ResNetTask(RecordTask):
         from rn50 import dali_pipeline
         f, dist = self.flags, self.ctx.dist
         return dali_pipeline.dataset(files, f.data_idx_dir, f.batch_size, f.image_size,
-                                     training, dist.rank, dist.size, self.dali_placement(),
+                                     training, dist.rank, dist.size,
+                                     dali.placement(self.ctx.capabilities, f.dali_cpu),
                                      f.seed, f.dali_threads, f.crop_area_min)
 
     def tfdata_dataset(self, files, training, seed):
@@ -168,17 +164,3 @@ class ResNetTask(RecordTask):
         return Repeated((images, labels))
 
     # --- inference ----------------------------------------------------------------------
-    def predict_file(self, model, path):
-        x = tfdata_pipeline.eval_crop(read_image(path), self.flags.image_size)[None]
-        probs = tf.nn.softmax(model(x, training=False)[0]).numpy()
-        top = np.argsort(-probs)[:5]
-        rec = {"file": path, "top5_classes": [int(c) for c in top],
-               "top5_probs": [round(float(probs[c]), 5) for c in top]}
-        if self.class_names:
-            rec["top5_names"] = [self.class_names[c] for c in top]
-        return [rec]
-
-    def describe_prediction(self, record):
-        names = record.get("top5_names") or [f"class {c}" for c in record["top5_classes"]]
-        return f"{record['file']}: " + ", ".join(
-            f"{name} {p:.3f}" for name, p in zip(names, record["top5_probs"]))

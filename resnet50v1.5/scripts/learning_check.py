@@ -24,7 +24,7 @@ _model_dir = os.path.dirname(_here)
 
 import numpy as np  # noqa: E402
 
-from common import dllogger, precisions, runner, runs  # noqa: E402
+from common import dllogger, main_py, precisions, runner  # noqa: E402
 from rn50 import config, digits  # noqa: E402
 from rn50.task import ResNetTask  # noqa: E402
 
@@ -44,7 +44,7 @@ def train(records: str, results: str, precision: str, epochs: int, seed: int) ->
     summary = runner.run(ResNetTask, [
         "main.py", "--mode", "train_and_evaluate", "--preset", "digits", "--num_iter",
         str(epochs), "--seed", str(seed), "--data_dir", records,
-        "--results_dir", runs.fresh_results_dir(results),
+        "--results_dir", main_py.fresh_results_dir(results),
         "--display_every", "1", *PRECISIONS[precision]])
     records_ = dllogger.read_records(os.path.join(results, "log.json"))
     steps = dllogger.step_logs(records_)

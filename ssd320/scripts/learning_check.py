@@ -36,7 +36,7 @@ import tempfile
 _here = os.path.dirname(os.path.abspath(__file__))
 _model_dir = os.path.dirname(_here)
 
-from common import dllogger, precisions, runs  # noqa: E402
+from common import dllogger, main_py, precisions  # noqa: E402
 from ssd import shapes  # noqa: E402
 from ssd.config import LOG_NAMES  # noqa: E402
 
@@ -66,12 +66,12 @@ def starts(backbone: str) -> dict:
 def train(records: str, results: str, precision: str, steps: int, seed: int,
           flags=()) -> dict:
     """One run of main.py, the command line a user would type; results read from its log."""
-    records = runs.run_main_py(
+    records = main_py.run_main_py(
         os.path.join(_model_dir, "main.py"),
         ["--mode", "train_and_evaluate", *RECIPE, "--iter_unit", "batch", "--num_iter",
          str(steps), "--seed", str(seed), "--data_dir", records, *PRECISIONS[precision],
          *flags],
-        runs.fresh_results_dir(results))
+        main_py.fresh_results_dir(results))
     evals = [r for r in dllogger.step_logs(records) if AP50 in r["data"]]
     return {"summary": dllogger.last_summary(records),
             "curve": [(r["step"][1], r["data"][AP50]) for r in evals]}

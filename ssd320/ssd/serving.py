@@ -17,10 +17,13 @@ TensorRT's EfficientNMS plugin (``model_before_nms.onnx``, ``scripts/attach_effi
 from __future__ import annotations
 
 import json
+import os
 
 import tensorflow as tf
 
 from common.export.serving import Serving, image_input_info, prepare_each
+from common.images import read_image
+from common.task import record_files
 from ssd import postprocess, tfdata_pipeline
 
 # postprocess.nms's keys -> TF Object Detection API's output names.
@@ -78,6 +81,49 @@ class SSDServing(Serving):
 
     def calibration_dataset(self):
         f, task = self.flags, self.task
-        return tfdata_pipeline.dataset(task.record_files("train"), f.batch_size, f.image_size,
+        return tfdata_pipeline.dataset(record_files(task, "train"), f.batch_size, f.image_size,
                                        False, task.anchors, f.num_classes).map(
                                            lambda b: b["images"])
+
+    _detect = None  # predict's compiled detection, made at its first file
+
+    # --- what inference is --------------------------------------------------------------
+    def inference_inputs(self, batch):
+        return batch["images"]
+
+    def predict_file(self, model, path):
+        """Detections above --score_threshold in the image's pixels, and a PNG drawing of them
+        in ``<results_dir>/predictions/``, named after the file (``a.jpg`` -> ``a.jpg.png``;
+        ``-2``, ``-3`` ... when two inputs share a name, so no drawing replaces another)."""
+        from ssd.draw import draw_detections
+
+        f = self.flags
+        if self._detect is None:  # compiled at the first file
+            self._detect = tf.function(lambda x: self.task.detect(model, x))
+            self._drawn = set()
+        image = read_image(path)
+        h, w = int(image.shape[0]), int(image.shape[1])
+        x = tfdata_pipeline.resize_normalize(image, f.image_size)
+        det = {k: v[0].numpy() for k, v in self._detect(x[None]).items()}
+        keep = [k for k in range(int(det["num_detections"]))
+                if det["scores"][k] >= f.score_threshold]
+        boxes = [[round(float(v), 2) for v in det["boxes"][k] * [h, w, h, w]] for k in keep]
+        classes = [int(det["classes"][k]) for k in keep]
+        rec = {"file": path, "boxes_ymin_xmin_ymax_xmax": boxes, "classes": classes,
+               "names": [self.task.names.get(c, str(c)) for c in classes],
+               "scores": [round(float(det["scores"][k]), 4) for k in keep]}
+        out_dir = os.path.join(f.results_dir, "predictions")
+        os.makedirs(out_dir, exist_ok=True)
+        name, n = os.path.basename(path), 1
+        while (drawn := f"{name}.png" if n == 1 else f"{name}-{n}.png") in self._drawn:
+            n += 1
+        self._drawn.add(drawn)
+        rec["drawn"] = os.path.join(out_dir, drawn)
+        draw_detections(image.numpy(), rec, rec["drawn"])
+        return [rec]
+
+    def describe_prediction(self, record):
+        found = ", ".join(f"{n} {s:.2f}" for n, s in zip(record["names"], record["scores"]))
+        return (f"{record['file']}: {len(record['scores'])} detection(s) above "
+                f"{self.flags.score_threshold}{': ' + found if found else ''} "
+                f"(drawn: {record['drawn']})")

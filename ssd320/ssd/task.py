@@ -13,11 +13,11 @@ import os
 import keras
 import tensorflow as tf
 
-from common import schedules
+from common import dali, schedules
 from common.checkpoint import settings as checkpoint_settings
-from common.checkpoint import store
+from common.checkpoint import start, store
+from common.checkpoint.settings import CheckpointSpec
 from common.errors import DataError, UsageError
-from common.images import read_image
 from common.input_errors import DeviceRangeCheck
 from common.task import RecordTask, Repeated, l2_regularization
 from ssd import anchors as anchor_gen
@@ -49,9 +49,9 @@ class SSDTask(RecordTask):
     gathers_eval_outputs = True
 
     # What a checkpoint is (common/checkpoint/settings.py).
-    checkpoint_flags = ("arch", "num_classes", "image_size", "trunk", "padding")
-    finetune_flags = ("arch", "trunk", "padding")
-    finetune_heads = ("class_head",)
+    checkpoint = CheckpointSpec(flags=("arch", "num_classes", "image_size", "trunk", "padding"),
+                                finetune=("arch", "trunk", "padding"),
+                                fresh_heads=("class_head",), assets=("label_map.json",))
 
     @classmethod
     def derive_settings(cls, settings, world):
@@ -60,7 +60,7 @@ class SSDTask(RecordTask):
         (12,500 at 8 x 32; 100,000 on 1 GPU and 25,000 on 4, as its 1- and 4-GPU configs); the
         v1.5 trunk's padding from its --backbone_checkpoint's settings."""
         out = {}
-        if settings.backbone_checkpoint and settings.finetune_checkpoint:
+        if settings.backbone_checkpoint and start.finetunes(settings):
             raise UsageError("--backbone_checkpoint and --finetune_checkpoint both give the "
                              "trunk's weights: fine-tuning takes the whole detector's")
         if settings.backbone_checkpoint and settings.trunk == "resnet_v1.5":
@@ -97,7 +97,6 @@ class SSDTask(RecordTask):
         self.names = {c["id"]: c["name"]
                       for c in (self.known_label_map or {}).get("categories", [])}
         self._gt = None
-        self._detect = None  # predict's compiled detection, made at its first file
 
     def _ground_truth_path(self) -> str:
         path = os.path.join(self.flags.data_dir, "validation_annotations.json")
@@ -119,7 +118,7 @@ class SSDTask(RecordTask):
             from ssd.backbone import load_trunk
             self.ctx.logger.print(load_trunk(model, f.backbone_checkpoint, ARCHS[f.arch].resnet,
                                              f.trunk, f.padding))
-        elif (f.mode in ("train", "train_and_evaluate") and not f.finetune_checkpoint
+        elif (f.mode in ("train", "train_and_evaluate") and not start.finetunes(f)
               and not store.on_disk(f.model_dir)):
             self.ctx.logger.print("note: no --backbone_checkpoint: the trunk starts from random "
                                   "weights (NVIDIA's recipe starts from TF-slim's ImageNet "
@@ -134,10 +133,6 @@ class SSDTask(RecordTask):
 
     def build_model_like(self, recorded):
         return self._build(recorded.get("num_classes", self.flags.num_classes))
-
-    def checkpoint_assets(self):
-        path = os.path.join(self.flags.data_dir or "", "label_map.json")
-        return {"label_map.json": path} if self.label_map else {}
 
     def build_optimizer(self, steps_per_epoch, total_steps):
         f, batch = self.flags, self.ctx.global_batch_size
@@ -200,7 +195,8 @@ class SSDTask(RecordTask):
         from ssd import dali_pipeline
         f, dist = self.flags, self.ctx.dist
         return dali_pipeline.dataset(files, f.data_idx_dir, f.batch_size, f.image_size,
-                                     training, dist.rank, dist.size, self.dali_placement(),
+                                     training, dist.rank, dist.size,
+                                     dali.placement(self.ctx.capabilities, f.dali_cpu),
                                      f.seed, f.dali_threads)
 
     def tfdata_dataset(self, files, training, seed):
@@ -223,43 +219,4 @@ class SSDTask(RecordTask):
     def items_in(self, batch):
         return int(batch["images"].shape[0])
 
-    def inference_inputs(self, batch):
-        return batch["images"]
-
     # --- inference ----------------------------------------------------------------------
-    def predict_file(self, model, path):
-        """Detections above --score_threshold in the image's pixels, and a PNG drawing of them
-        in ``<results_dir>/predictions/``, named after the file (``a.jpg`` -> ``a.jpg.png``;
-        ``-2``, ``-3`` ... when two inputs share a name, so no drawing replaces another)."""
-        from ssd.draw import draw_detections
-
-        f = self.flags
-        if self._detect is None:
-            self._detect = tf.function(lambda x: self.detect(model, x))
-            self._drawn = set()
-        image = read_image(path)
-        h, w = int(image.shape[0]), int(image.shape[1])
-        x = tfdata_pipeline.resize_normalize(image, f.image_size)
-        det = {k: v[0].numpy() for k, v in self._detect(x[None]).items()}
-        keep = [k for k in range(int(det["num_detections"]))
-                if det["scores"][k] >= f.score_threshold]
-        boxes = [[round(float(v), 2) for v in det["boxes"][k] * [h, w, h, w]] for k in keep]
-        classes = [int(det["classes"][k]) for k in keep]
-        rec = {"file": path, "boxes_ymin_xmin_ymax_xmax": boxes, "classes": classes,
-               "names": [self.names.get(c, str(c)) for c in classes],
-               "scores": [round(float(det["scores"][k]), 4) for k in keep]}
-        out_dir = os.path.join(f.results_dir, "predictions")
-        os.makedirs(out_dir, exist_ok=True)
-        name, n = os.path.basename(path), 1
-        while (drawn := f"{name}.png" if n == 1 else f"{name}-{n}.png") in self._drawn:
-            n += 1
-        self._drawn.add(drawn)
-        rec["drawn"] = os.path.join(out_dir, drawn)
-        draw_detections(image.numpy(), rec, rec["drawn"])
-        return [rec]
-
-    def describe_prediction(self, record):
-        found = ", ".join(f"{n} {s:.2f}" for n, s in zip(record["names"], record["scores"]))
-        return (f"{record['file']}: {len(record['scores'])} detection(s) above "
-                f"{self.flags.score_threshold}{': ' + found if found else ''} "
-                f"(drawn: {record['drawn']})")

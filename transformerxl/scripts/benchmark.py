@@ -23,7 +23,7 @@ with quiet_start.filtered_stderr():  # TensorFlow's start-up lines, as main.py's
     import keras
     import tensorflow as tf
 
-from common import dllogger, models, precisions, runs  # noqa: E402
+from common import dllogger, main_py, models, precisions  # noqa: E402
 from common.mfu import matmul_ceiling  # noqa: E402
 from common.rounds import alternating_rounds, mfu_rows  # noqa: E402
 from txl.flops import run_flops_per_token  # noqa: E402
@@ -47,7 +47,7 @@ def one(mode, precision, args) -> float:
     """One run of main.py in its own process (the command a user types; each run starts with
     clean memory, as a run of the full model at 32 rows needs much of this machine's 24 GiB)."""
     with tempfile.TemporaryDirectory() as tmp:
-        s = dllogger.last_summary(runs.run_main_py(
+        s = dllogger.last_summary(main_py.run_main_py(
             os.path.join(_model_dir, "main.py"), flags(mode, precision, args)[1:], tmp))
     names = models.log_names("transformerxl")
     rate = s[names.train_throughput if mode == "training_benchmark" else names.infer_throughput]

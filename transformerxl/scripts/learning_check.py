@@ -39,7 +39,7 @@ import numpy as np
 _here = os.path.dirname(os.path.abspath(__file__))
 _model_dir = os.path.dirname(_here)
 
-from common import dllogger, precisions, runs  # noqa: E402
+from common import dllogger, main_py, precisions  # noqa: E402
 from txl.config import LOG_NAMES  # noqa: E402
 from txl.plays import fetch, write_corpus  # noqa: E402
 
@@ -69,11 +69,11 @@ def unigram_ppl(tokens: np.ndarray, train: np.ndarray | None = None) -> float:
 def train(data: str, results: str, precision: str, steps: int, eval_every: int,
           seed: int) -> dict:
     """One run of main.py, the command line a user would type; results read from its log."""
-    records = runs.run_main_py(
+    records = main_py.run_main_py(
         os.path.join(_model_dir, "main.py"),
         ["--mode", "train_and_evaluate", *RECIPE, "--iter_unit", "batch", "--num_iter",
          str(steps), "--eval_every", str(eval_every), "--seed", str(seed), "--data_dir", data,
-         *PRECISIONS[precision]], runs.fresh_results_dir(results))
+         *PRECISIONS[precision]], main_py.fresh_results_dir(results))
     evals = [r for r in dllogger.step_logs(records) if "eval_ppl" in r["data"]]
     return {"summary": dllogger.last_summary(records),
             "curve": [(r["step"][1], r["data"]["eval_ppl"]) for r in evals]}

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 
 import tensorflow as tf
 
+from common.errors import DataError
 from common.export.serving import Serving
+from txl.generate import generate
+from txl.prepare import utf8_lines
 
 
 class TXLServing(Serving):
@@ -55,3 +59,36 @@ class TXLServing(Serving):
         tokens, targets = inputs
         mems = tf.cast(tf.stack(state), tf.float32)  # the signature's dtype
         return "score", {"tokens": tokens, "targets": targets, "mems": mems}
+
+    # --- what inference is --------------------------------------------------------------
+    def infer(self, model, inputs, state=None):
+        return self.task.forward_segment(model, inputs, state)
+
+    def inference_dataset(self):
+        return self.task.eval_dataset(drop_short=True).repeat()
+
+    def inference_inputs(self, batch):
+        return batch
+
+    def predict_file(self, model, path):
+        """One record per prompt (a line of the file), continued by --gen_len words."""
+        f = self.flags
+        prompts = [line.strip() for line in utf8_lines(path) if line.strip()]
+        if not prompts:
+            raise DataError(f"{path} has no prompt (one prompt a line)")
+        records = []
+        unk = self.task._index.get("<unk>")
+        for n, prompt in enumerate(prompts, 1):
+            if unk is not None and all(i == unk for i in self.task.encode(prompt)):
+                self.task.ctx.logger.print(
+                    f"note: {os.path.basename(path)}, prompt {n}: no word of it is in the "
+                    "vocabulary (all <unk>): the continuation has no context from it")
+            ids = generate(model, self.task.encode(prompt), f.gen_len, greedy=not f.sample,
+                           temperature=f.temperature, top_k=f.top_k, seed=f.seed,
+                           progress=lambda done, total, rate, n=n: self.task.ctx.logger.print(
+                               f"{os.path.basename(path)}, prompt {n}/{len(prompts)}: "
+                               f"{done}/{total} words ({rate:.1f}/s)"))
+            records.append({"file": path, "prompt": prompt,
+                            "continuation": " ".join(self.task.vocab[i] for i in ids),
+                            "token_ids": ids, "sampled": f.sample})
+        return records

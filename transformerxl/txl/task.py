@@ -20,12 +20,12 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from common import schedules
+from common import dali, schedules
+from common.checkpoint.settings import CheckpointSpec
 from common.errors import DataError, UsageError
 from common.task import Task
 from txl import config, streams, tfdata_pipeline
 from txl.config import WT103_TRAIN_TOKENS
-from txl.generate import generate
 from txl.lamb import NvidiaLamb
 from txl.metrics import PerplexityMetric
 from txl.model import TransformerXL
@@ -172,20 +172,16 @@ class TransformerXLTask(Task):
 
     # What a checkpoint is (common/checkpoint/settings.py): the model's shape and its preset;
     # the vocabulary (its size and a hash of its words in order) is checked against the data.
-    checkpoint_flags = ("preset", "n_layer", "d_model", "n_head", "d_head", "d_inner", "div_val",
-                        "cutoffs")
-    finetune_flags = checkpoint_flags
+    _SHAPE = ("preset", "n_layer", "d_model", "n_head", "d_head", "d_inner", "div_val", "cutoffs")
+    checkpoint = CheckpointSpec(flags=_SHAPE, finetune=_SHAPE)
 
     def checkpoint_facts(self):
-        facts = {"vocab_size": self.cfg.vocab_size}
-        if self.vocab:
-            facts["vocab_sha256"] = vocab_hash(self.vocab)
-        return facts
-
-    def checkpoint_fact_sources(self):
         where = (f"vocab.txt in --data_dir {self.flags.data_dir}" if self.vocab
                  else "--vocab_size (synthetic data)")
-        return {"vocab_size": where, "vocab_sha256": where}
+        facts = {"vocab_size": (self.cfg.vocab_size, where)}
+        if self.vocab:
+            facts["vocab_sha256"] = (vocab_hash(self.vocab), where)
+        return facts
 
     def effective_settings(self):
         # vocab.txt's size with --data_dir, and the cutoffs that fit it
@@ -212,7 +208,7 @@ class TransformerXLTask(Task):
         nll, mems = model(inputs, list(state), targets, training=True)
         return tf.reduce_mean(nll), tuple(mems)
 
-    def _eval_forward(self, model, batch, state):
+    def forward_segment(self, model, batch, state):
         f = self.flags
         inputs, targets = batch
         nll, mems = model(inputs, list(state), targets, training=False, mem_len=f.eval_mem_len,
@@ -225,13 +221,10 @@ class TransformerXLTask(Task):
                 PerplexityMetric("ppl_token_weighted", False)]
 
     def eval_update(self, model, batch, metrics, state=None):
-        nll, state = self._eval_forward(model, batch, state)
+        nll, state = self.forward_segment(model, batch, state)
         for m in metrics:
             m.update_state(nll)
         return state
-
-    def infer(self, model, inputs, state=None):
-        return self._eval_forward(model, inputs, state)
 
     # --- data ---------------------------------------------------------------------------
     def steps_per_epoch(self):
@@ -250,7 +243,7 @@ class TransformerXLTask(Task):
             self.tokens("train")  # checked before DALI reads it
             return dali_pipeline.dataset(self._path("train.npy"), f.batch_size, f.tgt_len,
                                          dist.rank, dist.size, f.batch_chunk, step,
-                                         self.dali_placement())
+                                         dali.placement(self.ctx.capabilities, f.dali_cpu))
         return tfdata_pipeline.dataset(self.tokens("train"), f.batch_size, f.tgt_len, dist.rank,
                                        dist.size, f.batch_chunk, first_step=step)
 
@@ -269,14 +262,8 @@ class TransformerXLTask(Task):
         return tfdata_pipeline.eval_dataset(tokens, f.eval_batch_size, f.eval_tgt_len, dist.rank,
                                             dist.size, drop_short)
 
-    def inference_dataset(self):
-        return self.eval_dataset(drop_short=True).repeat()
-
     def items_in(self, batch):
         return int(np.prod(batch[0].shape))
-
-    def inference_inputs(self, batch):
-        return batch
 
     # --- inference ----------------------------------------------------------------------
     @functools.cached_property
@@ -292,26 +279,3 @@ class TransformerXLTask(Task):
                 raise DataError(f"'{word}' is not in the vocabulary, which has no <unk>")
             ids.append(index.get(word, unk))
         return ids
-
-    def predict_file(self, model, path):
-        """One record per prompt (a line of the file), continued by --gen_len words."""
-        f = self.flags
-        prompts = [line.strip() for line in utf8_lines(path) if line.strip()]
-        if not prompts:
-            raise DataError(f"{path} has no prompt (one prompt a line)")
-        records = []
-        unk = self._index.get("<unk>")
-        for n, prompt in enumerate(prompts, 1):
-            if unk is not None and all(i == unk for i in self.encode(prompt)):
-                self.ctx.logger.print(f"note: {os.path.basename(path)}, prompt {n}: no word of "
-                                      "it is in the vocabulary (all <unk>): the continuation "
-                                      "has no context from it")
-            ids = generate(model, self.encode(prompt), f.gen_len, greedy=not f.sample,
-                           temperature=f.temperature, top_k=f.top_k, seed=f.seed,
-                           progress=lambda done, total, rate, n=n: self.ctx.logger.print(
-                               f"{os.path.basename(path)}, prompt {n}/{len(prompts)}: "
-                               f"{done}/{total} words ({rate:.1f}/s)"))
-            records.append({"file": path, "prompt": prompt,
-                            "continuation": " ".join(self.vocab[i] for i in ids),
-                            "token_ids": ids, "sampled": f.sample})
-        return records

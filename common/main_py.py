@@ -1,5 +1,6 @@
-"""What the scripts that run ``main.py`` as a user would (learning checks, benchmark tools)
-share; not part of a run itself (``common/runner.py``)."""
+"""``main.py`` run in a process of its own, the command line a user types: what the scripts
+that run it as a user would (learning checks, benchmark tools) share; not part of a run itself
+(``common/runner.py``)."""
 from __future__ import annotations
 
 import os
