@@ -1,4 +1,16 @@
-"""What only the benchmark and learning scripts use: MFU, interleaved rounds, sweeps."""
+"""Tools that measure the models from above: each runs ``main.py`` (or a model's pipeline) as a
+user would and reads its logs; nothing in ``common/`` or a model package imports them.
+
+- ``sweep``: a benchmark mode over batch sizes and precisions, one table (``benchmark.sh``);
+  ``ab``: one command line at two git revisions, side by side;
+- ``report``: charts and a Markdown page from runs' logs; ``profile_diff``: two ``--profile``
+  runs op type by op type; ``onednn``: where a CPU step's kernel time goes inside oneDNN;
+- ``peers``: each model against the Keras model a user would pick instead;
+  ``int8_accuracy``: INT8 ONNX against float32 ONNX, accuracy and latency;
+- GPU checks (``scripts/gpu_smoke.sh``): ``parity`` (GPU against CPU, step for step),
+  ``dali_compare`` (a DALI pipeline on the GPU against the CPU), ``allreduce`` (Horovod's
+  allreduce by message size), ``smoke`` (the stages' table).
+"""
 
 
 def failure(proc) -> str:

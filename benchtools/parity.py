@@ -50,6 +50,7 @@ import numpy as np
 from benchtools import failure
 from common import models
 from common.dllogger import read_records, step_logs
+from common.errors import reported
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOSS_SCALE = 128
@@ -250,12 +251,13 @@ def main(argv=None) -> int:
             ap.error(f"--runs: {r} is not DEVICE-PRECISION (gpu or cpu, fp32 or amp)")
     if args.steps < 1:
         ap.error("--steps must be at least 1")
-    try:
-        results = run(args.model, args.out, main_flags, runs, args.steps, args.seed,
-                      shlex.split(args.run_flags))
-    except (RuntimeError, ValueError, OSError) as e:
-        print(f"parity: error: {e}", file=sys.stderr)
-        return 2
+    return reported("parity", lambda: _compare(args, runs, main_flags),
+                    {RuntimeError: 2, ValueError: 2, OSError: 2})
+
+
+def _compare(args, runs, main_flags) -> int:
+    results = run(args.model, args.out, main_flags, runs, args.steps, args.seed,
+                  shlex.split(args.run_flags))
     print(table(args.model, results))
     if args.json:
         with open(args.json, "w") as f:

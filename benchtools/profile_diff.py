@@ -18,6 +18,7 @@ import sys
 
 from common import op_table
 from common.dllogger import read_records
+from common.errors import reported
 
 
 class DiffError(Exception):
@@ -128,17 +129,13 @@ def main(argv=None) -> int:
                    help="line the ops up by type (default) or by name (layer by layer)")
     p.add_argument("--top", type=int, default=20, help="rows shown (the most lost and won)")
     args = p.parse_args(argv)
+    return reported("profile_diff", lambda: _show(args), {DiffError: 2, OSError: 2})
+
+
+def _show(args) -> int:
     if args.top < 1:
-        print(f"profile_diff: error: --top {args.top}: show at least one row", file=sys.stderr)
-        return 2
-    try:
-        (label_a, a, pa), (label_b, b, pb) = load(args.run_a), load(args.run_b)
-    except DiffError as e:
-        print(f"profile_diff: error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"profile_diff: error: {e.filename}: {e.strerror}", file=sys.stderr)
-        return 2
+        raise DiffError(f"--top {args.top}: show at least one row")
+    (label_a, a, pa), (label_b, b, pb) = load(args.run_a), load(args.run_b)
     notes = []
     if pa and pb and pa.get("model") != pb.get("model"):
         notes.append(f"note: the runs are of different models ({pa.get('model')} and "

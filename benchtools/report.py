@@ -39,6 +39,7 @@ import matplotlib.ticker  # noqa: E402
 
 from common import models  # noqa: E402
 from common.dllogger import read_records, step_logs  # noqa: E402
+from common.errors import reported  # noqa: E402
 
 BENCHMARK_MODES = ("training_benchmark", "inference_benchmark")
 # Settings that name files, say where output goes or how often it is written, or where a value
@@ -477,17 +478,13 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     command = "python -m benchtools.report " + " ".join(
         sys.argv[1:] if argv is None else list(argv))
-    try:
+
+    def body() -> int:
         runs = find_runs(args.runs)
         path = write_report(runs, args.out, command)
-    except ReportError as e:
-        print(f"report: error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"report: error: cannot write {args.out}: {e.strerror}", file=sys.stderr)
-        return 1
-    print(f"report: {len(runs)} run(s) -> {path}")
-    return 0
+        print(f"report: {len(runs)} run(s) -> {path}")
+        return 0
+    return reported("report", body, {ReportError: 2, OSError: 1})
 
 
 if __name__ == "__main__":

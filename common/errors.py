@@ -1,5 +1,6 @@
 """Errors that end a run with one actionable line instead of a traceback."""
 import re
+import sys
 
 # TensorFlow's wrapping around the cause: function-node prefixes, op suffixes, node lists and
 # tf.data's "Error in user-defined function ..." preamble.
@@ -26,3 +27,21 @@ def one_line(message: str) -> str:
     message = re.sub(r"assertion failed: \[(.*?)\]", r"\1", _TF_NOISE.sub("", message))
     lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
     return lines[0] if lines else message.strip()[:300]
+
+
+def reported(tool: str, body, codes: dict) -> int:
+    """Runs a command-line tool's ``body()`` and returns its exit code. An error of a class in
+    ``codes`` (the first that matches) becomes one line on stderr, ``<tool>: error: <message>``,
+    and that class's exit code, so every tool of the repository fails the same way."""
+    try:
+        return body()
+    except tuple(codes) as e:
+        code = next(c for cls, c in codes.items() if isinstance(e, cls))
+        print(f"{tool}: error: {_message(e)}", file=sys.stderr)
+        return code
+
+
+def _message(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.strerror:
+        return f"{e.filename}: {e.strerror}" if e.filename else e.strerror
+    return str(e)

@@ -5,6 +5,8 @@ reason sits several lines into a message that starts with ``DALI_ERROR_INVALID_O
 ``reason`` pulls the cause out of either. When a pipeline fails, ``locate_bad_record`` re-reads
 the split's records in order with the task's own check (parse, label range, full decode) and
 names the first file and record that fails it: a slow path taken only after a failure.
+``read_batches`` is how the loops that read data (training and inference in ``trainer.py``,
+evaluation in ``evaluation.py``) iterate, so that every such failure ends as that one line.
 """
 from __future__ import annotations
 

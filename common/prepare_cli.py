@@ -28,6 +28,29 @@ def add_shards(p: argparse.ArgumentParser, train: int, val: int) -> None:
     p.add_argument("--val_shards", type=int, default=val)
 
 
+def generated(root: str, source: str, records: str | None, made_with: dict,
+              export: Callable[[str], object], prepare: Callable[[str, str], object]) -> str:
+    """The records of a generated dataset (the digits, the shapes), made once: ``export(src)``
+    writes its source in ``root/source``, ``prepare(src, records)`` the records (default
+    ``root/records``; returned). ``root/generated.json``, written last, records what they were
+    made with: records made otherwise, or a preparation that did not finish, are made again."""
+    import json
+    records = records or os.path.join(root, "records")
+    made_with = {**made_with, "records": os.path.abspath(records)}
+    marker = os.path.join(root, "generated.json")
+    with contextlib.suppress(OSError, ValueError), open(marker) as f:
+        if json.load(f) == made_with:
+            return records
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(marker)
+    src = os.path.join(root, source)
+    shutil.rmtree(src, ignore_errors=True)
+    export(src)
+    prepare(src, records)
+    files.write_atomically(marker, json.dumps(made_with))
+    return records
+
+
 @contextlib.contextmanager
 def staged(out_dir: str, log=print) -> Iterator[str]:
     """Yields a staging directory for the new preparation's files. When the block completes,

@@ -119,8 +119,8 @@ prep() {  # prep NAME CHECK_FILE CMD...: prepares a generated set unless it is t
   echo "[gpu_smoke] preparing a generated $name set in $DATA"
   "$@" >/dev/null
 }
-prep imagenet "$DATA/imagenet/labels.txt" bash -c "'$PY' '$root/resnet50v1.5/rn50/digits.py' '$DATA/digits' && '$PY' '$root/resnet50v1.5/prepare_dataset.py' '$DATA/digits' '$DATA/imagenet' --train_shards 8 --val_shards 2"
-prep coco "$DATA/coco/label_map.json" bash -c "'$PY' '$root/ssd320/ssd/shapes.py' '$DATA/shapes' && '$PY' '$root/ssd320/prepare_dataset.py' '$DATA/shapes' '$DATA/coco' --train_shards 8 --val_shards 2"
+prep imagenet "$DATA/imagenet/labels.txt" "$PY" "$root/resnet50v1.5/rn50/digits.py" "$DATA/digits" --records "$DATA/imagenet" --train_shards 8
+prep coco "$DATA/coco/label_map.json" "$PY" "$root/ssd320/ssd/shapes.py" "$DATA/shapes" --records "$DATA/coco" --train_shards 8 --val_shards 2
 prep wt103 "$DATA/wt103/vocab.txt" bash -c "'$PY' '$root/transformerxl/scripts/plays_corpus.py' '$DATA/plays' && '$PY' '$root/transformerxl/prepare_dataset.py' '$DATA/plays' '$DATA/wt103'"
 
 # Each model at its recipe's batch per GPU (AMP), a short run: flags after the recipe's.

@@ -111,13 +111,8 @@ def stderr_last_line(proc) -> str:
 @pytest.fixture(scope="session")
 def digits_records(tmp_path_factory):
     """60 real digit images (48 train / 12 val) as ImageNet-layout TFRecords with indexes."""
-    from rn50 import digits, prepare
-
-    root = tmp_path_factory.mktemp("digits")
-    digits.export(str(root / "folder"), size=32, limit=60)
-    prepare.prepare(str(root / "folder"), str(root / "records"), train_shards=3, val_shards=2,
-                    log=lambda *_: None)
-    return str(root / "records")
+    from rn50 import digits
+    return digits.prepare(str(tmp_path_factory.mktemp("digits")), limit=60, train_shards=3)
 
 
 @pytest.fixture(scope="session")
@@ -146,8 +141,6 @@ def corpus(tmp_path_factory):
 def shapes_records(tmp_path_factory):
     """24 train / 8 val generated images in COCO's layout (``coco/`` beside it), prepared by
     prepare_dataset."""
-    from ssd import prepare, shapes
-    root = tmp_path_factory.mktemp("shapes")
-    shapes.export(str(root / "coco"), train=24, val=8, seed=3)
-    prepare.prepare(str(root / "coco"), str(root / "records"), 2, 1, log=lambda *_: None)
-    return str(root / "records")
+    from ssd import shapes
+    return shapes.prepare(str(tmp_path_factory.mktemp("shapes")), train=24, val=8, seed=3,
+                          train_shards=2)

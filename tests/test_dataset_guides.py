@@ -3,6 +3,7 @@ archives' layouts: ILSVRC2012's tar of per-class tars, flat validation tar and d
 ground truth names classes by ILSVRC2012_ID, mapped to WordNet ids by meta.mat), and COCO 2017's
 three zips. WikiText-103's is in test_txl_prepare.py."""
 import io
+import json
 import os
 import re
 import shutil
@@ -174,7 +175,22 @@ def test_coco_2017_from_its_three_zips(tmp_path):
                        "OUT": str(tmp_path / "records")}, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert os.path.exists(tmp_path / "records" / "validation_annotations.json")
-    assert tfrecord_index.shard_files(str(tmp_path / "records"), "train", "train")
+    # Every image of each zip is one record, with its annotations' boxes and classes.
+    for prefix, split in (("train", "train2017"), ("validation", "val2017")):
+        made = json.load(open(src / "annotations" / f"instances_{split}.json"))
+        want = {i["id"]: sorted(a["category_id"] for a in made["annotations"]
+                                if a["image_id"] == i["id"]) for i in made["images"]}
+        files = tfrecord_index.shard_files(str(tmp_path / "records"), prefix, prefix)
+        feats = {"image/id": tf.io.FixedLenFeature([], tf.int64),
+                 "image/object/class/label": tf.io.VarLenFeature(tf.int64),
+                 "image/object/bbox/xmin": tf.io.VarLenFeature(tf.float32)}
+        got = {}
+        for raw in tf.data.TFRecordDataset(files):
+            ex = tf.io.parse_single_example(raw, feats)
+            assert len(ex["image/object/bbox/xmin"].values) == \
+                len(ex["image/object/class/label"].values)
+            got[int(ex["image/id"])] = sorted(ex["image/object/class/label"].values.numpy())
+        assert got == want and sum(map(len, got.values())) == len(made["annotations"]), prefix
 
 
 def _flat_imagenet(tmp_path):

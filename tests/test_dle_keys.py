@@ -73,7 +73,7 @@ def parse_dllogger(path):
 def _runs(model, data):
     task = {"resnet50v1.5": ResNetTask, "ssd320": SSDTask, "transformerxl": TransformerXLTask}
     base = {"resnet50v1.5": ["--preset", "tiny"],
-            "ssd320": ["--arch", "resnet_tiny", "--image_size", "64", "--batch_size", "4"],
+            "ssd320": ["--preset", "tiny", "--image_size", "64"],
             "transformerxl": ["--preset", "tiny"]}[model]
     short = ["--iter_unit", "batch", "--num_iter", "3", "--warmup_steps", "1"]
     return task[model], [*base, "--data_dir", data], {

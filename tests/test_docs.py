@@ -8,6 +8,7 @@ import os
 import re
 import shlex
 import subprocess
+import types
 
 import pytest
 from conftest import ROOT
@@ -169,3 +170,23 @@ def test_the_profile_diff_example_runs_as_written(tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "B / A" in proc.stdout or "B/A" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_adding_a_model_lists_the_task_interface_as_it_is():
+    """docs/adding_a_model.md's table names every member of Task and RecordTask, and the
+    classes they belong to: a hook added, removed or moved without the doc fails here."""
+    from common import task
+    text = open(os.path.join(ROOT, "docs", "adding_a_model.md")).read()
+    table = text.split("### The interface, member by member")[1].split("\n## ")[0]
+    documented = {}
+    for m in re.finditer(r"^\| `(\w+)` \| ([\w, ]+) \|", table, re.M):
+        documented[m.group(1)] = {c.strip() for c in m.group(2).split(",")}
+    actual = {}
+    for cls in (task.Task, task.RecordTask):
+        for name in vars(cls):
+            if not name.startswith("_") or name == "__init__":
+                actual.setdefault(name, set()).add(cls.__name__)
+    assert documented == actual
+    methods = [n for c in (task.Task, task.RecordTask) for n, v in vars(c).items()
+               if n in actual and isinstance(v, (types.FunctionType, classmethod, property))]
+    assert len(methods) <= 30, methods  # a narrow interface: at most 30 methods in the two

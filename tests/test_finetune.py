@@ -22,8 +22,7 @@ from txl.prepare import vocab_hash
 from txl.task import TransformerXLTask
 
 RN_TINY = TINY  # its 10 classes give way to labels.txt's where there are data
-SSD_TINY = ["--arch", "resnet_tiny", "--image_size", "64", "--batch_size", "4",
-            "--display_every", "1", "--lr_warmup_steps", "1"]
+SSD_TINY = ["--preset", "tiny", "--image_size", "64", "--lr_warmup_steps", "1"]
 TXL_TINY = ["--preset", "tiny", "--seed", "3", "--lr_warmup_steps", "2", "--display_every", "1"]
 
 

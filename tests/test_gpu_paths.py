@@ -68,8 +68,8 @@ def _models(digits_records, shapes_records, corpus):
     return {
         "resnet50v1.5": (ResNetTask, [*TINY, "--data_dir", digits_records, "--dali"],
                          ("train", "eval")),
-        "ssd320": (SSDTask, ["--arch", "resnet_tiny", "--image_size", "64", "--batch_size", "4",
-                             "--data_dir", shapes_records, "--dali"], ("train", "eval")),
+        "ssd320": (SSDTask, ["--preset", "tiny", "--image_size", "64", "--data_dir",
+                             shapes_records, "--dali"], ("train", "eval")),
         "transformerxl": (TransformerXLTask, ["--preset", "tiny", "--data_dir", corpus, "--dali"],
                           ("train",)),
     }

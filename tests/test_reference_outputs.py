@@ -28,14 +28,11 @@ PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "referen
 STEPS = ["--mode", "train", "--iter_unit", "batch", "--num_iter", "4", "--display_every", "1",
          "--seed", "11"]
 RUNS = {
-    "resnet50v1.5": (ResNetTask, ["--arch", "resnet_tiny", "--num_classes", "10", "--image_size",
-                                  "32", "--batch_size", "8", "--lr_warmup_epochs", "0"]),
+    "resnet50v1.5": (ResNetTask, ["--preset", "tiny"]),
     # SSD320 with this repository's v1.5 trunk (its default until TF-slim's became it), and
     # with the default trunk, TF-slim's resnet_v1.
-    "ssd320": (SSDTask, ["--arch", "resnet_tiny", "--image_size", "128", "--batch_size", "4",
-                         "--lr_warmup_steps", "2", "--trunk", "resnet_v1.5"]),
-    "ssd320/resnet_v1": (SSDTask, ["--arch", "resnet_tiny", "--image_size", "128",
-                                   "--batch_size", "4", "--lr_warmup_steps", "2"]),
+    "ssd320": (SSDTask, ["--preset", "tiny", "--trunk", "resnet_v1.5"]),
+    "ssd320/resnet_v1": (SSDTask, ["--preset", "tiny"]),
     "transformerxl": (TransformerXLTask, ["--preset", "tiny", "--vocab_size", "100",
                                           "--dropout", "0.1"]),
 }

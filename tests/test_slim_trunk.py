@@ -182,8 +182,8 @@ def test_parameter_count_is_nvidias_ssd320_v1_2():
     assert model.get_layer("conv1_relu6").max_value == 6.0
 
 
-TINY = ["--arch", "resnet_tiny", "--image_size", "64", "--batch_size", "2", "--display_every",
-        "1", "--lr_warmup_steps", "1", "--iter_unit", "batch", "--num_iter", "2"]
+TINY = ["--preset", "tiny", "--image_size", "64", "--batch_size", "2", "--lr_warmup_steps", "1",
+        "--iter_unit", "batch", "--num_iter", "2"]
 
 
 def test_main_trains_from_a_slim_checkpoint_and_refuses_a_wrong_one(tmp_path, shapes_records,

@@ -28,9 +28,8 @@ NODE = ["--gpus-per-node=0", "--nodes=1", "--ntasks-per-node=2"]
 CLUSTER_ONLY = pytest.mark.one_stack(
     "ngc", "Slurm's requeues, preemption and signals and the batch shell do not change with the "
     "Python stack; the NGC container's is the one cluster jobs run in")
-RN50_TINY = ["--arch", "resnet_tiny", "--image_size", "32", "--batch_size", "4",
-             "--iter_unit", "batch", "--num_iter", "4", "--mode", "train", "--seed", "1",
-             "--lr_warmup_epochs", "0", "--display_every", "1"]
+RN50_TINY = ["--preset", "tiny", "--batch_size", "4", "--iter_unit", "batch", "--num_iter", "4",
+             "--mode", "train", "--seed", "1"]
 
 
 @pytest.fixture(scope="module")
@@ -263,16 +262,40 @@ def test_a_preempted_job_stops_with_a_checkpoint_and_comes_back_to_resume(slurm,
     assert _summary(results)[1][-1]["final_step"] == 300
 
 
+# The ranks' stand-in for the "complete" case: main.py's run ended at its last step as the
+# signal came (its log, a real run's, has a final summary that is not a stopped run's).
+_FINISHED = ("import signal, sys, time; signal.signal(signal.SIGUSR1, lambda *_: sys.exit(0)); "
+             "print('waiting for the signal', flush=True); time.sleep(300)")
+
+
 @CLUSTER_ONLY
-def test_a_complete_run_or_a_spent_max_requeues_is_not_requeued(slurm, tmp_path):
+@pytest.mark.parametrize("case", ["complete", "spent"])
+def test_a_complete_run_or_a_spent_max_requeues_is_not_requeued(slurm, tmp_path, case):
+    """USR1 (the time limit is near) requeues the job, unless the run is complete by then or
+    MAX_REQUEUES requeues are spent."""
     results, log = str(tmp_path / "r"), tmp_path / "job.out"
-    job = _submit(slurm, tmp_path, [*RN50_TINY, "--num_iter", "100000", "--display_every", "10"],
-                  results, log, MAX_REQUEUES="0")
-    _wait_for(log, "step 30/")
+    if case == "spent":
+        job = _submit(slurm, tmp_path, [*RN50_TINY, "--num_iter", "100000",
+                                        "--display_every", "10"], results, log, MAX_REQUEUES="0")
+        _wait_for(log, "step 30/")
+    else:
+        proc = run_cli([sys.executable, os.path.join(ROOT, "resnet50v1.5", "main.py"),
+                        *RN50_TINY, "--results_dir", results])
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        script = tmp_path / "job.sh"
+        script.write_text(f"#!/bin/bash\n#SBATCH --requeue\nexec bash {ROOT}/scripts/slurm_job.sh "
+                          f"{sys.executable} -c \"{_FINISHED}\"\n")
+        job = slurm.sbatch(["--nodes=1", "--ntasks=1", "-o", str(log), str(script)],
+                           env={"RESULTS_DIR": results})
+        _wait_for(log, "waiting for the signal")
     assert slurm.run(["scancel", "--signal=USR1", "--batch", job]).returncode == 0
     assert slurm.wait(job, timeout=120) == "COMPLETED"
     text = log.read_text()
-    assert "start 1 of at most 1" in text and "MAX_REQUEUES=0 requeues are spent" in text
+    if case == "spent":
+        assert "start 1 of at most 1" in text and "MAX_REQUEUES=0 requeues are spent" in text
+    else:
+        assert "slurm_job.sh: the run is complete: not requeued" in text, text[-3000:]
+    assert "requeueing job" not in text
     assert slurm._job_field(job, "Restarts", "?") == "0"
 
 

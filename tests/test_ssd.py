@@ -187,10 +187,9 @@ def test_predict_draws_and_the_export_gives_the_same_detections(tmp_path, shapes
 def test_backbone_checkpoint_of_resnet50v15_loads_into_the_trunk(tmp_path):
     from rn50.task import ResNetTask
     rn_dir = tmp_path / "rn"
-    runner.run(ResNetTask, ["main.py", "--mode", "train", "--arch", "resnet_tiny",
-                            "--num_classes", "10", "--image_size", "32", "--batch_size", "4",
-                            "--iter_unit", "batch", "--num_iter", "1", "--results_dir",
-                            str(rn_dir)])
+    runner.run(ResNetTask, ["main.py", "--mode", "train", "--preset", "tiny",
+                            "--batch_size", "4", "--iter_unit", "batch", "--num_iter", "1",
+                            "--results_dir", str(rn_dir)])
     reader = tf.train.load_checkpoint(str(rn_dir / "checkpoints" / "ckpt-1"))
     trainer = runner.setup(SSDTask, ["main.py", *TINY, "--mode", "train", "--trunk",
                                      "resnet_v1.5", "--backbone_checkpoint",

@@ -327,8 +327,7 @@ def test_train_and_evaluate_without_data_is_one_line_naming_the_flag(tmp_path, c
 def test_a_backbone_checkpoint_of_another_resnet_is_one_line(tmp_path, capsys):
     from rn50.task import ResNetTask
     rn = tmp_path / "rn"
-    runner.run(ResNetTask, ["main.py", "--arch", "resnet_tiny", "--num_classes", "10",
-                            "--image_size", "32", "--batch_size", "2", "--mode", "train",
+    runner.run(ResNetTask, ["main.py", "--preset", "tiny", "--batch_size", "2", "--mode", "train",
                             "--iter_unit", "batch", "--num_iter", "1", "--results_dir", str(rn)])
     code, last = _main(capsys, "--mode", "train", "--num_iter", "1", "--arch", "resnet50",
                        "--trunk", "resnet_v1.5", "--image_size", "64", "--batch_size", "1",

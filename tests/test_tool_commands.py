@@ -12,9 +12,8 @@ import sys
 import pytest
 from conftest import ROOT
 
-TINY_BENCH = ["--mode", "training_benchmark", "--arch", "resnet_tiny", "--num_classes", "10",
-              "--image_size", "32", "--batch_size", "4", "--iter_unit", "batch", "--num_iter",
-              "3", "--warmup_steps", "1"]
+TINY_BENCH = ["--mode", "training_benchmark", "--preset", "tiny", "--batch_size", "4",
+              "--iter_unit", "batch", "--num_iter", "3", "--warmup_steps", "1"]
 
 
 def _module(args, timeout=900, cwd=None):

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import glob
 import os
-import subprocess
-import sys
 
 import numpy as np
 
@@ -48,17 +46,11 @@ def int8_data(data: str, smoke: bool = False) -> tuple[str, list[str]]:
     """(prepared records under ``data``, main.py's recipe): the digits at 32x32, ``make
     demo``'s run; ``smoke``: 200 of them on the tiny network for one epoch."""
     from rn50 import digits
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if not os.path.exists(os.path.join(data, "records", "labels.txt")):
-        digits.export(os.path.join(data, "folder"), size=32, limit=200 if smoke else None)
-        subprocess.run([sys.executable, os.path.join(root, "prepare_dataset.py"),
-                        os.path.join(data, "folder"), os.path.join(data, "records"),
-                        "--train_shards", "4", "--val_shards", "2"], check=True,
-                       stdout=subprocess.DEVNULL)
+    records = digits.prepare(data, limit=200 if smoke else None)
     recipe = ["--preset", "digits", "--image_size", "32", "--seed", "1"]
     if smoke:
         recipe += ["--arch", "resnet_tiny", "--num_iter", "1"]
-    return os.path.join(data, "records"), recipe
+    return records, recipe
 
 
 def int8_validation(records: str, image_size: int) -> list:

@@ -2,7 +2,10 @@
 
 Written as an ImageNet-style folder (``train/<class>/*.JPEG``, ``val/<class>/*.JPEG``) so that it
 goes through ``prepare_dataset.py`` exactly as ImageNet does. The 8x8 originals are upscaled
-(bicubic) to ``size`` pixels and stored as RGB JPEGs.
+(bicubic) to ``size`` pixels and stored as RGB JPEGs. ``prepare`` makes the records the demo,
+the learning check, the INT8 table and the tests train on::
+
+    python resnet50v1.5/rn50/digits.py DIR    # DIR/folder, then DIR/records
 """
 from __future__ import annotations
 
@@ -34,8 +37,28 @@ def export(dst: str, size: int = 32, val_fraction: float = 0.2, limit: int | Non
     return counts
 
 
-if __name__ == "__main__":
-    import sys
+def prepare(root: str, size: int = 32, limit: int | None = None, train_shards: int = 4,
+            val_shards: int = 2, records: str | None = None, log=lambda *_: None) -> str:
+    """The digits as prepared records: ``export``'s folder in ``root/folder``, then
+    prepare_dataset.py's TFRecords and DALI indexes in ``records`` (default ``root/records``;
+    returned), made once for these arguments (``common.prepare_cli.generated``)."""
+    from common.prepare_cli import generated
+    from rn50.prepare import prepare as write_records
+    return generated(root, "folder", records, {"size": size, "limit": limit,
+                                                "shards": [train_shards, val_shards]},
+                     lambda src: export(src, size=size, limit=limit),
+                     lambda src, out: write_records(src, out, train_shards, val_shards, log=log))
 
-    out = sys.argv[1] if len(sys.argv) > 1 else "digits"
-    print(export(out))
+
+if __name__ == "__main__":
+    import argparse
+
+    p = argparse.ArgumentParser(description="Writes the digits as an ImageNet-style folder "
+                                "(DIR/folder) and prepares its records (DIR/records).")
+    p.add_argument("root")
+    p.add_argument("--records", help="the records' folder (default: ROOT/records)")
+    p.add_argument("--train_shards", type=int, default=4)
+    p.add_argument("--val_shards", type=int, default=2)
+    a = p.parse_args()
+    print(prepare(a.root, train_shards=a.train_shards, val_shards=a.val_shards,
+                  records=a.records, log=print))

@@ -41,7 +41,7 @@ import tempfile
 import numpy as np
 
 from common.checkpoint import settings as checkpoint_settings
-from common.errors import DataError, UsageError, one_line
+from common.errors import DataError, UsageError, one_line, reported
 
 # NVIDIA's ImageNet standard deviations (common/images.py), here so that the state-dict reader
 # imports without TensorFlow (the tests run it beside PyTorch alone).
@@ -415,7 +415,6 @@ def write(model, settings: dict, out_dir: str, names: list[str] | None, log=prin
 def main(argv=None) -> int:
     """``import_weights.py SRC OUT --from SOURCE``: one line on stderr for a bad input."""
     import argparse
-    import sys
     p = argparse.ArgumentParser(
         prog="import_weights.py",
         description="Writes a ResNet-50 v1.5 checkpoint of this repository from torchvision, "
@@ -432,18 +431,15 @@ def main(argv=None) -> int:
     p.add_argument("--labels", help="a file of class names, one a line, kept beside the "
                    "checkpoint as labels.txt (predict names its classes)")
     args = p.parse_args(argv)
-    try:
-        check_output(args.out_dir)  # before the import, not after it
-        names = read_labels(args.labels) if args.labels else None
-        imported = read(args.source, args.src, args.arch)
-        model, settings, notes = build(imported, args.arch, args.num_classes, args.image_size)
-        prefix = write(model, settings, args.out_dir, names)
-    except UsageError as e:
-        print(f"import_weights.py: error: {e}", file=sys.stderr)
-        return 2
-    except DataError as e:
-        print(f"import_weights.py: error: {e}", file=sys.stderr)
-        return 1
+    return reported("import_weights.py", lambda: _import(args), {UsageError: 2, DataError: 1})
+
+
+def _import(args) -> int:
+    check_output(args.out_dir)  # before the import, not after it
+    names = read_labels(args.labels) if args.labels else None
+    imported = read(args.source, args.src, args.arch)
+    model, settings, notes = build(imported, args.arch, args.num_classes, args.image_size)
+    prefix = write(model, settings, args.out_dir, names)
     for note in notes:
         print(f"note: {note}")
     print(f"imported {len(imported.weights)} tensors of {args.source}'s ResNet-50 into {prefix} "

@@ -12,12 +12,7 @@ PY=${PYTHON:-python3}
 DEMO_DIR=${DEMO_DIR:-$(pwd)/demo_data}
 EPOCHS=${EPOCHS:-3}
 
-if [ ! -f "$DEMO_DIR/records/labels.txt" ]; then
-  rm -rf "$DEMO_DIR/folder" "$DEMO_DIR/records"
-  "$PY" "$here/rn50/digits.py" "$DEMO_DIR/folder"
-  "$PY" "$here/prepare_dataset.py" "$DEMO_DIR/folder" "$DEMO_DIR/records" \
-    --train_shards 4 --val_shards 2
-fi
+"$PY" "$here/rn50/digits.py" "$DEMO_DIR"  # DEMO_DIR/records, once (rn50.digits.prepare)
 rm -rf "$DEMO_DIR/results"  # a fresh run each time (an existing checkpoint would be resumed)
 exec "$PY" "$here/main.py" --mode train_and_evaluate --preset digits --num_iter "$EPOCHS" \
   --data_dir "$DEMO_DIR/records" --results_dir "$DEMO_DIR/results" --display_every 10 "$@"

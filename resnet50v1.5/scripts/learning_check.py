@@ -15,8 +15,6 @@ With --results_dir the runs are kept (DIR/fp32-1, DIR/amp-1, ...) for
 """
 import argparse
 import os
-import subprocess
-import sys
 import tempfile
 
 _here = os.path.dirname(os.path.abspath(__file__))
@@ -29,15 +27,6 @@ from rn50 import config, digits  # noqa: E402
 from rn50.task import ResNetTask  # noqa: E402
 
 PRECISIONS = {p: precisions.precision_flags(p) for p in ("fp32", "amp")}  # common/precisions.py
-
-
-def prepare_digits(root: str) -> str:
-    digits.export(os.path.join(root, "folder"), size=32)
-    subprocess.run([sys.executable, os.path.join(_model_dir, "prepare_dataset.py"),
-                    os.path.join(root, "folder"), os.path.join(root, "records"),
-                    "--train_shards", "4", "--val_shards", "2"], check=True,
-                   stdout=subprocess.DEVNULL)
-    return os.path.join(root, "records")
 
 
 def train(records: str, results: str, precision: str, epochs: int, seed: int) -> dict:
@@ -62,7 +51,7 @@ def run(epochs: int = 3, seeds=(1, 2, 3), workdir: str | None = None) -> dict:
     """Every precision from every seed: {"fp32": {seed: run}, "amp": {...}}; the runs are kept
     under ``workdir`` (PRECISION-SEED) when it is given (the data is not)."""
     with tempfile.TemporaryDirectory() as tmp:
-        records = prepare_digits(tmp)
+        records = digits.prepare(tmp)
         return {p: {seed: train(records, os.path.join(workdir or tmp, f"{p}-{seed}"), p, epochs,
                                 seed) for seed in seeds}
                 for p in PRECISIONS}

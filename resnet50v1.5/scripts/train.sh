@@ -7,15 +7,8 @@
 # Environment: DATA_DIR (TFRecords + idx/), RESULTS_DIR, BATCH_SIZE (per GPU; main.py: 256),
 # EPOCHS (main.py: 90), LAUNCHER. The recipe is main.py's: this script only launches it.
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
-PRECISION=${1:?usage: train.sh amp|tf32|fp32 GPUS [xla|noxla] [flags]}
-GPUS=${2:?usage: train.sh amp|tf32|fp32 GPUS [xla|noxla] [flags]}
-XLA=${3:-noxla}
-shift $(( $# < 3 ? $# : 3 ))
-extra=()
-DATA_DIR=${DATA_DIR-/data/imagenet}  # set but empty: synthetic data (benchmarks)
-if [ -n "$DATA_DIR" ]; then extra+=(--data_dir "$DATA_DIR" --dali); fi
-if [ -n "${EPOCHS:-}" ]; then extra+=(--iter_unit epoch --num_iter "$EPOCHS"); fi
-if [ -n "${BATCH_SIZE:-}" ]; then extra+=(--batch_size "$BATCH_SIZE"); fi
-exec bash "$here/../scripts/launch.sh" "$here/main.py" "$PRECISION" "$GPUS" "$XLA" \
-  --results_dir "${RESULTS_DIR:-/results}" "${extra[@]}" "$@"
+. "$(dirname "$0")/../../scripts/train_prelude.sh" /data/imagenet "$@"
+if [ -n "$DATA_DIR" ]; then extra+=(--dali); fi
+env_flag EPOCHS --iter_unit epoch --num_iter
+env_flag BATCH_SIZE --batch_size
+launch

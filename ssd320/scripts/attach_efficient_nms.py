@@ -38,7 +38,7 @@ import sys
 import numpy as np
 
 from common import quiet_start
-from common.errors import DataError, one_line
+from common.errors import DataError, one_line, reported
 from common.files import write_atomically
 
 with quiet_start.filtered_stderr():  # TensorFlow's start-up lines (ssd.postprocess imports it)
@@ -115,19 +115,16 @@ def main(argv=None) -> int:
     p.add_argument("--iou_threshold", type=float, default=postprocess.IOU_THRESHOLD)
     p.add_argument("--max_detections", type=int, default=postprocess.MAX_TOTAL)
     args = p.parse_args(argv)
+    return reported("attach_efficient_nms.py", lambda: _attach(args),
+                    {ValueError: 2, DataError: 1})
+
+
+def _attach(args) -> int:
     problem = check(args)
     if problem:
-        print(f"attach_efficient_nms.py: error: {problem}", file=sys.stderr)
-        return 2
-    try:
-        attrs = attach(args.src, args.dst, args.score_threshold, args.iou_threshold,
-                       args.max_detections)
-    except ValueError as e:
-        print(f"attach_efficient_nms.py: error: {e}", file=sys.stderr)
-        return 2
-    except DataError as e:
-        print(f"attach_efficient_nms.py: error: {e}", file=sys.stderr)
-        return 1
+        raise ValueError(problem)
+    attrs = attach(args.src, args.dst, args.score_threshold, args.iou_threshold,
+                   args.max_detections)
     print(f"wrote {args.dst}: EfficientNMS_TRT ({', '.join(f'{k}={v}' for k, v in attrs.items())})"
           f" -> {', '.join(OUTPUTS)}")
     return 0

@@ -10,12 +10,7 @@ PY=${PYTHON:-python3}
 DEMO_DIR=${DEMO_DIR:-$(pwd)/demo_data/ssd}
 STEPS=${STEPS:-1200}
 
-if [ ! -f "$DEMO_DIR/records/label_map.json" ]; then
-  rm -rf "$DEMO_DIR/coco" "$DEMO_DIR/records"
-  "$PY" "$here/ssd/shapes.py" "$DEMO_DIR/coco"
-  "$PY" "$here/prepare_dataset.py" "$DEMO_DIR/coco" "$DEMO_DIR/records" \
-    --train_shards 4 --val_shards 1
-fi
+"$PY" "$here/ssd/shapes.py" "$DEMO_DIR"  # DEMO_DIR/coco and DEMO_DIR/records, once
 rm -rf "$DEMO_DIR/results" "$DEMO_DIR/to_predict"  # a fresh run (a checkpoint would be resumed)
 common=(--preset shapes --data_dir "$DEMO_DIR/records" --results_dir "$DEMO_DIR/results")
 "$PY" "$here/main.py" --mode train_and_evaluate "${common[@]}" --iter_unit batch \

@@ -29,8 +29,6 @@ here from the digits learning check's ResNet-50 (resnet50v1.5/scripts/learning_c
 import argparse
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 
 _here = os.path.dirname(os.path.abspath(__file__))
@@ -44,15 +42,6 @@ AP, AP50, AP75 = (LOG_NAMES.metric(k) for k in ("AP", "AP50", "AP75"))
 
 PRECISIONS = {p: precisions.precision_flags(p) for p in ("fp32", "amp")}  # common/precisions.py
 RECIPE = ["--preset", "shapes"]  # ssd/config.py: a curve (an evaluation every epoch)
-
-
-def prepare(root: str) -> str:
-    shapes.export(os.path.join(root, "coco"), train=600, val=100, seed=0)
-    subprocess.run([sys.executable, os.path.join(_model_dir, "prepare_dataset.py"),
-                    os.path.join(root, "coco"), os.path.join(root, "records"),
-                    "--train_shards", "4", "--val_shards", "1"], check=True,
-                   stdout=subprocess.DEVNULL)
-    return os.path.join(root, "records")
 
 
 def starts(backbone: str) -> dict:
@@ -85,7 +74,7 @@ def run(steps: int = 1800, seeds=(1, 2, 3), workdir: str | None = None,
     configs = ({name: ("fp32", flags) for name, flags in starts(backbone).items()} if backbone
                else {p: (p, ()) for p in PRECISIONS})
     with tempfile.TemporaryDirectory() as tmp:
-        records = prepare(tmp)
+        records = shapes.prepare(tmp)
         return {name: {seed: train(records, os.path.join(workdir or tmp, f"{name}-{seed}"),
                                    precision, steps, seed, flags) for seed in seeds}
                 for name, (precision, flags) in configs.items()}

@@ -10,16 +10,9 @@
 # ImageNet resnet_v1_50.ckpt, or its directory; with --trunk resnet_v1.5 a resnet50v1.5
 # checkpoint; unset, the trunk starts from random weights and the run says so), LAUNCHER.
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
-PRECISION=${1:?usage: train.sh amp|tf32|fp32 GPUS [xla|noxla] [flags]}
-GPUS=${2:?usage: train.sh amp|tf32|fp32 GPUS [xla|noxla] [flags]}
-XLA=${3:-noxla}
-shift $(( $# < 3 ? $# : 3 ))
-extra=()
-DATA_DIR=${DATA_DIR-/data/coco}  # set but empty: synthetic data (benchmarks)
-if [ -n "$DATA_DIR" ]; then extra+=(--data_dir "$DATA_DIR" --dali); fi
-if [ -n "${BACKBONE:-}" ]; then extra+=(--backbone_checkpoint "$BACKBONE"); fi
-if [ -n "${BATCH_SIZE:-}" ]; then extra+=(--batch_size "$BATCH_SIZE"); fi
-if [ -n "${NUM_ITER:-}" ]; then extra+=(--num_iter "$NUM_ITER"); fi
-exec bash "$here/../scripts/launch.sh" "$here/main.py" "$PRECISION" "$GPUS" "$XLA" \
-  --results_dir "${RESULTS_DIR:-/results}" "${extra[@]}" "$@"
+. "$(dirname "$0")/../../scripts/train_prelude.sh" /data/coco "$@"
+if [ -n "$DATA_DIR" ]; then extra+=(--dali); fi
+env_flag BACKBONE --backbone_checkpoint
+env_flag BATCH_SIZE --batch_size
+env_flag NUM_ITER --num_iter
+launch

@@ -11,8 +11,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 
@@ -62,20 +60,13 @@ def int8_data(data: str, smoke: bool = False) -> tuple[str, list[str]]:
     """(prepared records under ``data``, main.py's recipe): the learning check's shapes at
     128x128 for 1,800 steps; ``smoke``: a few images at 64x64 for 4 steps."""
     from ssd import shapes
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if not os.path.exists(os.path.join(data, "records", "label_map.json")):
-        shapes.export(os.path.join(data, "coco"), train=40 if smoke else 600,
-                      val=8 if smoke else 100, seed=0)
-        subprocess.run([sys.executable, os.path.join(root, "prepare_dataset.py"),
-                        os.path.join(data, "coco"), os.path.join(data, "records"),
-                        "--train_shards", "4", "--val_shards", "1"], check=True,
-                       stdout=subprocess.DEVNULL)
+    records = shapes.prepare(data, train=40 if smoke else 600, val=8 if smoke else 100)
     recipe = ["--preset", "shapes", "--image_size", "128", "--iter_unit", "batch",
               "--num_iter", "1800", "--seed", "1"]
     if smoke:
         recipe += ["--image_size", "64", "--batch_size", "4", "--lr_warmup_steps", "2",
                    "--num_iter", "4"]
-    return os.path.join(data, "records"), recipe
+    return records, recipe
 
 
 def int8_validation(records: str, image_size: int) -> list:

@@ -3,10 +3,14 @@
 No package ships real images with boxes (see the README), so this draws them: 1 to 4 objects of
 four classes (rectangle, ellipse, triangle, cross) of varied size, position, colour and aspect
 on varied backgrounds (flat colours, gradients, noise, stripes), in images of varied size.
-Category ids are 1, 2, 4, 7 (not contiguous, as COCO's are not). Output::
+Category ids are 1, 2, 4, 7 (not contiguous, as COCO's are not). ``export`` writes::
 
     <root>/train2017/*.jpg  <root>/val2017/*.jpg
     <root>/annotations/instances_train2017.json  <root>/annotations/instances_val2017.json
+
+and ``prepare`` the records the demo, the learning check, the INT8 table and the tests train on::
+
+    python ssd320/ssd/shapes.py DIR [--train N --val N --seed S]   # DIR/coco, then DIR/records
 """
 from __future__ import annotations
 
@@ -113,13 +117,31 @@ def export(root: str, train: int = 400, val: int = 100, seed: int = 0, **size) -
     return {"train": train, "val": val}
 
 
+def prepare(root: str, train: int = 600, val: int = 100, seed: int = 0, train_shards: int = 4,
+            val_shards: int = 1, records: str | None = None, log=lambda *_: None) -> str:
+    """The shapes as prepared records: ``export``'s COCO layout in ``root/coco``, then
+    prepare_dataset.py's TFRecords and DALI indexes in ``records`` (default ``root/records``;
+    returned), made once for these arguments (``common.prepare_cli.generated``)."""
+    from common.prepare_cli import generated
+    from ssd.prepare import prepare as write_records
+    return generated(root, "coco", records, {"images": [train, val], "seed": seed,
+                                              "shards": [train_shards, val_shards]},
+                     lambda src: export(src, train, val, seed),
+                     lambda src, out: write_records(src, out, train_shards, val_shards, log=log))
+
+
 if __name__ == "__main__":
     import argparse
 
-    p = argparse.ArgumentParser(description="Writes the generated shapes dataset in COCO's layout.")
+    p = argparse.ArgumentParser(description="Writes the generated shapes dataset in COCO's "
+                                "layout (DIR/coco) and prepares its records (DIR/records).")
     p.add_argument("root")
     p.add_argument("--train", type=int, default=600)
     p.add_argument("--val", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--records", help="the records' folder (default: ROOT/records)")
+    p.add_argument("--train_shards", type=int, default=4)
+    p.add_argument("--val_shards", type=int, default=1)
     a = p.parse_args()
-    print(export(a.root, a.train, a.val, a.seed))
+    print(prepare(a.root, a.train, a.val, a.seed, a.train_shards, a.val_shards, a.records,
+                  log=print))

@@ -9,17 +9,9 @@
 # Environment: DATA_DIR (prepare_dataset.py output), RESULTS_DIR, BATCH_CHUNK, NUM_ITER (steps;
 # main.py: 40000), EVAL_EVERY (main.py: 5000), DALI=1 to read with DALI, LAUNCHER.
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
-PRECISION=${1:?usage: train.sh amp|tf32|fp32 GPUS [xla|noxla] [flags]}
-GPUS=${2:?usage: train.sh amp|tf32|fp32 GPUS [xla|noxla] [flags]}
-XLA=${3:-noxla}
-shift $(( $# < 3 ? $# : 3 ))
-extra=()
-DATA_DIR=${DATA_DIR-/data/wikitext-103-prepared}  # set but empty: synthetic data (benchmarks)
-if [ -n "$DATA_DIR" ]; then extra+=(--data_dir "$DATA_DIR"); fi
+. "$(dirname "$0")/../../scripts/train_prelude.sh" /data/wikitext-103-prepared "$@"
 if [ "${DALI:-0}" = 1 ]; then extra+=(--dali); fi
-if [ -n "${BATCH_CHUNK:-}" ]; then extra+=(--batch_chunk "$BATCH_CHUNK"); fi
-if [ -n "${NUM_ITER:-}" ]; then extra+=(--num_iter "$NUM_ITER"); fi
-if [ -n "${EVAL_EVERY:-}" ]; then extra+=(--eval_every "$EVAL_EVERY"); fi
-exec bash "$here/../scripts/launch.sh" "$here/main.py" "$PRECISION" "$GPUS" "$XLA" \
-  --results_dir "${RESULTS_DIR:-/results}" "${extra[@]}" "$@"
+env_flag BATCH_CHUNK --batch_chunk
+env_flag NUM_ITER --num_iter
+env_flag EVAL_EVERY --eval_every
+launch
