@@ -5,6 +5,7 @@ one, the line says which, and what a kill leaves beside it is named by the next 
 deleted. Where the file system cannot exchange two directories (NFS), the two renames that
 replace the exchange are undone by the next run when a kill falls between them."""
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -81,13 +82,24 @@ def _whole(export) -> bytes:
     return (export / "fingerprint.pb").read_bytes()
 
 
+@pytest.fixture(scope="module")
+def first_export(tmp_path_factory, digits_records):
+    """A run of one step and its export (with a file of the user's in it): each case starts
+    from a copy of both."""
+    root = tmp_path_factory.mktemp("first")
+    first = _export(root, digits_records, 1, root / "export")
+    assert first.returncode == 0, first.stderr[-2000:]
+    (root / "export" / "notes.txt").write_text("the user's\n")
+    return root
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL],
                          ids=["SIGTERM", "Ctrl-C", "SIGKILL"])
-def test_a_stop_in_the_swap_leaves_a_whole_export_and_says_which(tmp_path, digits_records, sig):
+def test_a_stop_in_the_swap_leaves_a_whole_export_and_says_which(tmp_path, digits_records, sig,
+                                                                 first_export):
     export = tmp_path / "export"
-    first = _export(tmp_path, digits_records, 1, export)
-    assert first.returncode == 0, first.stderr[-2000:]
-    (export / "notes.txt").write_text("the user's\n")
+    for name in ("run", "export"):
+        shutil.copytree(first_export / name, tmp_path / name)
     earlier = _whole(export)
     env = _slow(tmp_path, sig.name)
     proc = _export(tmp_path, digits_records, 2, export, env,

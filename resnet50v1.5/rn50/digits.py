@@ -52,6 +52,10 @@ def prepare(root: str, size: int = 32, limit: int | None = None, train_shards: i
 
 if __name__ == "__main__":
     import argparse
+    import sys
+
+    _package = os.path.dirname(os.path.abspath(__file__))  # this checkout's code, installed or not
+    sys.path[:0] = [os.path.dirname(_package), os.path.dirname(os.path.dirname(_package))]
 
     p = argparse.ArgumentParser(description="Writes the digits as an ImageNet-style folder "
                                 "(DIR/folder) and prepares its records (DIR/records).")

@@ -132,6 +132,10 @@ def prepare(root: str, train: int = 600, val: int = 100, seed: int = 0, train_sh
 
 if __name__ == "__main__":
     import argparse
+    import sys
+
+    _package = os.path.dirname(os.path.abspath(__file__))  # this checkout's code, installed or not
+    sys.path[:0] = [os.path.dirname(_package), os.path.dirname(os.path.dirname(_package))]
 
     p = argparse.ArgumentParser(description="Writes the generated shapes dataset in COCO's "
                                 "layout (DIR/coco) and prepares its records (DIR/records).")
