@@ -61,13 +61,13 @@ class Trainer:
             self.flags.model_dir, {"model": self.model, "optimizer": self.inner_optimizer,
                                    "global_step": self.global_step},
             loss_scale, keep=self.flags.keep_checkpoints, log=self.log.print)
+        # The model's serving object: what its exports hold and what inference is.
+        self.serving = task.serving_class(task) if task.serving_class else None
         self._check_output_dirs()
         self._compiled_step = None
         self.inference_model = inference.InferenceModel(task, self.model, ctx)
         self.evaluator = Evaluator(task, ctx, self.inference_model,
                                    functools.partial(task_lib.check_inputs, task))
-        # The model's serving object: what its exports hold and what inference is.
-        self.serving = task.serving_class(task) if task.serving_class else None
         self.profiler = profiling.StepProfiler(
             self.flags.profile, os.path.join(self.flags.results_dir, "tensorboard"), self.log,
             enabled=self.dist.is_chief)

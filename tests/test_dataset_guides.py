@@ -13,10 +13,15 @@ import tarfile
 import zipfile
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from conftest import ROOT, run_cli, stderr_last_line
 
 from common import tfrecord_index
+
+pytestmark = pytest.mark.one_stack(
+    "pip", "the guides unpack the archives with the shell; the preparation they end in is "
+    "tested on both stacks elsewhere")
 
 # meta.mat's ILSVRC2012_IDs do not follow the folder names' order, as in the real devkit
 # (id 1 is n02119789, kit fox; n01440764, tench, is id 449).

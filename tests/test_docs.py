@@ -15,6 +15,9 @@ from conftest import ROOT
 
 from common import flags, models
 
+pytestmark = pytest.mark.one_stack(
+    "pip", "the documents and the commands they quote are the same for both stacks")
+
 DOCS = sorted({os.path.relpath(p, ROOT) for p in
                [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "CHANGELOG.md"),
                 *glob.glob(os.path.join(ROOT, "*", "README.md")),

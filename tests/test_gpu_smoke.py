@@ -9,6 +9,9 @@ from conftest import ROOT
 
 from common import flags, models
 
+pytestmark = pytest.mark.one_stack(
+    "ngc", "gpu_smoke.sh is bash, run in the NGC container on a user's allocation")
+
 MODELS = models.MODELS
 
 

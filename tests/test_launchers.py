@@ -8,6 +8,9 @@ import subprocess
 import pytest
 from conftest import ROOT
 
+pytestmark = pytest.mark.one_stack(
+    "pip", "the launchers are bash, the same for both stacks")
+
 CONTAINER_ROOT = "/workspace/tf-model-scripts"
 
 

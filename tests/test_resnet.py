@@ -142,6 +142,8 @@ def test_amp_environment_variable_through_main(tmp_path):
             in proc.stdout)
 
 
+@pytest.mark.one_stack("ngc", "the sweep runs main.py as a user does; its table does not change "
+                        "with the Python stack")
 def test_sweep_prints_a_table_with_speedups_against_fp32(tmp_path, capsys):
     """Two rounds, the configurations alternating; a line each: median, range, rounds, and the
     device the runs recorded (a CPU's batch is per process)."""

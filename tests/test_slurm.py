@@ -25,6 +25,10 @@ pytestmark = pytest.mark.skipif(
 # Two tasks on the one node, instead of the sbatch files' 8 per node on GPU nodes.
 NODE = ["--gpus-per-node=0", "--nodes=1", "--ntasks-per-node=2"]
 # Slurm's own behaviour under faults: the NGC stack's suite runs these (pytest.ini, one_stack).
+# How sbatch, srun and PMIx start the ranks: the pip stack's suite runs these.
+LAUNCH_ONLY = pytest.mark.one_stack(
+    "pip", "sbatch, srun and PMIx start the ranks alike under both stacks; Horovod's own "
+    "behaviour is tested on both (tests/test_horovod.py)")
 CLUSTER_ONLY = pytest.mark.one_stack(
     "ngc", "Slurm's requeues, preemption and signals and the batch shell do not change with the "
     "Python stack; the NGC container's is the one cluster jobs run in")
@@ -56,6 +60,7 @@ def _sbatch(slurm, script, args, env, out):
     return text
 
 
+@LAUNCH_ONLY
 def test_resnet_sbatch_is_one_horovod_job_and_trains_as_mpirun_does(slurm, tmp_path):
     srun_dir, mpirun_dir = str(tmp_path / "srun"), str(tmp_path / "mpirun")
     out = _sbatch(slurm, "resnet50v1.5/scripts/slurm.sbatch", ["fp32", "noxla", *RN50_TINY],
@@ -77,6 +82,7 @@ def test_resnet_sbatch_is_one_horovod_job_and_trains_as_mpirun_does(slurm, tmp_p
                                rtol=1e-6)
 
 
+@LAUNCH_ONLY
 def test_ssd_sbatch_trains_and_evaluates_with_dali_on_two_tasks(slurm, tmp_path, shapes_records):
     results = str(tmp_path / "r")
     out = _sbatch(slurm, "ssd320/scripts/slurm.sbatch",
@@ -91,6 +97,7 @@ def test_ssd_sbatch_trains_and_evaluates_with_dali_on_two_tasks(slurm, tmp_path,
     assert "DetectionBoxes_Precision/mAP@.50IOU" in summary
 
 
+@LAUNCH_ONLY
 def test_transformerxl_sbatch_keeps_the_global_batch_over_two_tasks(slurm, tmp_path, corpus):
     results = str(tmp_path / "r")
     out = _sbatch(slurm, "transformerxl/scripts/slurm.sbatch",
@@ -134,6 +141,7 @@ def test_scancel_on_a_save_step_stops_both_tasks_with_one_checkpoint(slurm, tmp_
     assert f"restored {results}/checkpoints/ckpt-{stopped} at step {stopped}" in out
 
 
+@LAUNCH_ONLY
 def test_srun_error_lines_name_each_rank(slurm, tmp_path):
     proc = slurm.run(["srun", "-n2", "--mpi=pmix", sys.executable,
                       os.path.join(ROOT, "resnet50v1.5", "main.py"), "--data_dir",
@@ -144,6 +152,7 @@ def test_srun_error_lines_name_each_rank(slurm, tmp_path):
                       "or is not a directory" for r in (0, 1)]
 
 
+@LAUNCH_ONLY
 def test_srun_without_pmix_is_refused_instead_of_training_twice(slurm, tmp_path):
     """Without an MPI plugin each task is an MPI world of its own: refused with one line,
     rather than two runs writing one results directory."""

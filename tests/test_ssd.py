@@ -204,6 +204,8 @@ def test_backbone_checkpoint_of_resnet50v15_loads_into_the_trunk(tmp_path):
             assert tuple(np.asarray(w).ravel()[:4]) in values, (name, w.path)
 
 
+@pytest.mark.one_stack("pip", "what two ranks agree on is this repository's code over Horovod, "
+                        "whose allreduce tests/test_horovod.py runs on both stacks")
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="MPI is not installed")
 def test_two_process_evaluation_gives_the_same_ap_as_one(tmp_path, shapes_records):
     out = str(tmp_path / "r")

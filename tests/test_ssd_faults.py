@@ -411,6 +411,8 @@ def test_an_export_dir_too_small_for_the_real_export_is_refused_before_training(
     assert trained_steps(tmp_path / "r") == 0 and left == []
 
 
+@pytest.mark.one_stack("ngc", "the swap is the file system's, the same for both stacks (and "
+                        "tests/test_export_swap.py runs in the pip suite)")
 def test_a_failed_export_leaves_the_previous_one_whole(tmp_path, capsys, monkeypatch):
     """Every export is written in a staging directory and swapped in whole: an ONNX conversion
     that fails half-way (here: a file cut short, then an error) leaves the earlier export as it

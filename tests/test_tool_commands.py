@@ -12,6 +12,10 @@ import sys
 import pytest
 from conftest import ROOT
 
+pytestmark = pytest.mark.one_stack(
+    "pip", "the tools run main.py as a user does; what they make of its logs does not change "
+    "with the Python stack")
+
 TINY_BENCH = ["--mode", "training_benchmark", "--preset", "tiny", "--batch_size", "4",
               "--iter_unit", "batch", "--num_iter", "3", "--warmup_steps", "1"]
 

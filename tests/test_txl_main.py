@@ -225,6 +225,8 @@ def test_corrupt_token_file_is_named(tmp_path, corpus):
     assert "train.npy: token id 1000000 at position 2 is outside the" in stderr_last_line(proc)
 
 
+@pytest.mark.one_stack("ngc", "what two ranks agree on is this repository's code over Horovod, "
+                        "whose allreduce tests/test_horovod.py runs on both stacks")
 def test_two_processes_train_and_evaluate_as_one(tmp_path, corpus):
     """mpirun -np 2 with 2 rows each equals one process with 4 rows: each rank owns its block
     of streams and carries its memory, gradients are averaged, and the perplexity metrics add

@@ -4,6 +4,7 @@ import os
 import sys
 
 import numpy as np
+import pytest
 from conftest import ROOT, run_cli, stderr_last_line
 
 from txl import prepare
@@ -51,6 +52,8 @@ def test_missing_split_stops_with_one_line(tmp_path):
         f"prepare_dataset.py: error: {tmp_path / 'c'}/valid.txt")
 
 
+@pytest.mark.one_stack("ngc", "the archive is unpacked by the shell; the preparation is tested "
+                        "on both stacks elsewhere")
 def test_wikitext_103_as_its_archive_unpacks(tmp_path):
     """wikitext-103-v1.zip unpacks to wikitext-103/wiki.{train,valid,test}.tokens, which the
     README's quick start names: they convert as train/valid/test.txt do (it used to exit 1,
