@@ -153,10 +153,14 @@ def _job_process(launcher_pid, first_words):
 LAUNCHER_ONLY = pytest.mark.one_stack(
     "pip", "the launcher's signal handling (bash, Open MPI, the watchdog's Python) does not "
     "change with the Python stack")
+# Its other cases in the other suite, so that each suite runs some of them.
+LAUNCHER_ONLY_NGC = pytest.mark.one_stack(
+    "ngc", "the launcher's signal handling (bash, Open MPI, the watchdog's Python) does not "
+    "change with the Python stack")
 
 
 @pytest.mark.parametrize("launcher, target, sig", [
-    ("mpirun", "launch.sh", signal.SIGTERM),
+    pytest.param("mpirun", "launch.sh", signal.SIGTERM, marks=LAUNCHER_ONLY_NGC),
     pytest.param("mpirun", "launch.sh", signal.SIGINT,  # Ctrl-C in a terminal
                  marks=LAUNCHER_ONLY),
     ("horovodrun", "its shell", signal.SIGTERM),  # horovodrun's /bin/sh -c mpirun ...
@@ -243,7 +247,7 @@ def _rank_pid(results_dir, rank):
 
 
 @pytest.mark.parametrize("launcher, sig", [
-    ("mpirun", signal.SIGSTOP),
+    pytest.param("mpirun", signal.SIGSTOP, marks=LAUNCHER_ONLY_NGC),
     # horovodrun runs the same mpirun under a shell: `make test-slow` (the suite's time budget)
     pytest.param("horovodrun", signal.SIGSTOP, marks=pytest.mark.slow),
     pytest.param("mpirun", signal.SIGKILL, marks=LAUNCHER_ONLY)])
