@@ -168,12 +168,12 @@ def _carry_over(target: str, stage: str, replaced: set[str], log) -> None:
             continue
         src, dst = os.path.join(target, name), os.path.join(stage, name)
         if os.path.isdir(src) and not os.path.islink(src):
-            shutil.copytree(src, dst, symlinks=True, copy_function=_link_or_copy)
+            shutil.copytree(src, dst, symlinks=True, copy_function=link_or_copy)
         else:
-            _link_or_copy(src, dst)
+            link_or_copy(src, dst)
 
 
-def _link_or_copy(src: str, dst: str) -> None:
+def link_or_copy(src: str, dst: str) -> None:
     if os.path.islink(src):
         os.symlink(os.readlink(src), dst)
         return

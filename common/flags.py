@@ -64,7 +64,11 @@ def _define_common(fv: flags.FlagValues) -> None:
                          "quantization calibrated on training images, for trtexec --int8).", **d)
     flags.DEFINE_string("export_triton", None, "With --export_dir: also a Triton Inference "
                         "Server model repository here (the SavedModel; with --export_onnx the "
-                        "ONNX and a TensorRT engine's config and build script).", **d)
+                        "ONNX, the image models' ensembles that take encoded images, and in "
+                        "DIR.tensorrt the TensorRT models with their build script). Into an "
+                        "existing repository it adds a version of each model.", **d)
+    flags.DEFINE_boolean("triton_replace", False, "--export_triton into an existing "
+                         "repository: replace its models' versions instead of adding one.", **d)
     flags.DEFINE_integer("calibration_images", 512, "--export_onnx_int8: training images the "
                          "activation ranges are calibrated on.", lower_bound=1, **d)
     flags.DEFINE_enum("use_tftrt", None, ("FP32", "FP16"), "inference_benchmark: time the "

@@ -289,4 +289,5 @@ class Trainer:
             f = self.flags
             export.export(self.serving, self.model, export_dir,
                           f.export_onnx or f.export_onnx_int8, self.log,
-                          int8=f.export_onnx_int8, triton_dir=f.export_triton)
+                          int8=f.export_onnx_int8, triton_dir=f.export_triton,
+                          triton_replace=f.triton_replace)

@@ -22,6 +22,16 @@ side_env() {
     echo "$venv/bin/python"
     return 1
   fi
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
+    # Made by an earlier version of the caller: what it lacks is installed into it.
+    log "completing $venv: $about"
+    if "$venv/bin/python" -m pip install --disable-pip-version-check --no-input -q "$@" >&2 &&
+       "$venv/bin/python" -c "$check" >/dev/null 2>&1; then
+      log "ready: $venv"
+      echo "$venv/bin/python"
+      return 0
+    fi
+  fi
   log "making $venv: $about"
   rm -rf "$venv"
   "$py" -m venv "$venv"

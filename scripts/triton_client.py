@@ -3,18 +3,21 @@
 (``--export_triton``) and print what the model found: ResNet-50's top-5 classes, SSD320's
 detections.
 
-    python scripts/triton_client.py --model resnet50_savedmodel --url localhost:8001 \
-        --protocol grpc --labels export/assets/labels.txt cat.jpg dog.png
+    python scripts/triton_client.py --model resnet50 --url localhost:8001 --protocol grpc \
+        cat.jpg dog.png
 
-It reads the model's inputs and outputs from the server (its config), so the same client
-serves ``<name>_savedmodel`` (encoded images sent as they are), ``<name>_onnx`` and
-``<name>_tensorrt`` (images prepared here as ``client.json`` says: the evaluation's resize and
-normalisation, ``--client_json``). Needs only ``tritonclient[all]``, numpy and Pillow: Triton's
-SDK container (``nvcr.io/nvidia/tritonserver:<yy.mm>-py3-sdk``) has them. One line a file,
-``--json`` for the outputs as JSON lines. A file that cannot be read, or that the model could
-not decode (its ``valid`` output, or the server's error for that file alone), gets its own
-"skipped" line on stderr and the others their answers; the exit status is 1 only when no file
-was answered, 2 for an error in the command (one line).
+It reads the model's inputs and outputs from the server (its config), so the same client serves
+the models that take encoded images, sent as they are (the ensembles ``<name>`` and
+``<name>_cpu``, which prepare them on the server, and ``<name>_savedmodel``), and the networks
+alone, ``<name>_onnx`` and ``<name>_tensorrt`` (images prepared here as ``client.json`` says:
+the evaluation's resize and normalisation, ``--client_json``; Pillow's resize is close to, not
+equal to, TensorFlow's). Class names come from the server where the model has them (Triton's
+classification extension), else from ``--labels``. Needs only ``tritonclient[all]``, numpy and
+Pillow: Triton's SDK container (``nvcr.io/nvidia/tritonserver:<yy.mm>-py3-sdk``) has them. One
+line a file, ``--json`` for the outputs as JSON lines. A file that cannot be read, or that the
+model could not decode (its ``valid`` output, or the server's error for that file alone), gets
+its own "skipped" line on stderr and the others their answers; the exit status is 1 only when
+no file was answered, 2 for an error in the command (one line).
 """
 from __future__ import annotations
 
@@ -122,6 +125,12 @@ def request(client, config: dict, items: list):
 
 def describe(path: str, out: dict, labels: list[str] | None, k: int, threshold: float) -> str:
     """One line for one image: the top ``k`` classes, or the detections above ``threshold``."""
+    if "probabilities" in out and out["probabilities"].dtype == object:
+        # Triton's classification extension: "score:index:label", the top k, best first.
+        top = [v.decode() if isinstance(v, bytes) else str(v) for v in out["probabilities"]]
+        return f"{path}: " + ", ".join(
+            f"{t.split(':', 2)[2] or 'class ' + t.split(':')[1]} {float(t.split(':')[0]):.3f}"
+            for t in top)
     if "probabilities" in out:
         probs = out["probabilities"].reshape(-1)
         top = np.argsort(-probs)[:k]
@@ -193,6 +202,10 @@ def run(args) -> int:
         raise ClientError(f"{args.model} takes prepared images: give --client_json (the "
                           "export's assets/client.json)")
     names = [o["name"] for o in config["output"]]
+    # Names from the server where the model has them (label_filename): Triton's
+    # classification extension answers the top k of ``probabilities`` as "score:index:label".
+    args.classify = not args.json and not labels and any(
+        o["name"] == "probabilities" and o.get("label_filename") for o in config["output"])
     answered = failed = 0
     ready = []  # (path, input) of the files read, sent --batch_size at a time
     for n, path in enumerate(args.files):
@@ -214,7 +227,9 @@ def _send(client, server, args, config, names, batch, labels) -> tuple[int, int]
     time, so that one bad image costs only its own answer. (answered, failed)."""
     try:
         result = server.infer(args.model, request(client, config, [x for _, x in batch]),
-                              outputs=[client.InferRequestedOutput(n) for n in names])
+                              outputs=[client.InferRequestedOutput(n, class_count=args.top_k)
+                                       if args.classify and n == "probabilities" else
+                                       client.InferRequestedOutput(n) for n in names])
     except Exception as e:  # the server's error: InferenceServerException, socket errors
         if len(batch) > 1:
             counts = [_send(client, server, args, config, names, [item], labels)

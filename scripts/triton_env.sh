@@ -11,11 +11,11 @@
 set -euo pipefail
 
 PY=${TRITON_PYTHON:-python3}
-TF=2.21.0 NUMPY=1.26.4 PYTRITON=0.7.0 TRITONCLIENT=2.73.0 PILLOW=13.0.0
+TF=2.21.0 NUMPY=1.26.4 PYTRITON=0.7.0 TRITONCLIENT=2.73.0 PILLOW=13.0.0 ORT=1.32.0
 log() { printf '[triton_env] %s\n' "$*" >&2; }
 source "$(dirname "$0")/side_env.sh"
 side_env "$PY" "triton-pytriton$PYTRITON-tf$TF" \
-  "tensorflow $TF, nvidia-pytriton $PYTRITON, tritonclient $TRITONCLIENT (about 2.5 GB)" \
-  "import tensorflow, pytriton, tritonclient.grpc, tritonclient.http, PIL" 0 \
+  "tensorflow $TF, nvidia-pytriton $PYTRITON, tritonclient $TRITONCLIENT, onnxruntime $ORT (about 2.6 GB)" \
+  "import tensorflow, pytriton, tritonclient.grpc, tritonclient.http, PIL, onnxruntime" 0 \
   "tensorflow==$TF" "numpy==$NUMPY" "nvidia-pytriton==$PYTRITON" \
-  "tritonclient[grpc,http]==$TRITONCLIENT" "pillow==$PILLOW"
+  "tritonclient[grpc,http]==$TRITONCLIENT" "pillow==$PILLOW" "onnxruntime==$ORT"

@@ -96,8 +96,10 @@ def _check_efficient_nms(src, dst):
     assert nms.main([str(src), str(dst)]) == 0
     model = onnx.load(str(dst))
     onnx.checker.check_model(model, full_check=False)
-    node = model.graph.node[-1]
-    assert (node.op_type, node.domain) == ("EfficientNMS_TRT", "trt.plugins")
+    node = next(n for n in model.graph.node if n.op_type == "EfficientNMS_TRT")
+    assert node.domain == "trt.plugins"
+    add = model.graph.node[-1]  # the plugin's class index + 1: the SavedModel's category ids
+    assert (add.op_type, list(add.output)) == ("Add", ["detection_classes"])
     assert list(node.input) == ["decoded_boxes", "class_scores"]
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     assert attrs == {"plugin_version": b"1", "background_class": -1, "max_output_boxes": 100,

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 import keras
 import tensorflow as tf
 
-from common import errors, precision
+from common import errors, files, precision
 from common.checkpoint.settings import settings_of
 from common.errors import DataError
 from common.images import MEAN, STD
@@ -42,6 +42,10 @@ class Serving:
     # and the most requests Triton batches into one (where the model's tensors are batched).
     triton_name: str = "model"
     triton_max_batch_size: int = 64
+    # The image models' evaluation preprocessing of one encoded image, (encoded, size) ->
+    # float (size, size, 3): what their ``serving_default`` and Triton's ``<name>_preprocess``
+    # run before the network (a ``staticmethod`` of the model's pipeline function).
+    prepare_image = None
 
     def __init__(self, task):
         self.task, self.flags = task, task.flags
@@ -60,6 +64,33 @@ class Serving:
         """This model's part of ``client.json``: how a client prepares an input and reads an
         output (input size, mean and standard deviation, the class names' file)."""
         return {}
+
+    def preprocess(self):
+        """The image models' preprocessing alone, encoded images (N,) string -> ``images``
+        (N, size, size, 3) float32 and ``valid`` (N,) bool (``prepare_each``), as a
+        ``tf.function``: Triton's ``<name>_preprocess`` runs it before the ONNX network. None
+        for a model whose input is no image."""
+        if self.prepare_image is None:
+            return None
+        prepare, size = self.prepare_image, self.flags.image_size
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")])
+        def preprocess(images):
+            batch, valid = prepare_each(images, prepare, size)
+            return {"images": batch, "valid": valid}
+        return preprocess
+
+    def tensorrt_onnx(self, export_dir: str, int8: bool, out_path: str) -> bool:
+        """Puts at ``out_path`` the ONNX graph that Triton's ``<name>_tensorrt`` engine is built
+        from (``int8``: ``<name>_tensorrt_int8``'s): ``model.onnx`` (``model_int8.onnx``) of
+        the export in ``export_dir``. False when the export has no such file."""
+        from common.export import onnx_int8
+        src = os.path.join(export_dir, onnx_int8.int8_name("model.onnx") if int8 else
+                           "model.onnx")
+        if not os.path.exists(src):
+            return False
+        files.link_or_copy(src, out_path)
+        return True
 
     # --- what inference is: predict and the inference benchmark ---------------------------
     def infer(self, model: keras.Model, inputs, state=None):

@@ -15,11 +15,13 @@ from common.export import onnx_convert, onnx_int8, triton
 
 
 def export(serving, model: keras.Model, export_dir: str, with_onnx: bool, log,
-           int8: bool = False, triton_dir: str | None = None) -> None:
+           int8: bool = False, triton_dir: str | None = None, triton_replace: bool = False
+           ) -> None:
     """``serving``'s SavedModel of ``model`` in ``export_dir``, and its ONNX files beside it
     (rank 0 only), with ``int8`` their INT8 forms too, swapped in only once all of them are
     written (``files.staged_dir``): a full disk or a failed conversion leaves no half-written
-    export. With ``triton_dir``, a Triton model repository of what was written, after it."""
+    export. With ``triton_dir``, a Triton model repository of what was written, after it (a
+    new version of each model, or with ``triton_replace`` its only one)."""
     with files.staged_dir(export_dir, "the export", replaces=export_names(serving),
                           log=log.print) as stage:
         serving.save(model, stage)
@@ -32,7 +34,8 @@ def export(serving, model: keras.Model, export_dir: str, with_onnx: bool, log,
         final = os.path.join(export_dir, os.path.basename(path))
         log.print(f"exported ONNX (opset {onnx_opset(final)}) to {final}")
     if triton_dir:
-        for line in triton.write_repository(serving, export_dir, triton_dir):
+        for line in triton.write_repository(serving, export_dir, triton_dir,
+                                             triton_replace):
             log.print(line)
 
 

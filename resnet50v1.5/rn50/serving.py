@@ -24,6 +24,7 @@ class ResNetServing(Serving):
     triton_name = "resnet50"
     onnx_files = {"model.onnx": "preprocessed"}
     int8 = True
+    prepare_image = staticmethod(tfdata_pipeline.eval_image)
 
     def signatures(self, model):
         size = self.flags.image_size
@@ -40,7 +41,7 @@ class ResNetServing(Serving):
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")])
         def encoded(images):
-            batch, valid = prepare_each(images, tfdata_pipeline.eval_image, size)
+            batch, valid = prepare_each(images, self.prepare_image, size)
             out = outputs(batch)
             zero = tf.zeros_like(out["logits"])
             return {"logits": tf.where(valid[:, None], out["logits"], zero),

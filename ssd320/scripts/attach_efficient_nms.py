@@ -13,8 +13,9 @@ with SSD320's post-processing (``ssd/postprocess.py``: IoU 0.6, score above 1e-8
 detections per image; per-class NMS) in standard mode (boxes already decoded: ``box_coding``
 0, corners, which covers (y, x) order; ``score_activation`` 0: the scores are sigmoids), and
 makes its four outputs the graph's: ``num_detections`` (N, 1) int32, ``detection_boxes``
-(N, 100, 4), ``detection_scores`` (N, 100) and ``detection_classes`` (N, 100) int32. A class
-index k is category id k + 1 (the background column is not in the scores).
+(N, 100, 4), ``detection_scores`` (N, 100) and ``detection_classes`` (N, 100) int32 category
+ids, as the SavedModel's (the plugin's class index k, the background column not being in the
+scores, plus one).
 
 The node is in the ``trt.plugins`` domain: ONNX's checker accepts an op of a custom domain
 (an unknown op in the default domain fails it), and TensorRT's ONNX parser imports any op it
@@ -35,56 +36,12 @@ import argparse
 import os
 import sys
 
-import numpy as np
-
 from common import quiet_start
-from common.errors import DataError, one_line, reported
-from common.files import write_atomically
+from common.errors import DataError, reported
 
 with quiet_start.filtered_stderr():  # TensorFlow's start-up lines (ssd.postprocess imports it)
     from ssd import postprocess
-
-DOMAIN = "trt.plugins"
-OUTPUTS = ("num_detections", "detection_boxes", "detection_scores", "detection_classes")
-
-
-def attach(src: str, dst: str, score_threshold: float = postprocess.SCORE_THRESHOLD,
-           iou_threshold: float = postprocess.IOU_THRESHOLD,
-           max_detections: int = postprocess.MAX_TOTAL) -> dict:
-    """Writes ``dst``: ``src`` with the plugin node as its end; returns the node's attributes."""
-    import onnx
-    import onnx_graphsurgeon as gs
-
-    try:
-        graph = gs.import_onnx(onnx.load(src))
-    except Exception as e:  # protobuf's DecodeError, onnx's and graphsurgeon's own
-        raise DataError(f"{src} is not a whole ONNX model ({one_line(str(e)) or type(e).__name__})"
-                        ) from None
-    by_name = {t.name: t for t in graph.outputs}
-    missing = {"decoded_boxes", "class_scores"} - set(by_name)
-    if missing:
-        raise ValueError(f"{src} has no output {', '.join(sorted(missing))}: give the "
-                         "model_before_nms.onnx that --export_onnx writes")
-    boxes, scores = by_name["decoded_boxes"], by_name["class_scores"]
-    batch = boxes.shape[0] if boxes.shape and boxes.shape[0] not in (None, -1) else "batch"
-    attrs = {"plugin_version": "1", "background_class": -1, "max_output_boxes": max_detections,
-             "score_threshold": float(score_threshold), "iou_threshold": float(iou_threshold),
-             "score_activation": 0, "class_agnostic": 0, "box_coding": 0}
-    outputs = [gs.Variable("num_detections", np.int32, [batch, 1]),
-               gs.Variable("detection_boxes", np.float32, [batch, max_detections, 4]),
-               gs.Variable("detection_scores", np.float32, [batch, max_detections]),
-               gs.Variable("detection_classes", np.int32, [batch, max_detections])]
-    graph.nodes.append(gs.Node(op="EfficientNMS_TRT", name="efficient_nms", attrs=attrs,
-                               inputs=[boxes, scores], outputs=outputs, domain=DOMAIN))
-    graph.outputs = outputs
-    graph.cleanup().toposort()
-    model = gs.export_onnx(graph)
-    if not any(o.domain == DOMAIN for o in model.opset_import):
-        model.opset_import.append(onnx.helper.make_opsetid(DOMAIN, 1))
-    onnx.checker.check_model(model)
-    write_atomically(dst, model.SerializeToString())
-    return attrs
-
+    from ssd.efficient_nms import OUTPUTS, attach
 
 def check(args) -> str | None:
     """Why the command line cannot work, or None."""

@@ -36,6 +36,7 @@ class SSDServing(Serving):
     triton_max_batch_size = 32
     onnx_files = {"model.onnx": "preprocessed", "model_before_nms.onnx": "decoded"}
     int8 = True
+    prepare_image = staticmethod(tfdata_pipeline.eval_image)
 
     def signatures(self, model):
         size = self.flags.image_size
@@ -57,7 +58,7 @@ class SSDServing(Serving):
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")])
         def encoded(images):
-            batch, valid = prepare_each(images, tfdata_pipeline.eval_image, size)
+            batch, valid = prepare_each(images, self.prepare_image, size)
             found = preprocessed(batch)
             kept = {k: tf.where(tf.reshape(valid, [-1] + [1] * (len(v.shape) - 1)), v,
                                 tf.zeros_like(v)) for k, v in found.items()}
@@ -75,6 +76,18 @@ class SSDServing(Serving):
                 "num_classes": f.num_classes,
                 "score_threshold": f.score_threshold,
                 "label_map": "label_map.json" if self.task.names else None}
+
+    def tensorrt_onnx(self, export_dir, int8, out_path):
+        """TensorRT builds ``ssd320_tensorrt`` from the graph before NMS with TensorRT's
+        EfficientNMS on it (``efficient_nms.attach``), not from ``model.onnx``'s ONNX
+        NonMaxSuppression."""
+        from ssd.efficient_nms import attach
+        src = os.path.join(export_dir, "model_before_nms_int8.onnx" if int8 else
+                           "model_before_nms.onnx")
+        if not os.path.exists(src):
+            return False
+        attach(src, out_path)
+        return True
 
     def serving_call(self, inputs, state):
         return "preprocessed", inputs
