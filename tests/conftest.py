@@ -144,3 +144,14 @@ def shapes_records(tmp_path_factory):
     from ssd import shapes
     return shapes.prepare(str(tmp_path_factory.mktemp("shapes")), train=24, val=8, seed=3,
                           train_shards=2)
+
+
+def same_detections(a, b):
+    """Each image's detections alike up to order: two scores 1e-6 apart may swap places."""
+    import numpy as np
+    for i, n in enumerate(b["num_detections"]):
+        rows = [np.concatenate([d["detection_boxes"][i, :n], d["detection_scores"][i, :n, None],
+                                d["detection_classes"][i, :n, None]], axis=1) for d in (a, b)]
+        for row in rows[0]:
+            close = np.all(np.abs(rows[1] - row) <= [1e-4] * 4 + [1e-5, 0], axis=1)
+            assert close.any(), (i, row)

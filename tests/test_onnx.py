@@ -8,7 +8,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import tensorflow as tf
-from conftest import TINY, load_script
+from conftest import TINY, load_script, same_detections
 
 from common import runner
 from rn50.task import ResNetTask
@@ -75,7 +75,7 @@ def test_ssd_onnx_gives_the_detections_and_what_nms_takes(tmp_path, shapes_recor
                             "num_detections"]
     np.testing.assert_array_equal(got["num_detections"], want["num_detections"])
     assert want["num_detections"].min() > 0
-    _same_detections(got, want)
+    same_detections(got, want)
     # The graph before NMS, for TensorRT's EfficientNMS plugin: every anchor's box and scores.
     want, got = _compare(tmp_path / "export", {"images": images}, "decoded",
                          "model_before_nms.onnx")
@@ -151,16 +151,6 @@ def _check_int8(path, feeds, output):
                 if t.type.tensor_type.elem_type == float16]
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     assert session.run([output], feeds)[0].dtype == np.float32
-
-
-def _same_detections(a, b):
-    """Each image's detections alike up to order: two scores 1e-6 apart may swap places."""
-    for i, n in enumerate(b["num_detections"]):
-        rows = [np.concatenate([d["detection_boxes"][i, :n], d["detection_scores"][i, :n, None],
-                                d["detection_classes"][i, :n, None]], axis=1) for d in (a, b)]
-        for row in rows[0]:
-            close = np.all(np.abs(rows[1] - row) <= [1e-4] * 4 + [1e-5, 0], axis=1)
-            assert close.any(), (i, row)
 
 
 def test_txl_onnx_gives_log_probs_and_memory(tmp_path, corpus):

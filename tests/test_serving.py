@@ -16,9 +16,10 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import ROOT, TINY, free_ports
+from conftest import ROOT, TINY, free_ports, same_detections
 
 from common import runner
+from common.export import triton
 from common.task import record_files
 from rn50 import config as rn50_config
 from rn50 import tfdata_pipeline as rn50_data
@@ -31,12 +32,15 @@ NO_RUN = ["--mode", "inference_benchmark", "--iter_unit", "batch", "--num_iter",
           "--warmup_steps", "1", "--seed", "3"]
 
 
-def _export(task_cls, tmp, args, onnx=False):
-    """(trainer, export dir, Triton repository) of a model set up from ``args`` (untrained)."""
+def _export(task_cls, tmp, args, onnx=False, weights=None):
+    """(trainer, export dir, Triton repository) of a model set up from ``args`` (untrained;
+    ``weights(trainer)`` changes them before the export)."""
     out, repo = tmp / "export", tmp / "triton"
     trainer = runner.setup(task_cls, ["main.py", *args, *NO_RUN, "--results_dir", str(tmp),
                                       "--export_dir", str(out), "--export_triton", str(repo),
                                       *(["--export_onnx"] if onnx else [])])
+    if weights:
+        weights(trainer)
     trainer.export(str(out))
     trainer.log.close()
     return trainer, out, repo
@@ -48,11 +52,24 @@ def resnet(tmp_path_factory, digits_records):
                    [*TINY, "--data_dir", digits_records], onnx=True)
 
 
+def _distinct_scores(trainer):
+    """Untrained scores sit within 1e-3 of each other, and which of two near-tied boxes NMS
+    keeps turns on rounding (TensorFlow's NMS against ONNX Runtime's): a random class head
+    gives every anchor a score of its own (as test_onnx does)."""
+    kernel, bias = (next(v for v in trainer.model.variables if v.path == f"class_head/{n}")
+                    for n in ("kernel", "bias"))
+    kernel.assign(tf.random.stateless_normal(kernel.shape, (1, 2)))
+    bias.assign(tf.zeros_like(bias))
+    size = trainer.flags.image_size
+    images = tf.random.stateless_normal([2, size, size, 3], (3, 4))
+    logits = trainer.model(images, training=False)["cls_logits"]
+    kernel.assign(kernel * 2.0 / tf.math.reduce_std(logits))
+
+
 @pytest.fixture(scope="module")
 def ssd(tmp_path_factory, shapes_records):
-    trainer, out, repo = _export(SSDTask, tmp_path_factory.mktemp("ssd"),
-                                 [*TINY, "--data_dir", shapes_records])
-    return trainer, out, repo
+    return _export(SSDTask, tmp_path_factory.mktemp("ssd"), [*TINY, "--data_dir", shapes_records],
+                   onnx=True, weights=_distinct_scores)
 
 
 @pytest.fixture(scope="module")
@@ -212,19 +229,31 @@ def _parsed_configs(python, repo):
             for p, c in json.loads(proc.stdout).items()}
 
 
+def _configs_of(python, *repos):
+    """Every config.pbtxt of the repositories and of the TensorRT models beside them, parsed
+    with Triton's model_config.proto: model name -> config (JSON names)."""
+    paths = [p for repo in repos for p in (*repo.glob("*/config.pbtxt"),
+                                           *repo.parent.glob(f"{repo.name}.tensorrt/*/config.pbtxt"))]
+    proc = subprocess.run([python, "-c", PARSE, *map(str, paths)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return {(os.path.basename(os.path.dirname(p)), "tensorrt" in os.path.dirname(
+        os.path.dirname(p))): c for p, c in json.loads(proc.stdout).items()}
+
+
 @TRITON_ENV
 def test_the_triton_repository_parses_and_names_the_models_tensors(resnet, txl, triton_python):
     import onnx
     trainer, export, repo = resnet
-    configs = _parsed_configs(triton_python, repo)
-    assert sorted(configs) == ["resnet50_onnx", "resnet50_savedmodel", "resnet50_tensorrt"]
-    assert not (repo / "resnet50_tensorrt" / "config.pbtxt").exists()  # until the engine is
-    assert "trtexec --onnx=../resnet50_onnx/1/model.onnx --saveEngine=1/model.plan" in (
-        repo / "resnet50_tensorrt" / "build_engine.sh").read_text()
-    saved = configs["resnet50_savedmodel"]
+    configs = _configs_of(triton_python, repo)
+    assert sorted(configs) == sorted([(n, False) for n in (
+        "resnet50", "resnet50_cpu", "resnet50_onnx", "resnet50_preprocess", "resnet50_python",
+        "resnet50_savedmodel")] + [("resnet50", True), ("resnet50_tensorrt", True)])
+    saved = configs["resnet50_savedmodel", False]
     fn = _signature(export, "serving_default")
     assert saved["platform"] == "tensorflow_savedmodel" and saved["max_batch_size"] == 64
-    assert "dynamic_batching" in saved
+    assert "dynamic_batching" in saved and saved["version_policy"] == {
+        "latest": {"num_versions": 1}}
     assert [i["name"] for i in saved["input"]] == ["images"]
     assert saved["input"][0]["data_type"] == "TYPE_STRING"
     assert sorted(o["name"] for o in saved["output"]) == sorted(fn.structured_outputs)
@@ -232,17 +261,93 @@ def test_the_triton_repository_parses_and_names_the_models_tensors(resnet, txl, 
     assert logits["dims"] == [str(trainer.flags.num_classes)]  # int64 as JSON strings
     assert (repo / "resnet50_savedmodel" / "1" / "model.savedmodel" / "saved_model.pb").exists()
     graph = onnx.load(str(repo / "resnet50_onnx" / "1" / "model.onnx")).graph
-    for name in ("resnet50_onnx", "resnet50_tensorrt"):
-        c = configs[name]
+    assert graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+    for key in (("resnet50_onnx", False), ("resnet50_python", False),
+                ("resnet50_tensorrt", True)):
+        c = configs[key]
         assert [i["name"] for i in c["input"]] == [i.name for i in graph.input]
         assert sorted(o["name"] for o in c["output"]) == sorted(o.name for o in graph.output)
         assert c["input"][0]["dims"] == [str(trainer.flags.image_size)] * 2 + ["3"]
-    assert configs["resnet50_tensorrt"]["platform"] == "tensorrt_plan"
+        probs = next(o for o in c["output"] if o["name"] == "probabilities")
+        assert probs["label_filename"] == "labels.txt"  # Triton's classification extension
+        assert c["model_warmup"][0]["inputs"]["images"]["random_data"]
+    assert configs["resnet50_tensorrt", True]["platform"] == "tensorrt_plan"
+    steps = configs["resnet50_cpu", False]["ensemble_scheduling"]["step"]
+    assert [s["model_name"] for s in steps] == ["resnet50_preprocess", "resnet50_python"]
+    assert configs["resnet50", False]["ensemble_scheduling"]["step"][1]["model_name"] == \
+        "resnet50_onnx"
+    assert configs["resnet50", True]["ensemble_scheduling"]["step"][1]["model_name"] == \
+        "resnet50_tensorrt"
+    warm = configs["resnet50_preprocess", False]["model_warmup"][0]["inputs"]["images"]
+    assert warm["input_data_file"] == "images"
+    assert (repo / "resnet50_preprocess" / "warmup" / "images").stat().st_size > 4
     # Transformer-XL's memory leads with the layers: served unbatched, full shapes.
-    (name, c), = _parsed_configs(triton_python, txl[2]).items()
+    ((name, _), c), = _configs_of(triton_python, txl[2]).items()
     assert name == "transformerxl_savedmodel" and c.get("max_batch_size", 0) == 0
     assert sorted(i["name"] for i in c["input"]) == ["mems", "tokens"]
     assert "dynamic_batching" not in c
+
+
+def test_re_exporting_into_a_repository_adds_a_version_or_replaces(resnet, tmp_path):
+    """A second export into the repository adds version 2 beside 1 (hard links: no space),
+    drops an engine built from the earlier weights and keeps a user's file; --triton_replace
+    leaves version 1 alone."""
+    import shutil
+    trainer, export, repo = resnet
+    again = tmp_path / "triton"
+    shutil.copytree(repo, again)
+    built = again / "resnet50_tensorrt" / "1"
+    built.mkdir(parents=True)
+    (built / "model.plan").write_bytes(b"an engine of the earlier weights")
+    (again / "README.txt").write_text("notes\n")
+    inode = (again / "resnet50_onnx" / "1" / "model.onnx").stat().st_ino
+    triton.write_repository(trainer.serving, str(export), str(again))
+    assert sorted(os.listdir(again / "resnet50_onnx")) == ["1", "2", "config.pbtxt",
+                                                           "labels.txt"]
+    first, second = (again / "resnet50_onnx" / v / "model.onnx" for v in ("1", "2"))
+    assert first.read_bytes() == second.read_bytes() and first.stat().st_ino == inode
+    assert sorted(os.listdir(again / "resnet50")) == ["1", "2", "config.pbtxt", "labels.txt"]
+    assert not (again / "resnet50_tensorrt").exists()
+    assert (again / "README.txt").read_text() == "notes\n"
+    triton.write_repository(trainer.serving, str(export), str(again), replace=True)
+    assert sorted(os.listdir(again / "resnet50_python")) == ["1", "config.pbtxt", "labels.txt"]
+    assert (tmp_path / "triton.tensorrt" / "build_engines.sh").exists()
+
+
+def test_the_engine_script_builds_fp16_and_int8_and_installs_them(resnet, tmp_path):
+    """build_engines.sh (its --dry-run: no TensorRT here) builds each engine with trtexec from
+    the ONNX beside the repository, then moves the model whole into it and points the
+    ensemble at the FP16 engine; without trtexec it stops with one line."""
+    import shutil
+    trainer, export, repo = resnet
+    with_int8 = tmp_path / "export"
+    shutil.copytree(export, with_int8)
+    shutil.copy(with_int8 / "model.onnx", with_int8 / "model_int8.onnx")  # stands for INT8's
+    lines = triton.write_repository(trainer.serving, str(with_int8), str(tmp_path / "triton"))
+    script = tmp_path / "triton.tensorrt" / "build_engines.sh"
+    assert lines[-1] == (f"TensorRT: bash {script} on the serving GPU builds resnet50_tensorrt "
+                         f"and resnet50_tensorrt_int8 and adds them to {tmp_path / 'triton'}")
+    proc = subprocess.run(["bash", str(script), "--dry-run"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    runs = [ln[2:] for ln in proc.stdout.splitlines() if ln.startswith("+ trtexec")]
+    here, size = tmp_path / "triton.tensorrt", trainer.flags.image_size
+    shapes = f"images:1x{size}x{size}x3"
+    assert runs == [
+        f"trtexec --onnx={here}/resnet50_tensorrt/model.onnx --saveEngine={here}/resnet50_"
+        f"tensorrt/model.plan --fp16 --minShapes={shapes} --optShapes=images:64x{size}x{size}x3 "
+        f"--maxShapes=images:64x{size}x{size}x3",
+        f"trtexec --onnx={here}/resnet50_tensorrt_int8/model.onnx --saveEngine={here}/resnet50_"
+        f"tensorrt_int8/model.plan --int8 --fp16 --minShapes={shapes} --optShapes=images:64x"
+        f"{size}x{size}x3 --maxShapes=images:64x{size}x{size}x3"]
+    assert f"+ mv {here}/.resnet50_tensorrt_int8.installing {tmp_path}/triton/resnet50_" \
+        "tensorrt_int8" in proc.stdout
+    assert f"+ cp {here}/resnet50/config.pbtxt {tmp_path}/triton/resnet50/config.pbtxt" in \
+        proc.stdout
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 2 and proc.stderr.startswith(
+        "build_engines.sh: trtexec is not on PATH: run this in NVIDIA's TensorRT container")
 
 
 class _Server:
@@ -363,6 +468,119 @@ def test_one_undecodable_image_fails_alone_in_serving_default(resnet, ssd, tmp_p
             assert got["num_detections"][[1, 3]].tolist() == [0, 0]
 
 
+class _Repositories:
+    """scripts/tritonserver.py, the ``tritonserver`` binary nvidia-pytriton ships (Python
+    backend only), started on exported repositories as written, until closed."""
+
+    def __init__(self, python, repos, tmp):
+        self.http, self.grpc, metrics = free_ports(3)
+        self.log_path = tmp / "tritonserver.log"
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            [python, os.path.join(ROOT, "scripts", "tritonserver.py"),
+             *(f"--model-repository={r}" for r in repos), f"--http-port={self.http}",
+             f"--grpc-port={self.grpc}", f"--metrics-port={metrics}"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 300
+        while True:  # until it answers: its log says "Started" a moment before it listens
+            assert self.proc.poll() is None, self.log_path.read_text()[-4000:]
+            assert time.time() < deadline, "tritonserver did not start in 300 s"
+            try:
+                self.index()
+                break
+            except OSError:
+                time.sleep(0.5)
+
+    def index(self) -> dict:
+        import urllib.request
+        req = urllib.request.Request(f"http://127.0.0.1:{self.http}/v2/repository/index",
+                                     data=b"{}", method="POST")
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return {m["name"]: m for m in json.load(r)}
+
+    def close(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def served(resnet, ssd, triton_python, tmp_path_factory):
+    server = _Repositories(triton_python, [resnet[2], ssd[2]], tmp_path_factory.mktemp("served"))
+    yield server
+    server.close()
+
+
+def _real_photos():
+    """JPEG photographs that packages ship: scikit-learn's two, matplotlib's Grace Hopper."""
+    import matplotlib
+    import sklearn.datasets
+    here = os.path.join(os.path.dirname(sklearn.datasets.__file__), "images")
+    return [os.path.join(here, "china.jpg"), os.path.join(here, "flower.jpg"),
+            os.path.join(matplotlib.get_data_path(), "sample_data", "grace_hopper.jpg")]
+
+
+@TRITON_ENV
+def test_a_real_tritonserver_loads_the_exported_repositories_as_written(served, resnet, ssd):
+    """Every model directory parses; what the binary has a backend for loads; a model is
+    unavailable only where the binary lacks its backend library (TensorFlow, ONNX Runtime),
+    and the plain-name ensemble only because its network is such a model."""
+    index = served.index()
+    log = served.log_path.read_text()
+    for name in ("resnet50", "ssd320"):
+        assert {m for m in index if m.startswith(name)} == {
+            name, f"{name}_cpu", f"{name}_onnx", f"{name}_preprocess", f"{name}_python",
+            f"{name}_savedmodel"}
+        for ready in ("_cpu", "_preprocess", "_python"):
+            assert index[f"{name}{ready}"]["state"] == "READY", index[f"{name}{ready}"]
+        for model, backend in (("_savedmodel", "tensorflow"), ("_onnx", "onnxruntime")):
+            m = index[f"{name}{model}"]
+            assert m["state"] == "UNAVAILABLE" and m["reason"].startswith(
+                f"Invalid argument: unable to find backend library for backend '{backend}'"), m
+        assert index[name].get("state") != "READY"
+        assert f"ensemble '{name}' depends on '{name}_onnx' which has no loaded version" in log
+    assert "Traceback" not in log, log[-4000:]
+
+
+@TRITON_ENV
+def test_the_served_ensembles_answer_what_the_savedmodel_answers_on_photographs(
+        served, resnet, ssd, triton_python):
+    """scripts/triton_client.py sends the JPEGs' bytes to <name>_cpu (preprocessing on the
+    server, then the ONNX network) over HTTP and gRPC and gets the SavedModel's outputs;
+    ResNet-50's top-5 names come from the server (classification extension)."""
+    photos = _real_photos()
+    encoded = tf.constant([open(p, "rb").read() for p in photos])
+    for (_, export, _), model in ((resnet, "resnet50_cpu"), (ssd, "ssd320_cpu")):
+        want = {k: v.numpy() for k, v in _signature(export, "serving_default")(
+            images=encoded).items()}
+        for protocol in ("http", "grpc"):
+            got = [json.loads(line) for line in _ask(
+                triton_python, served, model, photos, protocol, "--json", "--batch_size", "2")]
+            assert [g["file"] for g in got] == photos
+            assert all(sorted(g) == sorted(["file", *want]) for g in got)
+            got = {k: np.stack([np.reshape(g[k], v.shape[1:]) for g in got]).astype(v.dtype)
+                   for k, v in want.items()}
+            if model.startswith("ssd"):  # two scores 1e-6 apart may swap places
+                np.testing.assert_array_equal(got["num_detections"], want["num_detections"])
+                assert want["num_detections"].min() > 0
+                same_detections(got, want)
+                continue
+            for k, v in want.items():
+                np.testing.assert_allclose(got[k], v, atol=1e-4, err_msg=f"{model} {protocol} {k}")
+    names = (resnet[1] / "assets" / "labels.txt").read_text().split()
+    probs = _signature(resnet[1], "serving_default")(images=encoded)["probabilities"].numpy()
+    for protocol in ("http", "grpc"):
+        said = _ask(triton_python, served, "resnet50_cpu", photos, protocol)
+        for line, p, row in zip(said, photos, probs):
+            path, _, top = line.partition(": ")
+            assert path == p
+            assert [t.rsplit(" ", 1)[0] for t in top.split(", ")] == [
+                names[c] for c in np.argsort(-row, kind="stable")[:5]]
+
+
 CONCURRENT = """
 import json, sys
 import numpy as np
@@ -389,41 +607,37 @@ print(json.dumps(out))
 
 
 @TRITON_ENV
-def test_concurrent_requests_with_a_corrupt_one_are_all_answered(resnet, triton_python,
+def test_concurrent_requests_with_a_corrupt_one_are_all_answered(served, triton_python,
                                                                  tmp_path):
-    """Twelve good requests and a corrupt one sent together to Triton's dynamic batching: every
-    good one is answered (9 to 11 of them got "[500] Model execute error" before), the corrupt
-    one is flagged; and scripts/triton_client.py gives the others' answers and a line for each
-    file it could not send or the model could not decode."""
-    _, export, _ = resnet
+    """Twelve good requests and a corrupt one sent together to Triton's dynamic batching (the
+    served ensemble's preprocessing): every good one is answered (9 to 11 of them got "[500]
+    Model execute error" when one bad image failed the batch), the corrupt one is flagged; and
+    scripts/triton_client.py gives the others' answers and a line for each file it could not
+    send or the model could not decode."""
     good = _photos(tmp_path, 12)
     bad = tmp_path / "corrupt.jpg"
     bad.write_bytes(open(good[0], "rb").read()[:60])
     text = tmp_path / "notes.txt"
     text.write_text("not an image\n")
-    server = _Server(triton_python, export, tmp_path)
-    try:
-        proc = subprocess.run([triton_python, "-c", CONCURRENT, f"localhost:{server.http}",
-                               "resnet50_savedmodel", *good[:6], str(bad), *good[6:]],
-                              capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        answers = {path: rest for path, *rest in json.loads(proc.stdout)}
-        assert answers[str(bad)] == [False, -1]
-        assert all(answers[p][0] is True and answers[p][1] >= 0 for p in good), answers
-        files = [good[0], str(bad), str(tmp_path / "missing.jpg"), str(text), good[1]]
-        client = subprocess.run(
-            [triton_python, os.path.join(ROOT, "scripts", "triton_client.py"), "--model",
-             "resnet50_savedmodel", "--url", f"http://localhost:{server.http}",
-             "--batch_size", "5", *files], capture_output=True, text=True, timeout=120)
-        assert client.returncode == 0, client.stderr[-2000:]
-        assert [ln.split(":")[0] for ln in client.stdout.splitlines()] == [good[0], good[1]]
-        err = client.stderr.splitlines()
-        assert f"skipped {tmp_path / 'missing.jpg'}: No such file or directory" in err
-        assert f"skipped {bad}: the model could not decode it as an image" in err
-        assert f"skipped {text}: the model could not decode it as an image" in err
-        assert err[-1] == "triton_client.py: 3 of 5 file(s) not answered"
-    finally:
-        server.close()
+    proc = subprocess.run([triton_python, "-c", CONCURRENT, f"localhost:{served.http}",
+                           "resnet50_cpu", *good[:6], str(bad), *good[6:]],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    answers = {path: rest for path, *rest in json.loads(proc.stdout)}
+    assert answers[str(bad)][0] is False
+    assert all(answers[p][0] is True and answers[p][1] >= 0 for p in good), answers
+    files = [good[0], str(bad), str(tmp_path / "missing.jpg"), str(text), good[1]]
+    client = subprocess.run(
+        [triton_python, os.path.join(ROOT, "scripts", "triton_client.py"), "--model",
+         "resnet50_cpu", "--url", f"http://localhost:{served.http}", "--batch_size", "5",
+         *files], capture_output=True, text=True, timeout=120)
+    assert client.returncode == 0, client.stderr[-2000:]
+    assert [ln.split(":")[0] for ln in client.stdout.splitlines()] == [good[0], good[1]]
+    err = client.stderr.splitlines()
+    assert f"skipped {tmp_path / 'missing.jpg'}: No such file or directory" in err
+    assert f"skipped {bad}: the model could not decode it as an image" in err
+    assert f"skipped {text}: the model could not decode it as an image" in err
+    assert err[-1] == "triton_client.py: 3 of 5 file(s) not answered"
 
 
 @TRITON_ENV

@@ -38,7 +38,29 @@ def export(saved_model: str, out_path: str | None = None, signature: str = "serv
     failed = run_with_log(cmd, "tf2onnx-", out_path, log_dir=log_dir)
     if failed:
         raise RuntimeError(f"tf2onnx could not convert {saved_model} {failed}")
+    name_batch_dimension(out_path)
     return out_path
+
+
+def name_batch_dimension(path: str) -> None:
+    """The leading dimension of the graph's inputs and outputs named ``batch`` where tf2onnx
+    left a name such as ``unk__619`` (what trtexec, Netron and Triton's tools show), in every
+    tensor that carries it."""
+    import onnx
+    model = onnx.load(path)
+    graph = model.graph
+    renamed = {}
+    for value in (*graph.input, *graph.output):
+        dims = value.type.tensor_type.shape.dim
+        if dims and dims[0].dim_param and not dims[0].HasField("dim_value"):
+            renamed[dims[0].dim_param] = "batch"
+    if not renamed:
+        return
+    for value in (*graph.input, *graph.output, *graph.value_info):
+        for d in value.type.tensor_type.shape.dim:
+            if d.dim_param in renamed:
+                d.dim_param = renamed[d.dim_param]
+    onnx.save(model, path)
 
 
 def export_serving(serving, model, export_dir: str) -> list[str]:
