@@ -22,7 +22,15 @@
 #   resume-fp16    each model under AMP: STEPS/2 steps, then resumed from that checkpoint to STEPS
 #                  (the float16 loss scale restored with the optimizer)
 #   export         each model's SavedModel and ONNX file exported on the GPU from the dali stage's
-#                  checkpoint (--mode evaluate --export_dir --export_onnx)
+#                  checkpoint (--mode evaluate --export_dir --export_onnx --export_triton; with
+#                  INT8=1, the default, --export_onnx_int8 too: Model Optimizer's environment)
+#   tensorrt       each image model's TensorRT engines, FP16 and INT8, built from this run's
+#                  export by the repository's build_engines.sh (trtexec) and installed in it
+#   tensorrt-compare  each image model's engines against ONNX Runtime on a batch of validation
+#                  images prepared by the repository's own preprocessing (polygraphy run;
+#                  SSD320 on its graph before NMS, which ONNX Runtime can run)
+#   triton-perf    perf_analyzer against each image model's served ensemble (encoded JPEG in),
+#                  where tritonserver and perf_analyzer are on PATH (scripts/triton_perf.sh)
 #   nccl           NCCL's allreduce bus bandwidth over all GPUs: nccl-tests' all_reduce_perf
 #                  where it is installed (ALL_REDUCE_PERF or on PATH), else Horovod's own
 #                  allreduce timed (benchtools/allreduce.py)
@@ -36,6 +44,8 @@
 #   infer          each model --mode inference_benchmark under AMP on 1 GPU: throughput, latency
 #   tftrt          each model's inference benchmark through TF-TRT (FP16), where this TensorFlow
 #                  has TensorRT (NGC's containers up to 25.02); recorded as skipped elsewhere
+# The TensorRT and Triton stages are skipped with the reason where their tool is missing
+# (TENSORRT, POLYGRAPHY, TRITON: 1 or 0 decides without looking on PATH).
 # The multi-GPU stages (dali on all GPUs, fp16-allreduce, nccl) are skipped with the reason on a
 # machine with one GPU; a dry run with GPUS=8 lists their commands.
 # Data: DATA_ROOT with prepare_dataset.py outputs in imagenet/, coco/ and wt103/ when given;
@@ -142,6 +152,31 @@ with quiet_start.filtered_stderr():
     print(int(tftrt.available()))' 2>/dev/null || echo 0)
 fi
 
+# The TensorRT and Triton tools, where this machine has them (1 or 0 decides without looking).
+has() { command -v "$1" >/dev/null && echo 1 || echo 0; }
+TENSORRT=${TENSORRT:-$(has trtexec)}
+POLYGRAPHY=${POLYGRAPHY:-$(has polygraphy)}
+TRITON=${TRITON:-$( [ "$(has tritonserver)$(has perf_analyzer)" = 11 ] && echo 1 || echo 0)}
+INT8=${INT8:-1}
+declare -A TRITON_NAME=([resnet50v1.5]=resnet50 [ssd320]=ssd320)
+
+# tensorrt_compare MODEL: this run's engines (FP16; INT8) against ONNX Runtime on validation
+# images the repository's preprocessing prepared.
+tensorrt_compare() {
+  local model=$1 run="$SMOKE_DIR/export-$1/run" dir="$SMOKE_DIR/tensorrt-compare-$1"
+  local onnx=model.onnx loader="$root/benchtools/tensorrt_inputs.py:load_data"
+  [ "$model" != ssd320 ] || onnx=model_before_nms.onnx  # EfficientNMS runs in TensorRT only
+  tool "$PY" -m benchtools.tensorrt_inputs --data_dir "$DATA/${DATA_OF[$model]}" \
+    --triton_dir "$run/triton" --out "$dir/inputs.npz" --request_dir "$dir/request"
+  tool env "TENSORRT_INPUTS=$dir/inputs.npz" polygraphy run "$run/export/$onnx" --trt --fp16 \
+    --onnxrt --data-loader-script "$loader" --check-error-stat median --atol 0.05 --rtol 0.05
+  if [ "$INT8" = 1 ]; then
+    tool env "TENSORRT_INPUTS=$dir/inputs.npz" polygraphy run "$run/export/${onnx%.onnx}_int8.onnx" \
+      --trt --int8 --fp16 --onnxrt --data-loader-script "$loader" --check-error-stat median \
+      --atol 0.3 --rtol 0.3
+  fi
+}
+
 # --- stages ------------------------------------------------------------------------------------
 multi_gpu() { [ "$GPUS" -gt 1 ] || [ "$LAUNCHER" = srun ]; }
 one_gpu_why="one GPU here (GPUS=$GPUS): needs 2 or more"
@@ -219,10 +254,35 @@ for model in "${MODELS[@]}"; do
     --mode train "${short[@]}" --results_dir "$SMOKE_DIR/static-loss-scale-$model/run"
   run "resume-fp16-$model" resume_fp16 "$model"
   # shellcheck disable=SC2086
+  int8=()
+  if [ "$INT8" = 1 ] && [ "$model" != transformerxl ]; then
+    int8=(--export_onnx_int8 --calibration_images 64)
+  fi
+  # shellcheck disable=SC2086
   run "export-$model" launch "$model" 1 amp ${ARGS[$model]} --mode evaluate \
     --model_dir "$SMOKE_DIR/dali-1gpu-$model/run/checkpoints" \
-    --export_dir "$SMOKE_DIR/export-$model/run/export" --export_onnx \
+    --export_dir "$SMOKE_DIR/export-$model/run/export" --export_onnx "${int8[@]}" \
+    --export_triton "$SMOKE_DIR/export-$model/run/triton" \
     --results_dir "$SMOKE_DIR/export-$model/run"
+  if [ "$model" != transformerxl ]; then
+    if [ "$TENSORRT" = 1 ]; then
+      run "tensorrt-$model" tool bash "$SMOKE_DIR/export-$model/run/triton.tensorrt/build_engines.sh"
+    else
+      skip "tensorrt-$model" "trtexec is not on PATH (NVIDIA's TensorRT container has it)"
+    fi
+    if [ "$TENSORRT" = 1 ] && [ "$POLYGRAPHY" = 1 ]; then
+      run "tensorrt-compare-$model" tensorrt_compare "$model"
+    else
+      skip "tensorrt-compare-$model" "needs trtexec's TensorRT and polygraphy on PATH"
+    fi
+    if [ "$TRITON" = 1 ]; then
+      run "triton-perf-$model" tool bash "$root/scripts/triton_perf.sh" \
+        "$SMOKE_DIR/export-$model/run/triton" "${TRITON_NAME[$model]}" \
+        "$SMOKE_DIR/tensorrt-compare-$model/request" "$SMOKE_DIR/triton-perf-$model"
+    else
+      skip "triton-perf-$model" "tritonserver and perf_analyzer are not on PATH (Triton's containers)"
+    fi
+  fi
   # shellcheck disable=SC2086
   run "profile-$model" launch "$model" 1 amp ${ARGS[$model]} --mode training_benchmark \
     "${short[@]}" --warmup_steps 5 --profile 12:14 --results_dir "$SMOKE_DIR/profile-$model/run"

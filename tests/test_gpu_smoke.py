@@ -53,9 +53,27 @@ PER_MODEL = ("parity", "dali-compare", "dali-1gpu", "dali-8gpu", "fp16-allreduce
 
 
 def test_every_stage_on_every_model_with_valid_flags(tmp_path, data_root):
-    proc = _dry_run(tmp_path, data_root, GPUS="8", PYTHON="python")
+    proc = _dry_run(tmp_path, data_root, GPUS="8", PYTHON="python", TENSORRT="1",
+                    POLYGRAPHY="1", TRITON="1")
     assert proc.returncode == 0, proc.stderr[-2000:]
     stages = _stages(proc)
+    smoke = tmp_path / "smoke"
+    for model, name in (("resnet50v1.5", "resnet50"), ("ssd320", "ssd320")):
+        run = smoke / f"export-{model}" / "run"
+        assert stages[f"tensorrt-{model}"] == f"bash {run}/triton.tensorrt/build_engines.sh"
+        made, fp16, int8 = (shlex.split(c) for c in stages[f"tensorrt-compare-{model}"].split(
+            " && "))
+        assert made[:3] == ["python", "-m", "benchtools.tensorrt_inputs"]
+        assert made[made.index("--triton_dir") + 1] == f"{run}/triton"
+        onnx = "model.onnx" if model == "resnet50v1.5" else "model_before_nms.onnx"
+        assert fp16[2:5] == ["polygraphy", "run", f"{run}/export/{onnx}"]
+        assert {"--trt", "--fp16", "--onnxrt"} <= set(fp16) and "--int8" not in fp16
+        assert int8[4] == f"{run}/export/{onnx[:-5]}_int8.onnx" and "--int8" in int8
+        assert fp16[fp16.index("--data-loader-script") + 1].endswith(
+            "benchtools/tensorrt_inputs.py:load_data")
+        assert shlex.split(stages[f"triton-perf-{model}"])[2:4] == [f"{run}/triton", name]
+    assert not any(s.startswith(("tensorrt-", "triton-perf-")) and "transformerxl" in s
+                   for s in stages)
     for model in MODELS:
         for stage in PER_MODEL:
             assert f"{stage}-{model}" in stages, (stage, model, sorted(stages))
@@ -104,6 +122,8 @@ def test_every_stage_on_every_model_with_valid_flags(tmp_path, data_root):
             assert (fv.static_loss_scale == 128) == name.startswith("static-loss-scale-"), name
             if name.startswith("export-"):
                 assert fv.mode == "evaluate" and fv.export_dir and fv.export_onnx, name
+                assert fv.export_triton == f"{smoke}/export-{model}/run/triton", name
+                assert fv.export_onnx_int8 == (model != "transformerxl"), name
                 assert fv.model_dir.endswith(f"dali-1gpu-{model}/run/checkpoints"), name
         if name.startswith("resume-fp16-"):  # half the steps, then the same results to all
             first, second = (shlex.split(c) for c in line.split(" && "))
@@ -121,9 +141,18 @@ def test_every_stage_on_every_model_with_valid_flags(tmp_path, data_root):
 def test_with_one_gpu_the_multi_gpu_stages_are_listed_as_skipped(tmp_path, data_root):
     """GPUS unset on a machine without one: the dry run still lists every stage, the multi-GPU
     ones with their reason; nccl-tests' binary is used where it is given."""
-    proc = _dry_run(tmp_path, data_root, PYTHON="python", ALL_REDUCE_PERF="/opt/nccl/arp")
+    proc = _dry_run(tmp_path, data_root, PYTHON="python", ALL_REDUCE_PERF="/opt/nccl/arp",
+                    TENSORRT="0", POLYGRAPHY="0", TRITON="0", INT8="0")
     assert proc.returncode == 0, proc.stderr[-2000:]
     stages = _stages(proc)
+    for model in ("resnet50v1.5", "ssd320"):  # TensorRT's and Triton's tools are not here
+        assert stages[f"tensorrt-{model}"] == \
+            "skipped (trtexec is not on PATH (NVIDIA's TensorRT container has it))"
+        assert stages[f"tensorrt-compare-{model}"] == \
+            "skipped (needs trtexec's TensorRT and polygraphy on PATH)"
+        assert stages[f"triton-perf-{model}"] == ("skipped (tritonserver and perf_analyzer are "
+                                                  "not on PATH (Triton's containers))")
+        assert "--export_onnx_int8" not in stages[f"export-{model}"]  # INT8=0
     why = "skipped (one GPU here (GPUS=1): needs 2 or more)"
     for model in MODELS:
         assert stages[f"dali-multigpu-{model}"] == why
