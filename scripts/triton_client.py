@@ -194,6 +194,8 @@ def run(args) -> int:
         raise ClientError(f"--client_json {args.client_json}: not an export's client.json")
     labels = _read_labels(args.labels) if args.labels else None
     client, server = _client(args.url, args.protocol)
+    if args.wait:
+        _wait_ready(server, args)
     try:
         config = _config(server, args.model, args.protocol)
     except Exception as e:  # tritonclient raises its own types per protocol (and OSErrors)
@@ -220,6 +222,23 @@ def run(args) -> int:
     if failed:
         print(f"{PROG}: {failed} of {len(args.files)} file(s) not answered", file=sys.stderr)
     return 0 if answered else 1
+
+
+def _wait_ready(server, args) -> None:
+    """Until the model is ready, for at most ``--wait`` seconds (a server just started loads its
+    models before it answers)."""
+    import time
+    deadline = time.monotonic() + args.wait
+    while True:
+        try:
+            if server.is_model_ready(args.model):
+                return
+        except Exception:  # not listening yet: tritonclient's and the socket's errors
+            pass
+        if time.monotonic() >= deadline:
+            raise ClientError(f"{args.model} at {args.url} was not ready within --wait "
+                              f"{args.wait:g} s")
+        time.sleep(0.5)
 
 
 def _send(client, server, args, config, names, batch, labels) -> tuple[int, int]:
@@ -271,6 +290,8 @@ def main(argv=None) -> int:
     p.add_argument("--top_k", type=_positive, default=5)
     p.add_argument("--score_threshold", type=float, default=0.3)
     p.add_argument("--json", action="store_true", help="each image's outputs as a JSON line")
+    p.add_argument("--wait", type=float, default=0, help="seconds to wait for the model to be "
+                   "ready (a server just started loads its models first)")
     args = p.parse_args(argv)
     try:
         return run(args)

@@ -724,3 +724,53 @@ def test_triton_client_refuses_bad_arguments_with_one_line(tmp_path, resnet):
     assert ask("--url", "http://localhost:8000").startswith(
         "triton_client.py: error: tritonclient is not installed here (tritonclient): run it "
         "with the environment scripts/triton_env.sh makes")
+
+
+def _readme_blocks(heading: str) -> list[str]:
+    """The bash blocks of README.md's section ``heading``, continuation lines joined."""
+    import re
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    return [block.replace("\\\n", " ") for block in re.findall(r"```bash\n(.*?)```", section,
+                                                                re.S)]
+
+
+@TRITON_ENV
+def test_the_readmes_cpu_host_commands_serve_a_jpeg(tmp_path, digits_records, triton_python):
+    """README's Deployment commands for a CPU host, run as written (the data, the results
+    folder and cat.jpg replaced by this test's, ports of its own, the tiny preset of the
+    checkpoint trained here first): a Triton server answers a photograph with the SavedModel's
+    top class."""
+    import sys
+    cpu, gpu = _readme_blocks("Deployment: export, Triton, TensorRT, INT8")
+    results, photo = tmp_path / "results", _real_photos()[2]
+    subprocess.run([sys.executable, os.path.join(ROOT, "resnet50v1.5", "main.py"), *TINY,
+                    "--data_dir", digits_records, "--mode", "train", "--iter_unit", "batch",
+                    "--num_iter", "1", "--results_dir", str(results)],
+                   check=True, capture_output=True, timeout=300)
+    http, grpc, metrics = free_ports(3)
+    lines = []
+    for line in cpu.strip().splitlines():
+        line = line.replace("/data/imagenet", digits_records).replace("/results", str(results))
+        line = line.replace("cat.jpg", photo)
+        if line.startswith("python "):
+            line = f"{sys.executable} {line[len('python '):]} --preset tiny"
+        if "tritonserver.py" in line:
+            line = line.replace(" &", f" --http-port={http} --grpc-port={grpc} "
+                                      f"--metrics-port={metrics} >{tmp_path}/server.log 2>&1 &")
+        if "triton_client.py" in line:
+            line = line.replace(" --wait", f" --url localhost:{http} --wait")
+        lines.append(line)
+    script = "\n".join(["set -euo pipefail", "trap 'kill $(jobs -p) 2>/dev/null' EXIT", *lines])
+    proc = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, (proc.stderr[-3000:], (tmp_path / "server.log").read_text()[-3000:]
+                                  if (tmp_path / "server.log").exists() else "")
+    answer = proc.stdout.strip().splitlines()[-1]
+    names = (results / "export" / "assets" / "labels.txt").read_text().split()
+    probs = _signature(results / "export", "serving_default")(
+        images=tf.constant([open(photo, "rb").read()]))["probabilities"].numpy()[0]
+    assert answer.startswith(f"{photo}: {names[int(np.argmax(probs))]} {probs.max():.3f}, ")
+    # The GPU host's commands: the engine script the first one runs is where it says.
+    assert "bash /results/triton.tensorrt/build_engines.sh" in gpu
+    assert (results / "triton.tensorrt" / "build_engines.sh").exists()
