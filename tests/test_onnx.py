@@ -2,13 +2,14 @@
 (CPU): ResNet logits, SSD's post-NMS detections (NMS included in the graph), Transformer-XL's
 log-probabilities and new memory. An AMP run exports a float32 graph of its weights."""
 import os
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 import tensorflow as tf
-from conftest import TINY, load_script, same_detections
+from conftest import ROOT, TINY, load_script, same_detections
 
 from common import runner
 from rn50.task import ResNetTask
@@ -277,3 +278,25 @@ def test_a_quantizer_that_exits_0_with_junk_replaces_nothing(tmp_path, digits_re
     assert (export / "model_int8.onnx").read_bytes() == b"the earlier export's good INT8 file"
     assert os.listdir(export) == ["model_int8.onnx"]
     assert [n for n in os.listdir(tmp_path) if n.startswith(".e.")] == []
+
+
+def test_model_optimizers_environment_takes_the_pytorch_a_user_names(tmp_path):
+    """scripts/modelopt_env.sh: PyPI's PyTorch by default; MODELOPT_TORCH (a requirement or a
+    wheel, a CPU build on a host without a GPU) gets an environment of its own, named after it
+    (--where: where it is or would be, exit 1 while it is not made)."""
+    script = os.path.join(ROOT, "scripts", "modelopt_env.sh")
+    env = {**os.environ, "TF_MODEL_SCRIPTS_CACHE": str(tmp_path)}
+
+    def where(**more):
+        proc = subprocess.run(["bash", script, "--where"], capture_output=True, text=True,
+                              env={**env, **more}, timeout=60)
+        assert proc.returncode == 1, proc.stderr  # nothing made in this cache
+        return os.path.relpath(proc.stdout.strip(), tmp_path / "venvs")
+
+    default = where()
+    assert default.startswith("modelopt0.47.0-torch2.14.1-py") and default.endswith("/bin/python")
+    wheel = where(MODELOPT_TORCH="/wheels/torch-2.14.1+cpu-cp311-cp311-linux_x86_64.whl",
+                  MODELOPT_TORCH_INDEX="https://download.pytorch.org/whl/cpu")
+    assert wheel.startswith("modelopt0.47.0-torch-2.14.1+cpu-cp311-cp311-linux_x86_64.whl-py")
+    assert where(MODELOPT_TORCH="torch==2.14.1+cpu").startswith(
+        "modelopt0.47.0-torch==2.14.1+cpu-py")
