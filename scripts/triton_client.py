@@ -74,19 +74,22 @@ def _config(server, model: str, protocol: str) -> dict:
 
 def prepare(path: str, info: dict) -> np.ndarray:
     """The float32 (size, size, 3) input of ``path`` as ``client.json`` describes the model's
-    evaluation: ResNet-50's shorter side to ``resize_shorter_side`` and central crop, SSD's
-    resize without aspect; then (pixel - mean) / std on the 0..255 scale."""
+    evaluation: ResNet-50's shorter side to ``resize_shorter_side`` and central crop (or the
+    whole image squashed, where that is None), SSD's resize without aspect, with the recipe's
+    ``interpolation``; then (pixel - mean) / std on the 0..255 scale."""
     from PIL import Image
     image = Image.open(path).convert("RGB")
     h, w = info["input_size"]
-    if "resize_shorter_side" in info:
+    method = {"bicubic": Image.BICUBIC, "nearest": Image.NEAREST}.get(
+        info.get("interpolation"), Image.BILINEAR)
+    if info.get("resize_shorter_side"):
         s = info["resize_shorter_side"] / min(image.size)
         size = (round(image.width * s), round(image.height * s))
-        image = image.resize(size, Image.BILINEAR, reducing_gap=None)
+        image = image.resize(size, method, reducing_gap=None)
         left, top = (size[0] - w + 1) // 2, (size[1] - h + 1) // 2
         image = image.crop((left, top, left + w, top + h))
     else:
-        image = image.resize((w, h), Image.BILINEAR)
+        image = image.resize((w, h), method)
     x = np.asarray(image, np.float32)
     return (x - np.asarray(info["mean"], np.float32)) / np.asarray(info["std"], np.float32)
 

@@ -41,6 +41,10 @@ class CheckpointSpec:
     # Files of --data_dir copied beside every checkpoint when there (the class names), so that
     # predict and export find them without the data.
     assets: tuple[str, ...] = ()
+    # Settings recorded beside every checkpoint that a run starting from it (restored or
+    # fine-tuned) takes when the flag is omitted, and that a given flag overrides (how
+    # evaluation prepares an image: the imported weights' recipe, or NVIDIA's).
+    preferred: tuple[str, ...] = ()
 
 
 def settings_of(task) -> dict:
@@ -48,7 +52,8 @@ def settings_of(task) -> dict:
     and the facts read from its data. What ``settings.json`` beside every checkpoint and an
     export's ``client.json`` record."""
     facts = {name: value for name, (value, _) in task.checkpoint_facts().items()}
-    return {**{n: getattr(task.flags, n) for n in task.checkpoint.flags}, **facts}
+    spec = task.checkpoint
+    return {**{n: getattr(task.flags, n) for n in (*spec.flags, *spec.preferred)}, **facts}
 
 
 def adopted(task_cls, fv) -> tuple[dict, str] | None:
@@ -69,7 +74,17 @@ def adopted(task_cls, fv) -> tuple[dict, str] | None:
         return None
     if found is None:
         return None
-    return adopt(fv, found, names, source, task_cls.name), source
+    taken = adopt(fv, found, names, source, task_cls.name)
+    for name in spec.preferred:  # the checkpoint's where the command line says nothing
+        value = found["settings"].get(name)
+        if value is not None and not fv.given(name):
+            refused = fv.refuses(name, value)
+            if refused:
+                raise DataError(f"{source}'s {FILE} records {name} {_show(value)}, which "
+                                f"--{name} does not take ({refused}): the record was edited "
+                                "or damaged")
+            taken[name] = value
+    return taken, source
 
 
 def directory_of(path: str) -> str:

@@ -6,6 +6,7 @@ from absl import flags
 
 from common import flags as common_flags
 from common.log_names import resnet_pattern
+from rn50 import recipes
 
 ARCH_NAMES = ("resnet50", "resnet_tiny")  # rn50.model.ARCHS: resnet_tiny is for tests
 # NVIDIA's recipe: 90 epochs at 256 images per GPU.
@@ -15,12 +16,10 @@ FLAG_DEFAULTS = {"batch_size": 256, "num_iter": 90, "iter_unit": "epoch"}
 # top1_accuracy, top5_accuracy (fractions), and per step total_loss, learning_rate, imgs_per_sec.
 LOG_NAMES = resnet_pattern("images/s", {"top1": ("top1_accuracy", None),
                                         "top5": ("top5_accuracy", None)})
-EVAL_CROP_FRACTION = 0.875  # 224 of 256: resize the shorter side to size / 0.875, then crop
-
-
-def eval_resize(size: int) -> int:
-    """The shorter side evaluation resizes an image to before its central ``size`` crop."""
-    return int(round(size / EVAL_CROP_FRACTION))
+def eval_resize(size: int, recipe: str | None = None) -> int | None:
+    """The shorter side evaluation resizes an image to before its central ``size`` crop
+    (``--eval_preprocessing``'s recipe; None where it squashes the image instead)."""
+    return recipes.parse(recipe, size).resize_for(size)
 
 
 # --preset (common/flags.py): nvidia is the flags' own defaults; digits is `make demo`'s, the
@@ -35,6 +34,14 @@ PRESETS = {
     "tiny": {"arch": "resnet_tiny", "num_classes": 10, "image_size": 32, "batch_size": 8,
              "lr_warmup_epochs": 0.0, "display_every": 1},
 }
+
+
+def _valid_recipe(value) -> bool:
+    try:
+        recipes.parse(value)
+    except ValueError as e:
+        raise flags.ValidationError(f"--eval_preprocessing {value}: {e}") from None
+    return True
 
 
 def define_flags(fv: flags.FlagValues) -> None:
@@ -53,6 +60,15 @@ def define_flags(fv: flags.FlagValues) -> None:
                       "the stem's max-pool pad: TensorFlow's same (NVIDIA's), or symmetric as "
                       "PyTorch's (torchvision's and timm's weights; import_weights.py records "
                       "it in the checkpoint).", **d)
+    flags.DEFINE_string("eval_preprocessing", None, "How evaluation, predict and the exports "
+                        "prepare an image: nvidia (the shorter side to size / 0.875, the central "
+                        "crop, NVIDIA's mean and std) or a recipe, "
+                        "resize:R,crop:C,interpolation:I,antialias:A,mean:a/b/c,std:a/b/c "
+                        "(rn50/recipes.py). Default: the checkpoint's (import_weights.py records "
+                        "the source's own), else nvidia.", **d)
+    flags.register_validator("eval_preprocessing", _valid_recipe,
+                             "--eval_preprocessing: nvidia or a recipe (rn50/recipes.py)",
+                             flag_values=fv)
     flags.DEFINE_enum("data_format", "NHWC", ("NHWC", "NCHW"), "Layout inside the model; NCHW "
                       "needs a GPU.", **d)
     flags.DEFINE_float("lr_init", 0.256, "Peak learning rate per 256 images of global batch.", **d)

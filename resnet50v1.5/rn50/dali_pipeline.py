@@ -11,21 +11,25 @@ step (``ResNetTask.train_loss``). The graph (``build_pipeline``) needs no Tensor
 from __future__ import annotations
 
 from common import dali_graph, tfrecord_index
-from common.imagenet_stats import MEAN, STD
-from rn50.config import eval_resize
+from rn50 import recipes
 
 NAMES = ("images", "labels")  # the pipeline's outputs, in order
 
 
 def build_pipeline(files, idx_dir: str, training: bool, image_size: int, shard_id: int = 0,
                    num_shards: int = 1, where: dali_graph.Placement = dali_graph.CPU,
-                   min_area: float = 0.08):
+                   min_area: float = 0.08, recipe: str | None = None):
     """The ``@pipeline_def`` function of this rank's shard of ``files``: images (size, size, 3)
-    normalised, float16 where ``where`` says, and 0-based int32 labels."""
+    normalised, float16 where ``where`` says, and 0-based int32 labels. Evaluation prepares
+    images by ``recipe`` (``--eval_preprocessing``: its resize, interpolation and
+    normalisation; DALI's own crop and rounding); training normalises by its mean and std."""
     import nvidia.dali.tfrecord as tfrec
     from nvidia.dali import fn, pipeline_def, types
 
     idx_files = [tfrecord_index.index_path(idx_dir, f) for f in files]
+    r = recipes.parse(recipe, image_size)
+    interp = {"bilinear": types.INTERP_LINEAR, "bicubic": types.INTERP_CUBIC,
+              "nearest": types.INTERP_NN}[r.interpolation]
 
     @pipeline_def
     def pipeline():
@@ -45,11 +49,16 @@ def build_pipeline(files, idx_dir: str, training: bool, image_size: int, shard_i
         else:
             images = fn.decoders.image(records["image/encoded"], **where.decoder,
                                        output_type=types.RGB)
-            images = fn.resize(images, resize_shorter=eval_resize(image_size))
+            if r.resize_for(image_size) is None:
+                images = fn.resize(images, resize_x=image_size, resize_y=image_size,
+                                   interp_type=interp, antialias=r.antialias)
+            else:
+                images = fn.resize(images, resize_shorter=r.resize_for(image_size),
+                                   interp_type=interp, antialias=r.antialias)
             mirror = 0
         images = fn.crop_mirror_normalize(
             images, dtype=where.image_dtype(), output_layout="HWC", crop=(image_size, image_size),
-            mean=list(MEAN), std=list(STD), mirror=mirror)
+            mean=list(r.mean), std=list(r.std), mirror=mirror)
         labels = fn.reshape(records["image/class/label"], shape=[]) - 1
         return where.output(images), where.output(fn.cast(labels, dtype=types.INT32))
 
@@ -58,7 +67,8 @@ def build_pipeline(files, idx_dir: str, training: bool, image_size: int, shard_i
 
 def dataset(files, idx_dir: str, batch_size: int, image_size: int, training: bool, rank: int = 0,
             world: int = 1, where: dali_graph.Placement = dali_graph.CPU,
-            seed: int | None = None, num_threads: int = 4, min_area: float = 0.08):
+            seed: int | None = None, num_threads: int = 4, min_area: float = 0.08,
+            recipe: str | None = None):
     """(images (N, size, size, 3) float32 or float16, labels (N,) int32 0-based) batches for
     this rank: endless for training, one pass over its shard per iteration for evaluation
     (``dali.EvalPass``)."""
@@ -66,7 +76,8 @@ def dataset(files, idx_dir: str, batch_size: int, image_size: int, training: boo
 
     from common import dali
     from common.distributed import rank_seed
-    pipe = build_pipeline(files, idx_dir, training, image_size, rank, world, where, min_area)
+    pipe = build_pipeline(files, idx_dir, training, image_size, rank, world, where, min_area,
+                          recipe)
     ds = dali.serve(pipe, where, batch_size,
                     ((batch_size, image_size, image_size, 3), (batch_size,)),
                     (dali.tf_image_dtype(where), tf.int32), num_threads, rank_seed(seed, rank))

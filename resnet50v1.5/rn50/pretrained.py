@@ -26,6 +26,15 @@ Sources, each by its own names and layouts:
   them, its epsilon 1.001e-5 into the variances, and its caffe input (BGR, less the mean, not
   divided by the standard deviation) into the first convolution.
 
+Each source's evaluation recipe (``rn50/recipes.py``) is recorded in the checkpoint's settings
+(``eval_preprocessing``), so that evaluation, predict, the exports and fine-tuning prepare
+images as the source does: torchvision's ``IMAGENET1K_V1`` or ``V2`` (told by ``--recipe``, or
+by the file name torchvision downloads, ``resnet50-0676ba61`` / ``resnet50-11ad3fa6``; else V2,
+torchvision's default, with a note), timm's ``pretrained_cfg`` (the ``config.json`` that the
+Hugging Face hub keeps beside ``model.safetensors``; else ``resnet50.a1_in1k``'s, timm's
+default, with a note), keras.applications' own, NVIDIA's for NGC's. ``--recipe nvidia`` (or
+any recipe) records another.
+
 Every source tensor is used and every variable of the model set, or the import stops with one
 line naming what is missing, left over or mis-shaped. A classifier for another number of
 classes than ``--num_classes`` (or none, a ``notop`` file) leaves the classifier fresh, and the
@@ -42,6 +51,7 @@ import numpy as np
 
 from common.checkpoint import settings as checkpoint_settings
 from common.errors import DataError, UsageError, one_line, reported
+from rn50 import recipes
 
 # NVIDIA's ImageNet standard deviations (common/images.py), here so that the state-dict reader
 # imports without TensorFlow (the tests run it beside PyTorch alone).
@@ -59,6 +69,58 @@ class Imported:
     classes: int
     padding: str
     notes: list
+
+
+# torchvision's download names of ResNet-50's ImageNet weights, by recipe.
+TORCHVISION_FILES = {"resnet50-0676ba61": "V1", "resnet50-11ad3fa6": "V2"}
+# timm's resnet50 default tag, resnet50.a1_in1k: its pretrained_cfg's evaluation fields.
+TIMM_DEFAULT_CFG = {"input_size": (3, 224, 224), "crop_pct": 0.95, "interpolation": "bicubic",
+                    "mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)}
+
+
+def source_recipe(source: str, path: str, asked: str | None) -> tuple[str, list[str]]:
+    """(the recipe to record, notes): ``asked`` (``--recipe``), else the source's own."""
+    import json
+    if asked:
+        named = {"torchvision_v1": recipes.torchvision("V1"),
+                 "torchvision_v2": recipes.torchvision("V2"),
+                 "keras": recipes.keras_applications()}
+        try:
+            return (named[asked].spec() if asked in named else recipes.parse(asked).spec()), []
+        except ValueError as e:
+            raise UsageError(f"--recipe {asked}: {e}") from None
+    if source == "torchvision":
+        found = next((v for k, v in TORCHVISION_FILES.items() if k in os.path.basename(path)),
+                     None)
+        if found:
+            return recipes.torchvision(found).spec(), []
+        return recipes.torchvision("V2").spec(), [
+            "recorded torchvision's IMAGENET1K_V2 evaluation recipe (resize 232, torchvision's "
+            "default weights); for IMAGENET1K_V1's (resize 256) import with --recipe "
+            "torchvision_v1"]
+    if source == "timm":
+        config = os.path.join(directory_of(path), "config.json")
+        try:
+            with open(config, encoding="utf-8") as f:
+                cfg = json.load(f).get("pretrained_cfg")
+        except (OSError, ValueError, AttributeError):
+            cfg = None
+        if isinstance(cfg, dict):
+            try:
+                return recipes.timm(cfg).spec(), []
+            except ValueError as e:
+                raise DataError(f"{config}: {e}") from None
+        return recipes.timm(TIMM_DEFAULT_CFG).spec(), [
+            f"no pretrained_cfg beside the weights ({config}): recorded resnet50.a1_in1k's "
+            "evaluation recipe (timm's default: crop_pct 0.95, bicubic); another tag's is "
+            "given with --recipe"]
+    if source == "keras":
+        return recipes.keras_applications().spec(), []
+    return recipes.NVIDIA, []
+
+
+def directory_of(path: str) -> str:
+    return os.path.dirname(os.path.abspath(path))
 
 
 def _blocks(arch: str):
@@ -312,7 +374,8 @@ def read(source: str, path: str, arch: str) -> Imported:
     raise UsageError(f"--from must be one of {', '.join(SOURCES)}")
 
 
-def build(imported: Imported, arch: str, num_classes: int | None, image_size: int):
+def build(imported: Imported, arch: str, num_classes: int | None, image_size: int,
+          recipe: str = recipes.NVIDIA):
     """Our model with the imported weights (``num_classes``: the source's when None); returns
     (model, its settings, notes)."""
     from rn50.model import build_resnet
@@ -349,7 +412,7 @@ def build(imported: Imported, arch: str, num_classes: int | None, image_size: in
                             f"model's {tuple(targets[key].shape)} ({blame}?)")
         targets[key].assign(value)
     settings = {"arch": arch, "num_classes": classes, "image_size": image_size,
-                "padding": imported.padding}
+                "padding": imported.padding, "eval_preprocessing": recipe}
     return model, settings, notes
 
 
@@ -430,6 +493,9 @@ def main(argv=None) -> int:
                    "size (default: 224)")
     p.add_argument("--labels", help="a file of class names, one a line, kept beside the "
                    "checkpoint as labels.txt (predict names its classes)")
+    p.add_argument("--recipe", help="the evaluation recipe to record: torchvision_v1, "
+                   "torchvision_v2, keras, nvidia, or key:value pairs (rn50/recipes.py); "
+                   "default: the source's own")
     args = p.parse_args(argv)
     return reported("import_weights.py", lambda: _import(args), {UsageError: 2, DataError: 1})
 
@@ -437,13 +503,16 @@ def main(argv=None) -> int:
 def _import(args) -> int:
     check_output(args.out_dir)  # before the import, not after it
     names = read_labels(args.labels) if args.labels else None
+    recipe, recipe_notes = source_recipe(args.source, args.src, args.recipe)
     imported = read(args.source, args.src, args.arch)
-    model, settings, notes = build(imported, args.arch, args.num_classes, args.image_size)
+    model, settings, notes = build(imported, args.arch, args.num_classes, args.image_size, recipe)
+    notes += recipe_notes
     prefix = write(model, settings, args.out_dir, names)
     for note in notes:
         print(f"note: {note}")
     print(f"imported {len(imported.weights)} tensors of {args.source}'s ResNet-50 into {prefix} "
-          f"({settings['num_classes']} classes, --padding {settings['padding']}); use it with "
+          f"({settings['num_classes']} classes, --padding {settings['padding']}, "
+          f"--eval_preprocessing {recipe}); use it with "
           f"--model_dir {args.out_dir} (evaluate, predict, export), --finetune_checkpoint "
           f"{args.out_dir}, or SSD320's --trunk resnet_v1.5 --backbone_checkpoint {args.out_dir}")
     return 0

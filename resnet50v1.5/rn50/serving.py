@@ -2,7 +2,8 @@
 
 ``serving_default`` takes what a client has, encoded images (JPEG, PNG, BMP or GIF bytes, any
 size), and prepares each as evaluation does (``tfdata_pipeline.eval_image``: decode, shorter
-side to size / 0.875, central crop, ImageNet normalisation); ``preprocessed`` takes the float
+side to size / 0.875, central crop, ImageNet normalisation; or the imported weights' own
+recipe, ``--eval_preprocessing``); ``preprocessed`` takes the float
 (N, size, size, 3) batch the network itself takes, the input of the ONNX file and of TensorRT.
 Both return ``logits`` and ``probabilities`` (N, classes) float32 and ``classes`` (N,) int32,
 each image's most probable class (0-based: the line of ``assets/labels.txt``);
@@ -17,14 +18,20 @@ import tensorflow as tf
 from common.export.serving import Serving, image_input_info, prepare_each
 from common.images import read_image
 from common.task import record_files
-from rn50 import config, tfdata_pipeline
+from rn50 import recipes, tfdata_pipeline
 
 
 class ResNetServing(Serving):
     triton_name = "resnet50"
     onnx_files = {"model.onnx": "preprocessed"}
     int8 = True
-    prepare_image = staticmethod(tfdata_pipeline.eval_image)
+
+    @property
+    def prepare_image(self):
+        """Evaluation's preparation (``--eval_preprocessing``: NVIDIA's or the imported
+        weights' own recipe)."""
+        recipe = self.flags.eval_preprocessing
+        return lambda encoded, size: tfdata_pipeline.eval_image(encoded, size, recipe)
 
     def signatures(self, model):
         size = self.flags.image_size
@@ -55,9 +62,10 @@ class ResNetServing(Serving):
 
     def client_info(self):
         f = self.flags
-        return {**image_input_info(f.image_size),
-                "resize_shorter_side": config.eval_resize(f.image_size),
-                "crop": "central", "num_classes": f.num_classes,
+        recipe = recipes.parse(f.eval_preprocessing, f.image_size)
+        described = recipe.describe()
+        described["resize_shorter_side"] = recipe.resize_for(f.image_size)
+        return {**image_input_info(f.image_size), **described, "num_classes": f.num_classes,
                 "labels": "labels.txt" if self.task.class_names else None}
 
     def serving_call(self, inputs, state):
@@ -71,7 +79,10 @@ class ResNetServing(Serving):
 
     # --- what inference is --------------------------------------------------------------
     def predict_file(self, model, path):
-        x = tfdata_pipeline.eval_crop(read_image(path), self.flags.image_size)[None]
+        f = self.flags
+        read_image(path)  # a file that is no image: one line naming it
+        x = tfdata_pipeline.eval_image(tf.io.read_file(path), f.image_size,
+                                       f.eval_preprocessing)[None]
         probs = tf.nn.softmax(model(x, training=False)[0]).numpy()
         top = np.argsort(-probs)[:5]
         rec = {"file": path, "top5_classes": [int(c) for c in top],

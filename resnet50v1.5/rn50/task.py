@@ -49,7 +49,7 @@ class ResNetTask(RecordTask):
     # weights compute, so it is recorded with the shapes' settings.
     checkpoint = CheckpointSpec(flags=("arch", "num_classes", "image_size", "padding"),
                                 finetune=("arch", "padding"), fresh_heads=("logits",),
-                                assets=(LABELS,))
+                                assets=(LABELS,), preferred=("eval_preprocessing",))
 
     @classmethod
     def derive_settings(cls, settings, world):
@@ -150,12 +150,14 @@ class ResNetTask(RecordTask):
         return dali_pipeline.dataset(files, f.data_idx_dir, f.batch_size, f.image_size,
                                      training, dist.rank, dist.size,
                                      dali.placement(self.ctx.capabilities, f.dali_cpu),
-                                     f.seed, f.dali_threads, f.crop_area_min)
+                                     f.seed, f.dali_threads, f.crop_area_min,
+                                     f.eval_preprocessing)
 
     def tfdata_dataset(self, files, training, seed):
         f, dist = self.flags, self.ctx.dist
         return tfdata_pipeline.dataset(files, f.batch_size, f.image_size, training, dist.rank,
-                                       dist.size, seed, f.crop_area_min, f.num_classes)
+                                       dist.size, seed, f.crop_area_min, f.num_classes,
+                                       f.eval_preprocessing)
 
     def synthetic_dataset(self):
         f = self.flags

@@ -10,9 +10,9 @@ from __future__ import annotations
 import tensorflow as tf
 
 from common import record_reader
-from common.images import decode, normalize
+from common.images import decode, decode_exact, normalize
 from common.input_errors import checked_range
-from rn50.config import eval_resize
+from rn50 import recipes
 
 
 def parse(record, num_classes: int):
@@ -33,9 +33,10 @@ def record_check(num_classes: int):
     return check
 
 
-def train_image(encoded, size: int, seed, min_area: float = 0.08):
+def train_image(encoded, size: int, seed, min_area: float = 0.08, recipe: str | None = None):
     """Random crop (area min_area-100%, aspect 3/4-4/3), resize to size x size, random flip;
-    ``seed`` ((2,) int64) decides both (stateless ops: see common/record_reader.py)."""
+    ``seed`` ((2,) int64) decides both (stateless ops: see common/record_reader.py); normalised
+    by the recipe's mean and std (``--eval_preprocessing``: what the weights expect)."""
     crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
 
     def window(shape):
@@ -57,17 +58,28 @@ def train_image(encoded, size: int, seed, min_area: float = 0.08):
 
     image = tf.cond(tf.io.is_jpeg(encoded), jpeg, other)
     image = tf.image.resize(image, (size, size), antialias=True)
-    return normalize(tf.image.stateless_random_flip_left_right(image, flip_seed))
+    image = tf.image.stateless_random_flip_left_right(image, flip_seed)
+    r = recipes.parse(recipe, size)
+    if r.nvidia:
+        return normalize(image)
+    return (image - tf.constant(r.mean, tf.float32)) / tf.constant(r.std, tf.float32)
 
 
-def eval_image(encoded, size: int):
-    return eval_crop(decode(encoded), size)
+def eval_image(encoded, size: int, recipe: str | None = None):
+    """An encoded image prepared as evaluation prepares it (``eval_crop``); a source's recipe
+    decodes JPEGs as PIL does (``decode_exact``)."""
+    nvidia = recipes.parse(recipe, size).nvidia
+    return eval_crop(decode(encoded) if nvidia else decode_exact(encoded), size, recipe)
 
 
-def eval_crop(image, size: int):
-    """Resize the shorter side to size / 0.875 (256 for 224), then take the central crop."""
+def eval_crop(image, size: int, recipe: str | None = None):
+    """Evaluation's preparation of a decoded image (``--eval_preprocessing``): NVIDIA's, the
+    shorter side to size / 0.875 (256 for 224) and the central crop; or a recipe's."""
+    r = recipes.parse(recipe, size)
+    if not r.nvidia:
+        return _recipe_crop(image, size, r)
     hw = tf.cast(tf.shape(image)[:2], tf.float32)
-    scale = eval_resize(size) / tf.reduce_min(hw)
+    scale = r.resize_for(size) / tf.reduce_min(hw)
     new_hw = tf.cast(tf.round(hw * scale), tf.int32)
     image = tf.image.resize(image, new_hw, antialias=True)
     # Centre rounded half up, as DALI's crop_pos 0.5 does, so the two pipelines see one crop.
@@ -75,20 +87,61 @@ def eval_crop(image, size: int):
     return normalize(image[top:top + size, left:left + size])
 
 
+def _recipe_crop(image, size: int, r: recipes.Recipe):
+    """A source's recipe as torchvision applies it to a PIL image: the shorter side to the
+    recipe's, the longer truncated; pixels rounded to 8 bits as PIL's resize leaves them; the
+    central crop's offset rounded half to even; then the recipe's mean and std."""
+    short = r.resize_for(size)
+    if short is None:
+        new_hw = tf.constant([size, size])
+    else:
+        hw = tf.shape(image)[:2]
+        h, w = hw[0], hw[1]
+        new_hw = tf.where(h <= w, tf.stack([short, short * w // h]),
+                          tf.stack([short * h // w, short]))
+    if r.interpolation == "nearest":
+        hw = tf.shape(image)[:2]
+        resized = tf.gather(tf.gather(image, _pil_nearest(hw[0], new_hw[0]), axis=0),
+                            _pil_nearest(hw[1], new_hw[1]), axis=1)
+        resized = tf.cast(resized, tf.float32)
+    else:  # PIL resamples the width, rounds to 8 bits, then the height: so here
+        wide = tf.image.resize(image, tf.stack([tf.shape(image)[0], new_hw[1]]),
+                               method=r.interpolation, antialias=r.antialias)
+        wide = tf.clip_by_value(tf.round(tf.cast(wide, tf.float32)), 0, 255)
+        resized = tf.image.resize(wide, new_hw, method=r.interpolation, antialias=r.antialias)
+        resized = tf.clip_by_value(tf.round(tf.cast(resized, tf.float32)), 0, 255)
+    if short is not None:
+        top = tf.cast(tf.round(tf.cast(new_hw[0] - size, tf.float32) / 2), tf.int32)
+        left = tf.cast(tf.round(tf.cast(new_hw[1] - size, tf.float32) / 2), tf.int32)
+        resized = resized[top:top + size, left:left + size]
+    resized.set_shape([size, size, 3])
+    return (resized - tf.constant(r.mean, tf.float32)) / tf.constant(r.std, tf.float32)
+
+
+def _pil_nearest(size, new):
+    """The source rows (or columns) of PIL's nearest-neighbour resize from ``size`` to ``new``:
+    PIL steps through the source in float64, adding the scale at each pixel from half of it,
+    and the sums' rounding picks a neighbour where the exact centre falls on a pixel's edge
+    (``keras.utils.load_img``'s default)."""
+    scale = tf.cast(size, tf.float64) / tf.cast(new, tf.float64)
+    steps = tf.concat([[scale / 2], tf.fill([new - 1], scale)], 0)
+    return tf.minimum(tf.cast(tf.floor(tf.math.cumsum(steps)), tf.int32), size - 1)
+
+
 def dataset(files, batch_size: int, image_size: int, training: bool, rank: int = 0,
             world: int = 1, seed: int | None = None, min_area: float = 0.08,
-            num_classes: int = 1000) -> tf.data.Dataset:
+            num_classes: int = 1000, recipe: str | None = None) -> tf.data.Dataset:
     """Batches of (images (N, size, size, 3) float32, labels (N,) int32) for this rank."""
     ds = record_reader.rank_records(files, training, rank, world, seed)
     if training:
         def preprocess(record, element_seed):
             encoded, label = parse(record, num_classes)
-            return train_image(encoded, image_size, element_seed, min_area), label
+            return train_image(encoded, image_size, element_seed, min_area, recipe), label
         ds = record_reader.element_seeds(ds, seed)
     else:
         def preprocess(record):
             encoded, label = parse(record, num_classes)
-            return eval_image(encoded, image_size), label
+            return eval_image(encoded, image_size, recipe), label
     ds = ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE,
                 deterministic=record_reader.keeps_order(training, seed))
     return ds.batch(batch_size, drop_remainder=training).prefetch(tf.data.AUTOTUNE)

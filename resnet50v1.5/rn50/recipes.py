@@ -1,0 +1,142 @@
+"""How evaluation prepares an image (``--eval_preprocessing``): NVIDIA's recipe, or the one the
+imported weights were measured with, which ``import_weights.py`` records in the checkpoint's
+settings so that evaluation, predict and every export use it (a fine-tuning run keeps it;
+``--eval_preprocessing nvidia`` goes back to NVIDIA's).
+
+A recipe is ``nvidia`` or ``key:value`` pairs joined by commas:
+
+* ``resize``: the shorter side before the central crop, for a crop of ``crop`` pixels (scaled
+  with ``--image_size``), or ``squash``: both sides to the input size, no crop
+  (keras.applications' ``load_img(target_size=...)``);
+* ``interpolation``: ``bilinear``, ``bicubic`` or ``nearest``; ``antialias``: 1 or 0 (PIL and
+  torchvision's resizes on images are antialiased);
+* ``mean`` and ``std``: per RGB channel on the 0..255 scale, ``a/b/c``.
+
+The recipes of the sources (``SOURCES``): torchvision's ``IMAGENET1K_V1`` (resize 256,
+bilinear) and ``IMAGENET1K_V2`` (232, bilinear), timm's from the model's ``pretrained_cfg``
+(``crop_pct``, ``interpolation``, ``mean``, ``std``: ``resnet50.a1_in1k`` is 235, bicubic), and
+keras.applications' (squash to the size, nearest, caffe's BGR mean subtraction, which the
+importer folds into the first convolution: in RGB, the mean and NVIDIA's standard deviation).
+Other than NVIDIA's, a recipe resizes and crops as torchvision does (the long side truncated,
+the crop's offset rounded half to even), so that the logits are the source's own pipeline's.
+
+No TensorFlow here: the flag is checked before the model is built.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+NVIDIA = "nvidia"
+NVIDIA_CROP_FRACTION = 0.875  # 224 of 256
+NVIDIA_MEAN = (123.68, 116.78, 103.94)  # common/imagenet_stats.py
+NVIDIA_STD = (58.395, 57.12, 57.375)
+TORCH_MEAN = (123.675, 116.28, 103.53)  # (0.485, 0.456, 0.406) x 255
+TORCH_STD = (58.395, 57.12, 57.375)  # (0.229, 0.224, 0.225) x 255
+INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    resize: int | None  # the shorter side for a ``crop`` crop; None: squash, no crop
+    crop: int
+    interpolation: str = "bilinear"
+    antialias: bool = True
+    mean: tuple = NVIDIA_MEAN
+    std: tuple = NVIDIA_STD
+    nvidia: bool = False  # NVIDIA's own resize and crop arithmetic (rounded long side, offset
+    # rounded half up, as DALI's crop_pos 0.5): the recipe the models are trained with
+
+    def resize_for(self, size: int) -> int | None:
+        """The shorter side for a central crop of ``size`` (None: squash)."""
+        if self.resize is None:
+            return None
+        if self.nvidia:
+            return int(round(size / NVIDIA_CROP_FRACTION))
+        return self.resize if size == self.crop else int(round(self.resize * size / self.crop))
+
+    def spec(self) -> str:
+        if self.nvidia:
+            return NVIDIA
+        return ",".join([f"resize:{'squash' if self.resize is None else self.resize}",
+                         f"crop:{self.crop}", f"interpolation:{self.interpolation}",
+                         f"antialias:{int(self.antialias)}",
+                         "mean:" + "/".join(_num(v) for v in self.mean),
+                         "std:" + "/".join(_num(v) for v in self.std)])
+
+    def describe(self) -> dict:
+        """What ``client.json`` says of it."""
+        return {"recipe": self.spec(), "resize_shorter_side": self.resize_for(self.crop),
+                "interpolation": self.interpolation, "antialias": self.antialias,
+                "crop": "central" if self.resize is not None else "none (squashed)",
+                "mean": list(self.mean), "std": list(self.std)}
+
+
+def _num(v: float) -> str:
+    return f"{v:.6g}"
+
+
+def parse(text: str | None, size: int = 224) -> Recipe:
+    """The recipe of a flag value (None: NVIDIA's); ``ValueError`` naming what is wrong."""
+    if text in (None, "", NVIDIA):
+        return Recipe(int(round(size / NVIDIA_CROP_FRACTION)), size, nvidia=True)
+    fields = {}
+    for part in text.split(","):
+        key, sep, value = part.partition(":")
+        if not sep or not value:
+            raise ValueError(f"'{part}' is not key:value (keys: resize, crop, interpolation, "
+                             "antialias, mean, std)")
+        fields[key.strip()] = value.strip()
+    unknown = set(fields) - {"resize", "crop", "interpolation", "antialias", "mean", "std"}
+    if unknown:
+        raise ValueError(f"unknown key {sorted(unknown)[0]} (keys: resize, crop, "
+                         "interpolation, antialias, mean, std)")
+    try:
+        resize = None if fields.get("resize", "squash") == "squash" else int(fields["resize"])
+        crop = int(fields.get("crop", size))
+        mean = tuple(float(v) for v in fields.get("mean", "/".join(map(str, NVIDIA_MEAN)))
+                     .split("/"))
+        std = tuple(float(v) for v in fields.get("std", "/".join(map(str, NVIDIA_STD)))
+                    .split("/"))
+    except ValueError as e:
+        raise ValueError(f"a number is wrong ({e})") from None
+    interpolation = fields.get("interpolation", "bilinear")
+    if interpolation not in INTERPOLATIONS:
+        raise ValueError(f"interpolation {interpolation}: one of {', '.join(INTERPOLATIONS)}")
+    if fields.get("antialias", "1") not in ("0", "1"):
+        raise ValueError(f"antialias {fields['antialias']}: 1 or 0")
+    if len(mean) != 3 or len(std) != 3 or min(std) <= 0:
+        raise ValueError("mean and std take three values, a/b/c, the std above 0")
+    if crop < 1 or (resize is not None and resize < crop):
+        raise ValueError(f"resize {resize} and crop {crop}: the crop must fit the resize")
+    return Recipe(resize, crop, interpolation, fields.get("antialias", "1") == "1", mean, std)
+
+
+def torchvision(version: str) -> Recipe:
+    """torchvision's ``ResNet50_Weights.IMAGENET1K_<version>.transforms()``."""
+    return Recipe({"V1": 256, "V2": 232}[version], 224, "bilinear", True, TORCH_MEAN, TORCH_STD)
+
+
+def timm(cfg: dict) -> Recipe:
+    """timm's evaluation transform of a ``pretrained_cfg`` (``resolve_data_config`` and
+    ``create_transform``: the shorter side to floor(size / crop_pct), then the central crop;
+    timm's ``crop_mode`` center only)."""
+    size = int(cfg.get("input_size", (3, 224, 224))[-1])
+    crop_pct = float(cfg.get("crop_pct", 0.875))
+    mode = cfg.get("crop_mode", "center")
+    if mode != "center":
+        raise ValueError(f"timm's crop_mode {mode}: only 'center' is reproduced")
+    interpolation = cfg.get("interpolation", "bilinear")
+    if interpolation not in INTERPOLATIONS:
+        raise ValueError(f"timm's interpolation {interpolation}: one of "
+                         f"{', '.join(INTERPOLATIONS)}")
+    return Recipe(math.floor(size / crop_pct), size, interpolation, True,
+                  tuple(255 * float(v) for v in cfg.get("mean", (0.485, 0.456, 0.406))),
+                  tuple(255 * float(v) for v in cfg.get("std", (0.229, 0.224, 0.225))))
+
+
+def keras_applications(size: int = 224) -> Recipe:
+    """keras.applications.ResNet50's: ``load_img(target_size=...)`` (nearest, squashed) and
+    caffe's BGR mean subtraction, folded by the importer into the first convolution (with
+    NVIDIA's standard deviation): in RGB."""
+    return Recipe(None, size, "nearest", False, (123.68, 116.779, 103.939), NVIDIA_STD)
