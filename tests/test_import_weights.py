@@ -114,7 +114,8 @@ def test_the_imported_checkpoint_predicts_with_names_and_says_what_it_is(torch_f
     assert pretrained.main([str(torch_files / "torchvision.safetensors"), str(out), "--from",
                             "torchvision", "--labels", str(labels)]) == 0
     said = capsys.readouterr().out
-    assert f"into {out}/ckpt-0 (1000 classes, --padding symmetric)" in said
+    assert f"into {out}/ckpt-0 (1000 classes, --padding symmetric; evaluated with " \
+        "--eval_preprocessing resize:232,crop:224,interpolation:bilinear" in said
     found = checkpoint_settings.read(str(out))
     assert found["model"] == "resnet50v1.5" and found["settings"]["padding"] == "symmetric"
     image = tmp_path / "photo.png"
@@ -403,7 +404,8 @@ def test_a_keras_classifier_of_its_own_classes_is_imported_with_them(tmp_path, c
     app.save_weights(path)
     assert pretrained.main([path, str(tmp_path / "k"), "--from", "keras"]) == 0
     out = capsys.readouterr().out
-    assert "(10 classes, --padding symmetric)" in out and "starts fresh" not in out
+    assert "(10 classes, --padding symmetric; evaluated with --eval_preprocessing " \
+        "resize:squash," in out and "starts fresh" not in out
     model, settings, _ = _imported("keras", path)
     assert settings["num_classes"] == 10
     np.testing.assert_array_equal(model.get_layer("logits").kernel.numpy(),

@@ -53,7 +53,9 @@ def settings_of(task) -> dict:
     export's ``client.json`` record."""
     facts = {name: value for name, (value, _) in task.checkpoint_facts().items()}
     spec = task.checkpoint
-    return {**{n: getattr(task.flags, n) for n in (*spec.flags, *spec.preferred)}, **facts}
+    preferred = {n: getattr(task.flags, n) for n in spec.preferred
+                 if getattr(task.flags, n) is not None}  # unset: the model's default
+    return {**{n: getattr(task.flags, n) for n in spec.flags}, **preferred, **facts}
 
 
 def adopted(task_cls, fv) -> tuple[dict, str] | None:

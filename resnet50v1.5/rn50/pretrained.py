@@ -511,8 +511,8 @@ def _import(args) -> int:
     for note in notes:
         print(f"note: {note}")
     print(f"imported {len(imported.weights)} tensors of {args.source}'s ResNet-50 into {prefix} "
-          f"({settings['num_classes']} classes, --padding {settings['padding']}, "
-          f"--eval_preprocessing {recipe}); use it with "
+          f"({settings['num_classes']} classes, --padding {settings['padding']}; evaluated "
+          f"with --eval_preprocessing {recipe}); use it with "
           f"--model_dir {args.out_dir} (evaluate, predict, export), --finetune_checkpoint "
           f"{args.out_dir}, or SSD320's --trunk resnet_v1.5 --backbone_checkpoint {args.out_dir}")
     return 0
