@@ -10,6 +10,10 @@ from benchtools import report
 from common import runner
 from rn50.task import ResNetTask
 
+pytestmark = pytest.mark.one_stack(
+    "pip", "the report reads the logs' JSON lines, whose names do not change with the Python "
+    "stack (tests/test_dle_keys.py), and draws them")
+
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, digits_records):

@@ -388,7 +388,7 @@ def _ask(python, server, model, files, protocol, *args):
 
 @TRITON_ENV
 def test_a_triton_server_answers_the_client_with_the_savedmodels_outputs(
-        resnet, ssd, triton_python, tmp_path):
+        resnet, triton_python, tmp_path):
     from PIL import Image
     rng = np.random.RandomState(2)
     files = []
@@ -397,8 +397,8 @@ def test_a_triton_server_answers_the_client_with_the_savedmodels_outputs(
         Image.fromarray((rng.rand(h, w, 3) * 255).astype(np.uint8)).save(path)
         files.append(str(path))
     encoded = tf.constant([open(p, "rb").read() for p in files])
-    for (_, export, _), model in ((resnet, "resnet50_savedmodel"),
-                                        (ssd, "ssd320_savedmodel")):
+    # ResNet-50's: SSD320's answers through a real server are the repository test's.
+    for (_, export, _), model in ((resnet, "resnet50_savedmodel"),):
         want = {k: v.numpy() for k, v in _signature(export, "serving_default")(
             images=encoded).items()}
         server = _Server(triton_python, export, tmp_path)

@@ -98,6 +98,9 @@ def test_ssd_sbatch_trains_and_evaluates_with_dali_on_two_tasks(slurm, tmp_path,
 
 
 @LAUNCH_ONLY
+# The sbatch path is scripts/slurm_job.sh's for every model (ResNet-50's and SSD320's jobs run
+# in the suite) and Transformer-XL's two-rank global batch is test_txl_main's: `make test-slow`.
+@pytest.mark.slow
 def test_transformerxl_sbatch_keeps_the_global_batch_over_two_tasks(slurm, tmp_path, corpus):
     results = str(tmp_path / "r")
     out = _sbatch(slurm, "transformerxl/scripts/slurm.sbatch",
