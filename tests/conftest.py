@@ -155,3 +155,25 @@ def same_detections(a, b):
         for row in rows[0]:
             close = np.all(np.abs(rows[1] - row) <= [1e-4] * 4 + [1e-5, 0], axis=1)
             assert close.any(), (i, row)
+
+
+def photographs() -> list[str]:
+    """JPEG photographs that packages ship: scikit-learn's two, matplotlib's Grace Hopper."""
+    import matplotlib
+    import sklearn.datasets
+    here = os.path.join(os.path.dirname(sklearn.datasets.__file__), "images")
+    return [os.path.join(here, "china.jpg"), os.path.join(here, "flower.jpg"),
+            os.path.join(matplotlib.get_data_path(), "sample_data", "grace_hopper.jpg")]
+
+
+def distinct_ssd_scores(model, images) -> None:
+    """Untrained SSD scores sit within 1e-3 of each other, and which of two near-tied boxes NMS
+    keeps turns on rounding (TensorFlow's NMS against ONNX Runtime's): a random class head whose
+    logits on ``images`` have a standard deviation of 2 gives every anchor a score of its own."""
+    import tensorflow as tf
+    kernel, bias = (next(v for v in model.variables if v.path == f"class_head/{name}")
+                    for name in ("kernel", "bias"))
+    kernel.assign(tf.random.stateless_normal(kernel.shape, (1, 2)))
+    bias.assign(tf.zeros_like(bias))
+    logits = model(images, training=False)["cls_logits"]
+    kernel.assign(kernel * 2.0 / tf.math.reduce_std(logits))

@@ -12,7 +12,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import ROOT, run_cli
+from conftest import ROOT, photographs, run_cli
 from PIL import Image
 from safetensors.numpy import load_file, save_file
 
@@ -26,16 +26,7 @@ from rn50.task import ResNetTask
 TORCH_ENV = os.path.join(ROOT, "tests", "torch_env.sh")
 
 
-def _photos():
-    """JPEG photographs that packages ship: scikit-learn's two, matplotlib's Grace Hopper."""
-    import matplotlib
-    import sklearn.datasets
-    here = os.path.join(os.path.dirname(sklearn.datasets.__file__), "images")
-    return [os.path.join(here, "china.jpg"), os.path.join(here, "flower.jpg"),
-            os.path.join(matplotlib.get_data_path(), "sample_data", "grace_hopper.jpg")]
-
-
-PHOTOS = _photos()
+PHOTOS = photographs()
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import tensorflow as tf
-from conftest import ROOT, TINY, load_script, same_detections
+from conftest import ROOT, TINY, distinct_ssd_scores, load_script, same_detections
 
 from common import runner
 from rn50.task import ResNetTask
@@ -70,16 +70,8 @@ def test_ssd_onnx_gives_the_detections_and_what_nms_takes(tmp_path, shapes_recor
                                      *(["--export_onnx_int8", "--calibration_images", "8"]
                                        if INT8_HERE else [])])
     trainer.log.close()
-    # Untrained scores sit within 1e-3 of each other, and which of two near-tied boxes NMS
-    # keeps turns on rounding; a random class head with logits of standard deviation 2 gives
-    # every anchor a score of its own.
     images = np.random.RandomState(0).randn(2, 128, 128, 3).astype(np.float32)
-    kernel, bias = (next(v for v in trainer.model.variables if v.path == f"class_head/{name}")
-                    for name in ("kernel", "bias"))
-    kernel.assign(tf.random.stateless_normal(kernel.shape, (1, 2)))
-    bias.assign(tf.zeros_like(bias))
-    logits = trainer.model(images, training=False)["cls_logits"]
-    kernel.assign(kernel * 2.0 / tf.math.reduce_std(logits))
+    distinct_ssd_scores(trainer.model, images)
     trainer.export(str(tmp_path / "export"))
     want, got = _compare(tmp_path / "export", {"images": images}, "preprocessed")
     assert sorted(want) == ["detection_boxes", "detection_classes", "detection_scores",

@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import ROOT, TINY, free_ports, same_detections
+from conftest import ROOT, TINY, distinct_ssd_scores, free_ports, photographs, same_detections
 
 from common import runner
 from common.export import triton
@@ -53,17 +53,8 @@ def resnet(tmp_path_factory, digits_records):
 
 
 def _distinct_scores(trainer):
-    """Untrained scores sit within 1e-3 of each other, and which of two near-tied boxes NMS
-    keeps turns on rounding (TensorFlow's NMS against ONNX Runtime's): a random class head
-    gives every anchor a score of its own (as test_onnx does)."""
-    kernel, bias = (next(v for v in trainer.model.variables if v.path == f"class_head/{n}")
-                    for n in ("kernel", "bias"))
-    kernel.assign(tf.random.stateless_normal(kernel.shape, (1, 2)))
-    bias.assign(tf.zeros_like(bias))
     size = trainer.flags.image_size
-    images = tf.random.stateless_normal([2, size, size, 3], (3, 4))
-    logits = trainer.model(images, training=False)["cls_logits"]
-    kernel.assign(kernel * 2.0 / tf.math.reduce_std(logits))
+    distinct_ssd_scores(trainer.model, tf.random.stateless_normal([2, size, size, 3], (3, 4)))
 
 
 @pytest.fixture(scope="module")
@@ -369,12 +360,17 @@ class _Server:
             time.sleep(0.5)
 
     def close(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
+        _stop(self.proc, self.log)
+
+
+def _stop(proc, log):
+    """A test server stopped (SIGTERM, then SIGKILL after a minute) and its log closed."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
 
 
 def _ask(python, server, model, files, protocol, *args):
@@ -499,12 +495,7 @@ class _Repositories:
             return {m["name"]: m for m in json.load(r)}
 
     def close(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
+        _stop(self.proc, self.log)
 
 
 @pytest.fixture(scope="module")
@@ -512,15 +503,6 @@ def served(resnet, ssd, triton_python, tmp_path_factory):
     server = _Repositories(triton_python, [resnet[2], ssd[2]], tmp_path_factory.mktemp("served"))
     yield server
     server.close()
-
-
-def _real_photos():
-    """JPEG photographs that packages ship: scikit-learn's two, matplotlib's Grace Hopper."""
-    import matplotlib
-    import sklearn.datasets
-    here = os.path.join(os.path.dirname(sklearn.datasets.__file__), "images")
-    return [os.path.join(here, "china.jpg"), os.path.join(here, "flower.jpg"),
-            os.path.join(matplotlib.get_data_path(), "sample_data", "grace_hopper.jpg")]
 
 
 @TRITON_ENV
@@ -551,7 +533,7 @@ def test_the_served_ensembles_answer_what_the_savedmodel_answers_on_photographs(
     """scripts/triton_client.py sends the JPEGs' bytes to <name>_cpu (preprocessing on the
     server, then the ONNX network) over HTTP and gRPC and gets the SavedModel's outputs;
     ResNet-50's top-5 names come from the server (classification extension)."""
-    photos = _real_photos()
+    photos = photographs()
     encoded = tf.constant([open(p, "rb").read() for p in photos])
     for (_, export, _), model in ((resnet, "resnet50_cpu"), (ssd, "ssd320_cpu")):
         want = {k: v.numpy() for k, v in _signature(export, "serving_default")(
@@ -743,7 +725,7 @@ def test_the_readmes_cpu_host_commands_serve_a_jpeg(tmp_path, digits_records, tr
     top class."""
     import sys
     cpu, gpu = _readme_blocks("Deployment: export, Triton, TensorRT, INT8")
-    results, photo = tmp_path / "results", _real_photos()[2]
+    results, photo = tmp_path / "results", photographs()[2]
     subprocess.run([sys.executable, os.path.join(ROOT, "resnet50v1.5", "main.py"), *TINY,
                     "--data_dir", digits_records, "--mode", "train", "--iter_unit", "batch",
                     "--num_iter", "1", "--results_dir", str(results)],
