@@ -4,6 +4,11 @@
 # * TF-slim (tf-slim, with tf-keras of the installed TensorFlow's version, whose v1 layers slim
 #   builds on), in $PYTHON's environment: tests/test_slim_trunk.py checks SSD320's trunk against
 #   slim's own resnet_v1_50. Constrained to the installed TensorFlow, numpy and protobuf.
+# * keras-hub, in $PYTHON's environment: tests/test_import_weights.py writes a keras-hub preset
+#   and compares the import with keras-hub's own classifier. Without its requirements
+#   (tensorflow-text, pinned to a TensorFlow release, would replace the installed one; kagglehub
+#   and sentencepiece only download presets and tokenize text), with the two modules its import
+#   needs (regex, tokenizers).
 # * PyTorch, torchvision and timm in an environment of their own (tests/torch_env.sh): the
 #   ResNet-50 import is compared with their own models.
 # * Triton's client and PyTriton (a real Triton server binary) in an environment of their own
@@ -35,6 +40,12 @@ EOF
   "$PY" -m pip install --disable-pip-version-check --no-input -q -c "$work/constraints.txt" \
     "tf-slim==1.1.0" "tf-keras~=$tf_minor.0"
 fi
+KERAS_HUB=0.32.0 REGEX=2026.11.19 TOKENIZERS=0.23.3
+if ! "$PY" -c "import keras_hub" >/dev/null 2>&1; then
+  log "pip install --no-deps keras-hub==$KERAS_HUB regex==$REGEX tokenizers==$TOKENIZERS"
+  "$PY" -m pip install --disable-pip-version-check --no-input -q --no-deps \
+    "keras-hub==$KERAS_HUB" "regex==$REGEX" "tokenizers==$TOKENIZERS"
+fi
 bash "$here/tests/torch_env.sh" >/dev/null
 bash "$here/scripts/triton_env.sh" >/dev/null
 bash "$here/scripts/modelopt_env.sh" >/dev/null
@@ -45,7 +56,7 @@ for cmd in slurmctld slurmd srun sbatch scancel; do
 done
 { command -v munged >/dev/null && command -v mungekey >/dev/null; } || missing+=(munge)
 if [ ${#missing[@]} -eq 0 ]; then
-  log "slurm present: $(slurmd -V); tf-slim and PyTorch's environment ready"
+  log "slurm present: $(slurmd -V); tf-slim, keras-hub and PyTorch's environment ready"
   exit 0
 fi
 if ! command -v apt-get >/dev/null; then

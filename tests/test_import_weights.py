@@ -1,6 +1,7 @@
 """ResNet-50 v1.5 from the weights users already have (``resnet50v1.5/import_weights.py``,
 ``rn50/pretrained.py``): torchvision's and timm's own models with random weights give the same
-logits once imported; NVIDIA's NGC TensorFlow names and keras.applications' weight files import;
+logits once imported, and so does a keras-hub preset with keras-hub's own classifier; NVIDIA's NGC
+TensorFlow names and keras.applications' weight files import;
 a file with a missing, extra or mis-shaped tensor is refused with one line; the checkpoint
 written serves evaluate/predict (with class names) and says what it is."""
 import json
@@ -350,6 +351,116 @@ def test_keras_applications_recipe_prepares_images_as_keras_does(tmp_path):
             keras.utils.load_img(photo, target_size=(224, 224))))
         np.testing.assert_allclose((ours * np.float32(images.STD))[..., ::-1], theirs,
                                    atol=1e-4, err_msg=photo)
+
+
+# --- keras-hub ---------------------------------------------------------------------------------
+def _keras_hub_classifier(converter=None, num_classes=1000):
+    """keras-hub's ResNet-50 (resnet_50_imagenet's architecture) as an ImageClassifier with
+    resnet_50_imagenet's image converter: random weights, batch norm statistics measured on the
+    photographs (a fresh model's 0 and 1 would hide a swapped mean and variance)."""
+    import keras_hub
+    keras.utils.set_random_seed(7)
+    backbone = keras_hub.models.ResNetBackbone(
+        input_conv_filters=[64], input_conv_kernel_sizes=[7],
+        stackwise_num_filters=[64, 128, 256, 512], stackwise_num_blocks=[3, 4, 6, 3],
+        stackwise_num_strides=[1, 2, 2, 2], block_type="bottleneck_block",
+        use_pre_activation=False)
+    converter = keras_hub.layers.ResNetImageConverter(
+        **(converter or pretrained.KERAS_HUB_DEFAULT_CONVERTER))
+    classifier = keras_hub.models.ResNetImageClassifier(
+        backbone=backbone, num_classes=num_classes,
+        preprocessor=keras_hub.models.ResNetImageClassifierPreprocessor(converter))
+    rng = np.random.default_rng(7)
+    x = np.concatenate([converter(np.asarray(keras.utils.load_img(p), np.float32)[None])
+                        for p in PHOTOS])
+    for layer in backbone.layers:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            n = layer.gamma.shape[0]
+            layer.gamma.assign(rng.uniform(0.5, 1.5, n).astype(np.float32))
+            layer.beta.assign(rng.normal(0, 0.2, n).astype(np.float32))
+            layer.momentum = 0.0  # one pass in training mode sets the statistics
+    backbone(x, training=True)
+    head = classifier.get_layer("predictions")
+    head.bias.assign(rng.normal(0, 0.1, num_classes).astype(np.float32))
+    return classifier
+
+
+@pytest.fixture(scope="module")
+def keras_hub_preset(tmp_path_factory):
+    """A keras-hub preset directory as save_to_preset writes it, and keras-hub's own logits on
+    the photographs (keras.utils.load_img, then the classifier's predict: its converter)."""
+    classifier = _keras_hub_classifier()
+    preset = tmp_path_factory.mktemp("keras_hub") / "resnet_50"
+    classifier.save_to_preset(str(preset))
+    want = np.concatenate([classifier.predict(np.asarray(keras.utils.load_img(p))[None],
+                                              verbose=0) for p in PHOTOS])
+    return preset, want
+
+
+def test_keras_hub_recipe_prepares_images_as_its_converter_does():
+    """keras-hub's image converter as ImageClassifier.predict applies it (keras.layers.Resizing
+    with crop_to_aspect_ratio, on the image as floats, as Keras' data adapter casts
+    keras.utils.load_img's 8-bit array; x * scale + offset) and the recipe the importer records
+    from it prepare the photographs alike: resnet_50_imagenet's (bicubic, the central square) and
+    a stretching, bilinear, antialiased one."""
+    import keras_hub
+
+    from rn50 import recipes, tfdata_pipeline
+    stretch = {**pretrained.KERAS_HUB_DEFAULT_CONVERTER, "image_size": [160, 160],
+               "crop_to_aspect_ratio": False, "interpolation": "bilinear", "antialias": True}
+    for config in (pretrained.KERAS_HUB_DEFAULT_CONVERTER, stretch):
+        converter = keras_hub.layers.ResNetImageConverter(**config)
+        spec = recipes.keras_hub(config).spec()
+        size = config["image_size"][0]
+        for photo in PHOTOS:
+            ours = tfdata_pipeline.eval_image(tf.io.read_file(photo), size, spec).numpy()
+            theirs = np.asarray(converter(np.asarray(keras.utils.load_img(photo), np.float32)[
+                None]))[0]
+            np.testing.assert_allclose(ours, theirs, atol=1e-4, err_msg=f"{spec} {photo}")
+
+
+@pytest.mark.one_stack("pip", "main.py --mode predict and the export on imported weights are "
+                        "the torchvision and timm tests' under both stacks; keras-hub's recipe "
+                        "is compared with its converter under both (the test above)")
+def test_keras_hub_preset_answers_as_keras_hub_on_photographs(keras_hub_preset, tmp_path):
+    """A keras-hub preset, imported: its recipe (the preset's converter) recorded, and
+    main.py --mode predict and the exported serving_default give keras-hub's own classifier's
+    logits on three photographs."""
+    preset, want = keras_hub_preset
+    ckpt = tmp_path / "ckpt"
+    assert pretrained.main([str(preset), str(ckpt), "--from", "keras_hub"]) == 0
+    recorded = checkpoint_settings.read(str(ckpt))["settings"]["eval_preprocessing"]
+    assert recorded.startswith("resize:aspect,crop:224,interpolation:bicubic,antialias:0,"
+                               "mean:123.675/116.28/103.53,std:58.395/57.12/57.375"), recorded
+    records, logits = _predict_and_export(ckpt, tmp_path / "run")
+    _same_answer(logits, want)
+    assert records[0]["top5_classes"] == [int(c) for c in np.argsort(-want[0])[:5]]
+
+
+@pytest.mark.parametrize("fault, expected", [
+    ("v2", "keras-hub's ResNet with use_pre_activation True is not ResNet-50 v1.5"),
+    ("not a preset", "config.json: not a keras-hub ResNetBackbone preset (its class: none)"),
+    ("padded", "keras-hub's image converter: pad_to_aspect_ratio: padding to the aspect is not "
+               "reproduced (--recipe records another)")])
+def test_a_keras_hub_preset_of_another_network_is_one_line(keras_hub_preset, tmp_path, capsys,
+                                                           fault, expected):
+    import shutil
+    preset, _ = keras_hub_preset
+    bad = tmp_path / "preset"
+    if fault == "not a preset":
+        bad.mkdir()
+    else:
+        shutil.copytree(preset, bad, ignore=shutil.ignore_patterns("*.h5"))
+        name, edit = ("config.json", lambda c: c["config"].update(use_pre_activation=True)) \
+            if fault == "v2" else ("preprocessor.json", lambda c: c["config"]["image_converter"][
+                "config"].update(pad_to_aspect_ratio=True, crop_to_aspect_ratio=False))
+        config = json.load(open(bad / name))
+        edit(config)
+        json.dump(config, open(bad / name, "w"))
+    assert pretrained.main([str(bad), str(tmp_path / "out"), "--from", "keras_hub"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("import_weights.py: error: ") and expected in err, err
+    assert len(err.splitlines()) == 1 and not os.path.exists(tmp_path / "out" / "checkpoint")
 
 
 # --- refusals ---------------------------------------------------------------------------------

@@ -26,13 +26,23 @@ Sources, each by its own names and layouts:
   them, its epsilon 1.001e-5 into the variances, and its caffe input (BGR, less the mean, not
   divided by the standard deviation) into the first convolution.
 
+* ``keras_hub``: a keras-hub preset directory (``ResNetBackbone``'s ``config.json`` and
+  ``model.weights.h5``; with ``task.json`` and ``task.weights.h5`` the classifier too), as
+  ``save_to_preset`` writes it and as ``resnet_50_imagenet`` is downloaded (timm's
+  ``resnet50.a1_in1k`` converted): keras-hub's ResNet-50 with ``bottleneck_block`` and no
+  pre-activation is ResNet-50 v1.5 with PyTorch's symmetric padding, the same function. The
+  preset is read by keras-hub itself (installed beside this TensorFlow; nothing is downloaded),
+  layer by layer by its names (``conv1_conv``, ``stack0_block0_1_conv``, ``predictions`` ...);
+  its other ResNets (v2's pre-activation, ``_vd``, 18/34's basic blocks) are refused.
+
 Each source's evaluation recipe (``rn50/recipes.py``) is recorded in the checkpoint's settings
 (``eval_preprocessing``), so that evaluation, predict, the exports and fine-tuning prepare
 images as the source does: torchvision's ``IMAGENET1K_V1`` or ``V2`` (told by ``--recipe``, or
 by the file name torchvision downloads, ``resnet50-0676ba61`` / ``resnet50-11ad3fa6``; else V2,
 torchvision's default, with a note), timm's ``pretrained_cfg`` (the ``config.json`` that the
 Hugging Face hub keeps beside ``model.safetensors``; else ``resnet50.a1_in1k``'s, timm's
-default, with a note), keras.applications' own, NVIDIA's for NGC's. ``--recipe nvidia`` (or
+default, with a note), keras.applications' own, keras-hub's image converter (the preset's
+``preprocessor.json`` or ``image_converter.json``), NVIDIA's for NGC's. ``--recipe nvidia`` (or
 any recipe) records another.
 
 Every source tensor is used and every variable of the model set, or the import stops with one
@@ -57,7 +67,7 @@ from rn50 import recipes
 # imports without TensorFlow (the tests run it beside PyTorch alone).
 STD = (58.395, 57.12, 57.375)
 
-SOURCES = ("torchvision", "timm", "nvidia", "keras")
+SOURCES = ("torchvision", "timm", "nvidia", "keras", "keras_hub")
 BN = ("gamma", "beta", "moving_mean", "moving_variance")
 
 
@@ -116,6 +126,8 @@ def source_recipe(source: str, path: str, asked: str | None) -> tuple[str, list[
             "given with --recipe"]
     if source == "keras":
         return recipes.keras_applications().spec(), []
+    if source == "keras_hub":
+        return keras_hub_recipe(path)
     return recipes.NVIDIA, []
 
 
@@ -363,6 +375,140 @@ def from_keras(path: str, arch: str) -> Imported:
     return Imported(out, classes, "symmetric", notes)
 
 
+# --- keras-hub ------------------------------------------------------------------------------
+# keras-hub's image converter of resnet_50_imagenet (its loader's from timm's resnet50.a1_in1k
+# pretrained_cfg): for a preset whose converter is not on disk.
+KERAS_HUB_DEFAULT_CONVERTER = {
+    "image_size": [224, 224], "interpolation": "bicubic", "antialias": False,
+    "crop_to_aspect_ratio": True, "scale": [1 / 255 / s for s in (0.229, 0.224, 0.225)],
+    "offset": [-m / s for m, s in zip((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))]}
+# What keras-hub's ResNetBackbone config must say for this network, by --arch.
+KERAS_HUB_ARCHS = {"resnet50": [3, 4, 6, 3]}
+
+
+def _preset_json(preset: str, name: str) -> dict | None:
+    import json
+    path = os.path.join(preset, name)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (OSError, ValueError) as e:
+        raise DataError(f"{path} is not readable JSON ({one_line(str(e))[:200]})") from None
+    if not isinstance(value, dict):
+        raise DataError(f"{path} is not a keras-hub config (a JSON object)")
+    return value
+
+
+def _keras_hub_converter(preset: str) -> dict | None:
+    """The image converter's config a preset keeps: ``preprocessor.json``'s, else
+    ``image_converter.json``'s."""
+    pre = _preset_json(preset, "preprocessor.json")
+    if pre is not None:
+        converter = pre.get("config", {}).get("image_converter")
+        if isinstance(converter, dict):
+            return converter.get("config", converter)
+    conv = _preset_json(preset, "image_converter.json")
+    return None if conv is None else conv.get("config", conv)
+
+
+def keras_hub_recipe(preset: str) -> tuple[str, list[str]]:
+    converter = _keras_hub_converter(preset)
+    if converter is None:
+        return recipes.keras_hub(KERAS_HUB_DEFAULT_CONVERTER).spec(), [
+            f"no image converter in {preset} (preprocessor.json, image_converter.json): recorded "
+            "resnet_50_imagenet's (224, bicubic, the central square; another is given with "
+            "--recipe)"]
+    try:
+        return recipes.keras_hub(converter).spec(), []
+    except ValueError as e:
+        raise DataError(f"{preset}: keras-hub's image converter: {e} (--recipe records "
+                        "another)") from None
+
+
+def from_keras_hub(preset: str, arch: str) -> Imported:
+    if not os.path.isdir(preset):
+        raise DataError(f"{preset} is not a directory: --from keras_hub takes a keras-hub preset "
+                        "directory (config.json, model.weights.h5), as save_to_preset writes "
+                        "it or kagglehub downloads it")
+    config = _preset_json(preset, "config.json")
+    if config is None or config.get("class_name") != "ResNetBackbone":
+        found = "none" if config is None else config.get("class_name")
+        raise DataError(f"{preset}/config.json: not a keras-hub ResNetBackbone preset (its "
+                        f"class: {found})")
+    cfg = config.get("config", {})
+    want = {"block_type": "bottleneck_block", "use_pre_activation": False,
+            "input_conv_filters": [64], "input_conv_kernel_sizes": [7],
+            "stackwise_num_filters": [64, 128, 256, 512],
+            "stackwise_num_strides": [1, 2, 2, 2]}
+    want["stackwise_num_blocks"] = KERAS_HUB_ARCHS.get(arch)
+    if want["stackwise_num_blocks"] is None:
+        raise UsageError("--from keras_hub: keras-hub's ResNet-50 only (--arch resnet50)")
+    wrong = [f"{k} {cfg.get(k)!r}" for k, v in want.items() if cfg.get(k) != v]
+    if wrong:
+        raise DataError(f"{preset}: keras-hub's ResNet with {', '.join(wrong)} is not ResNet-50 "
+                        "v1.5 (resnet_50_imagenet's: bottleneck blocks, no pre-activation, "
+                        "blocks [3, 4, 6, 3])")
+    try:
+        import keras_hub
+    except ImportError as e:
+        raise DataError(f"--from keras_hub reads the preset with keras-hub, which is not "
+                        f"installed ({one_line(str(e))}): pip install --no-deps "
+                        f"keras-hub regex tokenizers (its requirements pin tensorflow-text, which "
+                        f"would replace this TensorFlow)") from None
+    task = os.path.exists(os.path.join(preset, "task.json"))
+    try:
+        loaded = (keras_hub.models.ImageClassifier if task else
+                  keras_hub.models.ResNetBackbone).from_preset(preset)
+    except Exception as e:  # keras-hub and Keras raise many types for a damaged preset
+        raise DataError(f"keras-hub cannot load {preset} ({one_line(str(e))[:200]})") from None
+    backbone = loaded.backbone if task else loaded
+    out, used = {}, set()
+
+    def layer(name):
+        try:
+            found = backbone.get_layer(name)
+        except ValueError:
+            raise DataError(f"{preset}: the backbone has no layer {name}") from None
+        used.add(name)
+        return [np.asarray(w, np.float32) for w in found.get_weights()]
+
+    def conv_bn(ours, theirs):
+        (out[(f"{ours}_conv", "kernel")],) = layer(f"{theirs}_conv")
+        for w, value in zip(BN, layer(f"{theirs}_bn")):
+            out[(f"{ours}_bn", w)] = value
+        if backbone.get_layer(f"{theirs}_bn").epsilon != 1e-5:
+            raise DataError(f"{preset}: {theirs}_bn's epsilon is "
+                            f"{backbone.get_layer(f'{theirs}_bn').epsilon}, not 1e-5")
+
+    conv_bn("stem", "conv1")
+    for s, b in _blocks(arch):
+        theirs = f"stack{s - 1}_block{b - 1}"
+        for k in (1, 2, 3):
+            conv_bn(f"stage{s}_block{b}_{k}", f"{theirs}_{k}")
+        if b == 1:
+            conv_bn(f"stage{s}_block{b}_proj", f"{theirs}_0")
+    extra = [w.path for w in backbone.weights if w.path.split("/")[0] not in used]
+    if extra:
+        raise DataError(f"{preset}: {len(extra)} weights this ResNet-50 does not have (first: "
+                        f"{extra[0]})")
+    classes = 0
+    if task:
+        head = loaded.get_layer("predictions")
+        if getattr(loaded, "pooling", "avg") != "avg" or head.activation.__name__ not in (
+                "linear", "softmax"):
+            raise DataError(f"{preset}: a classifier with {loaded.pooling} pooling and "
+                            f"{head.activation.__name__} is not this network's head (average "
+                            "pooling, a dense layer)")
+        kernel, bias = (np.asarray(w, np.float32) for w in head.get_weights())
+        out[("logits", "kernel")], out[("logits", "bias")] = kernel, bias
+        classes = bias.shape[0]
+    notes = [] if task else [f"{preset} has no task.json: a backbone preset, without a "
+                             "classifier"]
+    return Imported(out, classes, "symmetric", notes)
+
+
 # --- the checkpoint -------------------------------------------------------------------------
 def read(source: str, path: str, arch: str) -> Imported:
     if source in ("torchvision", "timm"):
@@ -371,6 +517,8 @@ def read(source: str, path: str, arch: str) -> Imported:
         return from_nvidia(path, arch)
     if source == "keras":
         return from_keras(path, arch)
+    if source == "keras_hub":
+        return from_keras_hub(path, arch)
     raise UsageError(f"--from must be one of {', '.join(SOURCES)}")
 
 
@@ -481,9 +629,11 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(
         prog="import_weights.py",
         description="Writes a ResNet-50 v1.5 checkpoint of this repository from torchvision, "
-                    "timm, NVIDIA (NGC TensorFlow) or keras.applications ImageNet weights.")
+                    "timm, NVIDIA (NGC TensorFlow), keras.applications or keras-hub ImageNet "
+                    "weights.")
     p.add_argument("src", help="the weights: a .safetensors/.pth state dict (torchvision, timm), "
-                   "a TensorFlow checkpoint prefix (nvidia), a .h5 file (keras)")
+                   "a TensorFlow checkpoint prefix (nvidia), a .h5 file (keras), a preset "
+                   "directory (keras_hub)")
     p.add_argument("out_dir", help="an empty directory: the checkpoint and its settings.json")
     p.add_argument("--from", dest="source", required=True, choices=SOURCES)
     p.add_argument("--arch", default="resnet50", choices=("resnet50", "resnet_tiny"))

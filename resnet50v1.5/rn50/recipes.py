@@ -7,18 +7,23 @@ A recipe is ``nvidia`` or ``key:value`` pairs joined by commas:
 
 * ``resize``: the shorter side before the central crop, for a crop of ``crop`` pixels (scaled
   with ``--image_size``), or ``squash``: both sides to the input size, no crop
-  (keras.applications' ``load_img(target_size=...)``);
+  (keras.applications' ``load_img(target_size=...)``), or keras-hub's image converter, which
+  resizes with ``keras.layers.Resizing`` in floating point: ``aspect``, the largest central
+  region of the input's aspect (``crop_to_aspect_ratio``, keras-hub's default) to the input
+  size, or ``stretch``, the whole image to it;
 * ``interpolation``: ``bilinear``, ``bicubic`` or ``nearest``; ``antialias``: 1 or 0 (PIL and
   torchvision's resizes on images are antialiased);
 * ``mean`` and ``std``: per RGB channel on the 0..255 scale, ``a/b/c``.
 
 The recipes of the sources (``SOURCES``): torchvision's ``IMAGENET1K_V1`` (resize 256,
 bilinear) and ``IMAGENET1K_V2`` (232, bilinear), timm's from the model's ``pretrained_cfg``
-(``crop_pct``, ``interpolation``, ``mean``, ``std``: ``resnet50.a1_in1k`` is 235, bicubic), and
+(``crop_pct``, ``interpolation``, ``mean``, ``std``: ``resnet50.a1_in1k`` is 235, bicubic),
 keras.applications' (squash to the size, nearest, caffe's BGR mean subtraction, which the
-importer folds into the first convolution: in RGB, the mean and NVIDIA's standard deviation).
-Other than NVIDIA's, a recipe resizes and crops as torchvision does (the long side truncated,
-the crop's offset rounded half to even), so that the logits are the source's own pipeline's.
+importer folds into the first convolution: in RGB, the mean and NVIDIA's standard deviation),
+and keras-hub's from the preset's image converter (``resnet_50_imagenet``: aspect, bicubic
+without antialiasing, timm's mean and std). Other than NVIDIA's and keras-hub's, a recipe
+resizes and crops as torchvision does (the long side truncated, the crop's offset rounded half
+to even), so that the logits are the source's own pipeline's.
 
 No TensorFlow here: the flag is checked before the model is built.
 """
@@ -34,11 +39,12 @@ NVIDIA_STD = (58.395, 57.12, 57.375)
 TORCH_MEAN = (123.675, 116.28, 103.53)  # (0.485, 0.456, 0.406) x 255
 TORCH_STD = (58.395, 57.12, 57.375)  # (0.229, 0.224, 0.225) x 255
 INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
+KERAS_MODES = ("aspect", "stretch")  # keras.layers.Resizing with crop_to_aspect_ratio or without
 
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
-    resize: int | None  # the shorter side for a ``crop`` crop; None: squash, no crop
+    resize: int | None  # the shorter side for a ``crop`` crop; None: squash, no crop (or keras)
     crop: int
     interpolation: str = "bilinear"
     antialias: bool = True
@@ -46,9 +52,12 @@ class Recipe:
     std: tuple = NVIDIA_STD
     nvidia: bool = False  # NVIDIA's own resize and crop arithmetic (rounded long side, offset
     # rounded half up, as DALI's crop_pos 0.5): the recipe the models are trained with
+    keras: str | None = None  # keras.layers.Resizing's (keras-hub): KERAS_MODES, in float
 
     def resize_for(self, size: int) -> int | None:
         """The shorter side for a central crop of ``size`` (None: squash)."""
+        if self.keras == "aspect":  # the central square, resized: as a shorter side to the size
+            return size
         if self.resize is None:
             return None
         if self.nvidia:
@@ -58,7 +67,8 @@ class Recipe:
     def spec(self) -> str:
         if self.nvidia:
             return NVIDIA
-        return ",".join([f"resize:{'squash' if self.resize is None else self.resize}",
+        resize = self.keras or ("squash" if self.resize is None else self.resize)
+        return ",".join([f"resize:{resize}",
                          f"crop:{self.crop}", f"interpolation:{self.interpolation}",
                          f"antialias:{int(self.antialias)}",
                          "mean:" + "/".join(_num(v) for v in self.mean),
@@ -68,7 +78,10 @@ class Recipe:
         """What ``client.json`` says of it."""
         return {"recipe": self.spec(), "resize_shorter_side": self.resize_for(self.crop),
                 "interpolation": self.interpolation, "antialias": self.antialias,
-                "crop": "central" if self.resize is not None else "none (squashed)",
+                "crop": {"aspect": "central, of the image's aspect before the resize",
+                         "stretch": "none (stretched)"}.get(
+                             self.keras, "central" if self.resize is not None else
+                             "none (squashed)"),
                 "mean": list(self.mean), "std": list(self.std)}
 
 
@@ -92,7 +105,9 @@ def parse(text: str | None, size: int = 224) -> Recipe:
         raise ValueError(f"unknown key {sorted(unknown)[0]} (keys: resize, crop, "
                          "interpolation, antialias, mean, std)")
     try:
-        resize = None if fields.get("resize", "squash") == "squash" else int(fields["resize"])
+        keras_mode = fields.get("resize") if fields.get("resize") in KERAS_MODES else None
+        resize = (None if keras_mode or fields.get("resize", "squash") == "squash"
+                  else int(fields["resize"]))
         crop = int(fields.get("crop", size))
         mean = tuple(float(v) for v in fields.get("mean", "/".join(map(str, NVIDIA_MEAN)))
                      .split("/"))
@@ -109,7 +124,8 @@ def parse(text: str | None, size: int = 224) -> Recipe:
         raise ValueError("mean and std take three values, a/b/c, the std above 0")
     if crop < 1 or (resize is not None and resize < crop):
         raise ValueError(f"resize {resize} and crop {crop}: the crop must fit the resize")
-    return Recipe(resize, crop, interpolation, fields.get("antialias", "1") == "1", mean, std)
+    return Recipe(resize, crop, interpolation, fields.get("antialias", "1") == "1", mean, std,
+                  keras=keras_mode)
 
 
 def torchvision(version: str) -> Recipe:
@@ -140,3 +156,39 @@ def keras_applications(size: int = 224) -> Recipe:
     caffe's BGR mean subtraction, folded by the importer into the first convolution (with
     NVIDIA's standard deviation): in RGB."""
     return Recipe(None, size, "nearest", False, (123.68, 116.779, 103.939), NVIDIA_STD)
+
+
+def keras_hub(converter: dict) -> Recipe:
+    """keras-hub's image converter (``ImageConverter.get_config()``, as a preset's
+    ``preprocessor.json`` or ``image_converter.json`` holds it): ``keras.layers.Resizing`` to
+    ``image_size`` (``crop_to_aspect_ratio``: aspect, else stretch), then ``x * scale + offset``,
+    which is ``(x - mean) / std`` with ``std = 1 / scale`` and ``mean = -offset / scale``."""
+    size = converter.get("image_size")
+    if not (isinstance(size, (list, tuple)) and len(size) == 2 and size[0] == size[1]
+            and isinstance(size[0], int) and size[0] > 0):
+        raise ValueError(f"image_size {size}: a square size is reproduced, not this one")
+    if converter.get("pad_to_aspect_ratio"):
+        raise ValueError("pad_to_aspect_ratio: padding to the aspect is not reproduced")
+    interpolation = converter.get("interpolation", "bilinear")
+    if interpolation not in INTERPOLATIONS:
+        raise ValueError(f"interpolation {interpolation}: one of {', '.join(INTERPOLATIONS)} "
+                         "is reproduced")
+
+    def per_channel(value, default):
+        value = default if value is None else value
+        values = [float(v) for v in value] if isinstance(value, (list, tuple)) else [
+            float(value)] * 3
+        if len(values) != 3:
+            raise ValueError(f"{value}: one value or three (RGB)")
+        return values
+
+    try:
+        scale, offset = per_channel(converter.get("scale"), 1.0), per_channel(
+            converter.get("offset"), 0.0)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"scale and offset: {e}") from None
+    if min(scale) <= 0:
+        raise ValueError(f"scale {scale}: above 0 is reproduced")
+    return Recipe(None, size[0], interpolation, bool(converter.get("antialias", False)),
+                  tuple(-o / s for o, s in zip(offset, scale)), tuple(1 / s for s in scale),
+                  keras="aspect" if converter.get("crop_to_aspect_ratio", True) else "stretch")

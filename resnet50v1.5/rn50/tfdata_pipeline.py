@@ -90,7 +90,11 @@ def eval_crop(image, size: int, recipe: str | None = None):
 def _recipe_crop(image, size: int, r: recipes.Recipe):
     """A source's recipe as torchvision applies it to a PIL image: the shorter side to the
     recipe's, the longer truncated; pixels rounded to 8 bits as PIL's resize leaves them; the
-    central crop's offset rounded half to even; then the recipe's mean and std."""
+    central crop's offset rounded half to even; then the recipe's mean and std. keras-hub's
+    (``keras_resize``) instead."""
+    if r.keras:
+        return (keras_resize(image, size, r) - tf.constant(r.mean, tf.float32)) / tf.constant(
+            r.std, tf.float32)
     short = r.resize_for(size)
     if short is None:
         new_hw = tf.constant([size, size])
@@ -116,6 +120,26 @@ def _recipe_crop(image, size: int, r: recipes.Recipe):
         resized = resized[top:top + size, left:left + size]
     resized.set_shape([size, size, 3])
     return (resized - tf.constant(r.mean, tf.float32)) / tf.constant(r.std, tf.float32)
+
+
+def keras_resize(image, size: int, r: recipes.Recipe):
+    """``keras.layers.Resizing(size, size, crop_to_aspect_ratio=..., interpolation=...,
+    antialias=...)`` on the TensorFlow backend, as keras-hub's ``ImageClassifier.predict``
+    applies it (its converter sees the image as floats: Keras' data adapter casts the 8-bit
+    array of ``keras.utils.load_img`` first): for ``aspect``, the central region of the output's
+    aspect (its height ``int(width * size / size)`` at most the image's, the offsets truncated
+    halves), then ``tf.image.resize`` of it, not rounded."""
+    image = tf.cast(image, tf.float32)
+    if r.keras == "aspect":
+        hw = tf.shape(image)[:2]
+        side = tf.minimum(hw[0], hw[1])  # a square output: the crop is the shorter side's
+        top = tf.cast(tf.cast(hw[0] - side, tf.float32) / 2, tf.int32)
+        left = tf.cast(tf.cast(hw[1] - side, tf.float32) / 2, tf.int32)
+        image = image[top:top + side, left:left + side]
+    resized = tf.image.resize(image, (size, size), method=r.interpolation,
+                              antialias=r.antialias)
+    resized.set_shape([size, size, 3])
+    return resized
 
 
 def _pil_nearest(size, new):
