@@ -283,6 +283,20 @@ def test_each_source_records_its_own_recipe(tmp_path):
     assert pretrained.source_recipe("keras", "/w/x.h5", None)[0].startswith(
         "resize:squash,crop:224,interpolation:nearest,antialias:0,mean:123.68/116.779/103.939")
     assert pretrained.source_recipe("nvidia", "/w/model.ckpt", None) == ("nvidia", [])
+    # keras-hub: the preset's image converter, else resnet_50_imagenet's with a note; a recipe
+    # of keras.layers.Resizing reads back as itself.
+    (tmp_path / "hub").mkdir()
+    (tmp_path / "hub" / "image_converter.json").write_text(json.dumps({"config": {
+        "image_size": [192, 192], "scale": 1 / 255, "offset": None, "interpolation": "bilinear",
+        "crop_to_aspect_ratio": False}}))
+    spec, notes = pretrained.source_recipe("keras_hub", str(tmp_path / "hub"), None)
+    assert (spec, notes) == ("resize:stretch,crop:192,interpolation:bilinear,antialias:0,"
+                             "mean:0/0/0,std:255/255/255", [])
+    assert recipes.parse(spec, 192).spec() == spec
+    assert recipes.parse(spec, 192).resize_for(192) is None
+    spec, notes = pretrained.source_recipe("keras_hub", str(tmp_path), None)
+    assert spec.startswith("resize:aspect,crop:224,interpolation:bicubic,antialias:0,")
+    assert "resnet_50_imagenet" in notes[0] and recipes.parse(spec).resize_for(224) == 224
     with pytest.raises(UsageError, match="--recipe resize:10,crop:224: resize 10 and crop 224"):
         pretrained.source_recipe("timm", "/w/m.safetensors", "resize:10,crop:224")
 

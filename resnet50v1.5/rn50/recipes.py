@@ -190,5 +190,5 @@ def keras_hub(converter: dict) -> Recipe:
     if min(scale) <= 0:
         raise ValueError(f"scale {scale}: above 0 is reproduced")
     return Recipe(None, size[0], interpolation, bool(converter.get("antialias", False)),
-                  tuple(-o / s for o, s in zip(offset, scale)), tuple(1 / s for s in scale),
+                  tuple(0.0 - o / s for o, s in zip(offset, scale)), tuple(1 / s for s in scale),
                   keras="aspect" if converter.get("crop_to_aspect_ratio", True) else "stretch")
