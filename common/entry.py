@@ -8,7 +8,9 @@ for ``prepare_dataset.py``.
 
 ``main.py --help`` is answered from the model's config module (``<package>.config``, what its
 Task's ``config`` is: its ``define_flags`` and ``FLAG_DEFAULTS``) without importing
-TensorFlow. Otherwise TensorFlow is imported and its
+TensorFlow, and a command line the flags refuse (``common.flags.parse``: an unknown flag, a
+value out of range, flags that contradict each other) gets its one line and exit 2 from there
+too, in a second rather than after TensorFlow's start-up. Otherwise TensorFlow is imported and its
 devices found with its start-up lines filtered (``common.quiet_start``): a line that means
 nothing on a healthy machine is not shown, any other is.
 """
@@ -32,6 +34,10 @@ def run(script: str, target: str) -> int:
     module = target.split(":")[0]
     if module.endswith(".task") and any(a in HELP for a in sys.argv[1:]):
         return _help(module.removesuffix(".task") + ".config")  # the Task's config module
+    if module.endswith(".task"):
+        refused = _refused(module.removesuffix(".task") + ".config")
+        if refused is not None:
+            return refused
     from common import graceful_stop
     graceful_stop.install()  # a stop signal from here on ends the process cleanly, one line
     try:
@@ -48,6 +54,27 @@ def run(script: str, target: str) -> int:
         from common.runner import main
         return main(obj)
     return obj()
+
+
+def _refused(flags_module: str) -> int | None:
+    """2, with ``common.runner.main``'s line, where the flags refuse the command line
+    (``UsageError``); None where they take it, or where what they find wrong is in the data
+    (``DataError``: the run says it, naming the rank where there are several)."""
+    try:
+        from common import flags
+        config = importlib.import_module(flags_module)
+    except ImportError:  # a stack without absl: the stack check (versions.require) says so
+        return None
+    from common.errors import DataError, UsageError
+    try:
+        flags.parse(flags.build(config.define_flags, config.FLAG_DEFAULTS), sys.argv)
+    except UsageError as e:
+        print(f"{os.path.basename(sys.argv[0]) if sys.argv else 'main.py'}: error: {e}",
+              file=sys.stderr)
+        return 2
+    except DataError:
+        return None
+    return None
 
 
 def _help(flags_module: str) -> int:

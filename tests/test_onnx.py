@@ -106,8 +106,12 @@ def _check_efficient_nms(src, dst):
     onnx.checker.check_model(model, full_check=False)
     node = next(n for n in model.graph.node if n.op_type == "EfficientNMS_TRT")
     assert node.domain == "trt.plugins"
-    add = model.graph.node[-1]  # the plugin's class index + 1: the SavedModel's category ids
-    assert (add.op_type, list(add.output)) == ("Add", ["detection_classes"])
+    # The plugin's class index + 1, as float32: the SavedModel's category ids (TF-OD's type).
+    made = {o: n for n in model.graph.node for o in n.output}
+    cast = made["detection_classes"]
+    assert cast.op_type == "Cast" and made[cast.input[0]].op_type == "Add"
+    assert list(made[made[cast.input[0]].input[0]].input) == list(node.input)
+    assert made[made["num_detections"].input[0]].op_type == "EfficientNMS_TRT"
     assert list(node.input) == ["decoded_boxes", "class_scores"]
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     assert attrs == {"plugin_version": b"1", "background_class": -1, "max_output_boxes": 100,
@@ -116,11 +120,11 @@ def _check_efficient_nms(src, dst):
     shapes = {o.name: ([d.dim_param or d.dim_value for d in o.type.tensor_type.shape.dim],
                        o.type.tensor_type.elem_type) for o in model.graph.output}
     batch = shapes["num_detections"][0][0]
-    i32, f32 = onnx.TensorProto.INT32, onnx.TensorProto.FLOAT
-    assert shapes == {"num_detections": ([batch, 1], i32),
+    f32 = onnx.TensorProto.FLOAT
+    assert shapes == {"num_detections": ([batch, 1], f32),
                       "detection_boxes": ([batch, 100, 4], f32),
                       "detection_scores": ([batch, 100], f32),
-                      "detection_classes": ([batch, 100], i32)}
+                      "detection_classes": ([batch, 100], f32)}
     assert isinstance(batch, str)  # any batch size
     assert {"trt.plugins"} <= {o.domain for o in model.opset_import}
 

@@ -114,6 +114,8 @@ def test_ssd_signatures_on_image_bytes_equal_the_evaluation_pipeline(ssd):
             assert got.pop("valid").all()
         assert sorted(got) == ["detection_boxes", "detection_classes", "detection_scores",
                                "num_detections"]
+        # TF Object Detection API's types: float32 all, category ids and counts included.
+        assert {v.dtype for v in got.values()} == {np.dtype(np.float32)}
         np.testing.assert_array_equal(got["num_detections"], want["num_detections"])
         np.testing.assert_allclose(got["detection_scores"], want["scores"], atol=1e-5)
         np.testing.assert_allclose(got["detection_boxes"], want["boxes"], atol=1e-5)

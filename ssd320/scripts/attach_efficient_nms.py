@@ -12,10 +12,10 @@ after the sigmoid, background excluded. This script adds one ``EfficientNMS_TRT`
 with SSD320's post-processing (``ssd/postprocess.py``: IoU 0.6, score above 1e-8, 100
 detections per image; per-class NMS) in standard mode (boxes already decoded: ``box_coding``
 0, corners, which covers (y, x) order; ``score_activation`` 0: the scores are sigmoids), and
-makes its four outputs the graph's: ``num_detections`` (N, 1) int32, ``detection_boxes``
-(N, 100, 4), ``detection_scores`` (N, 100) and ``detection_classes`` (N, 100) int32 category
-ids, as the SavedModel's (the plugin's class index k, the background column not being in the
-scores, plus one).
+makes its four outputs the graph's: ``num_detections`` (N, 1), ``detection_boxes``
+(N, 100, 4), ``detection_scores`` (N, 100) and ``detection_classes`` (N, 100) category ids,
+float32 as the SavedModel's (TF Object Detection API's types: the plugin's int32 count and class
+index k cast, the index plus one, the background column not being in the scores).
 
 The node is in the ``trt.plugins`` domain: ONNX's checker accepts an op of a custom domain
 (an unknown op in the default domain fails it), and TensorRT's ONNX parser imports any op it

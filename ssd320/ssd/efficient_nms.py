@@ -1,8 +1,9 @@
 """TensorRT's EfficientNMS plugin on SSD320's graph before NMS: ``attach`` (what
 ``ssd320/scripts/attach_efficient_nms.py`` runs, and the export's ``ssd320_tensorrt`` models
 are built from). The plugin's settings are SSD320's post-processing (``postprocess``); its
-class indexes become category ids (plus one: the background column is not in the scores), so
-that the engine's ``detection_classes`` mean what the SavedModel's do.
+class indexes become category ids (plus one: the background column is not in the scores), and
+its int32 ``num_detections`` and ``detection_classes`` float32, so that the engine's outputs
+are the SavedModel's and ``model.onnx``'s (TF Object Detection API's types).
 """
 from __future__ import annotations
 
@@ -38,16 +39,23 @@ def attach(src: str, dst: str, score_threshold: float = postprocess.SCORE_THRESH
     attrs = {"plugin_version": "1", "background_class": -1, "max_output_boxes": max_detections,
              "score_threshold": float(score_threshold), "iou_threshold": float(iou_threshold),
              "score_activation": 0, "class_agnostic": 0, "box_coding": 0}
-    outputs = [gs.Variable("num_detections", np.int32, [batch, 1]),
+    outputs = [gs.Variable("num_detections", np.float32, [batch, 1]),
                gs.Variable("detection_boxes", np.float32, [batch, max_detections, 4]),
                gs.Variable("detection_scores", np.float32, [batch, max_detections]),
-               gs.Variable("detection_classes", np.int32, [batch, max_detections])]
+               gs.Variable("detection_classes", np.float32, [batch, max_detections])]
+    count = gs.Variable("detection_count", np.int32, [batch, 1])
     index = gs.Variable("detection_class_index", np.int32, [batch, max_detections])
+    category = gs.Variable("detection_category", np.int32, [batch, max_detections])
     graph.nodes.append(gs.Node(op="EfficientNMS_TRT", name="efficient_nms", attrs=attrs,
-                               inputs=[boxes, scores], outputs=[*outputs[:3], index],
+                               inputs=[boxes, scores], outputs=[count, *outputs[1:3], index],
                                domain=DOMAIN))
     graph.nodes.append(gs.Node(op="Add", name="category_ids", inputs=[
-        index, gs.Constant("one", np.array(1, np.int32))], outputs=[outputs[3]]))
+        index, gs.Constant("one", np.array(1, np.int32))], outputs=[category]))
+    float32 = int(onnx.TensorProto.FLOAT)
+    graph.nodes.append(gs.Node(op="Cast", name="classes_as_float", attrs={"to": float32},
+                               inputs=[category], outputs=[outputs[3]]))
+    graph.nodes.append(gs.Node(op="Cast", name="count_as_float", attrs={"to": float32},
+                               inputs=[count], outputs=[outputs[0]]))
     graph.outputs = outputs
     graph.cleanup().toposort()
     model = gs.export_onnx(graph)

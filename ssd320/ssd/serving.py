@@ -7,8 +7,9 @@ float (N, size, size, 3) batch the network takes (the input of ``model.onnx``). 
 the post-NMS detections under TF Object Detection API's names: ``detection_boxes`` (N, 100, 4)
 normalised (ymin, xmin, ymax, xmax) of the image as sent (the resize keeps no aspect, so they
 scale by its own height and width), ``detection_scores`` (N, 100), ``detection_classes``
-(N, 100) int32 category ids (``assets/label_map.json``'s) and ``num_detections`` (N,) int32,
-the rows that hold a detection; ``serving_default`` also ``valid`` (N,) bool: False for an
+(N, 100) category ids (``assets/label_map.json``'s) and ``num_detections`` (N,), the rows that
+hold a detection, both float32 as TF Object Detection API's exports give them (so that a Triton
+config or client written for those fits); ``serving_default`` also ``valid`` (N,) bool: False for an
 image that could not be decoded, which gets no detections while the rest of the batch is
 answered. ``decoded`` returns what NMS takes, every anchor's clipped box
 ``decoded_boxes`` (N, A, 4) and class scores ``class_scores`` (N, A, C): the input of
@@ -54,7 +55,7 @@ class SSDServing(Serving):
             d = decoded(images)
             found = postprocess.nms(*postprocess.top_candidates(d["decoded_boxes"],
                                                                 d["class_scores"]))
-            return {TF_OD_NAMES[k]: v for k, v in found.items()}
+            return {TF_OD_NAMES[k]: tf.cast(v, tf.float32) for k, v in found.items()}
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")])
         def encoded(images):
