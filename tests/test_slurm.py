@@ -209,12 +209,12 @@ def test_the_time_limit_warning_stops_requeues_and_resumes_as_one_run(slurm, tmp
     same results directory), resumes at that step and completes, with the weights of an
     uninterrupted run and one log whose last summary counts both jobs."""
     results, log = str(tmp_path / "r"), tmp_path / "job.out"
-    args = [*RN50_TINY, "--num_iter", "300", "--display_every", "10"]
+    args = [*RN50_TINY, "--num_iter", "150", "--display_every", "10"]
     # The same run without the stop, in one job beside it (the partition shares the node).
     whole = str(tmp_path / "whole")
     whole_job = _submit(slurm, tmp_path, args, whole, tmp_path / "whole.out")
     job = _submit(slurm, tmp_path, args, results, log)
-    _wait_for(log, "step 100/")
+    _wait_for(log, "step 50/")
     assert slurm.run(["scancel", "--signal=USR1", "--batch", job]).returncode == 0
     deadline = time.time() + 120
     while time.time() < deadline and not (slurm._job_field(job, "Restarts", "0") == "1"
@@ -233,9 +233,9 @@ def test_the_time_limit_warning_stops_requeues_and_resumes_as_one_run(slurm, tmp
     run_loss = "total_loss"  # ResNet-50's (NVIDIA's name)
     steps = [r["step"][1] for r in records if r["type"] == "LOG" and isinstance(r["step"], list)
              and run_loss in r["data"]]
-    assert steps == sorted(set(steps)) and steps[-1] == 300  # continuous, none twice
+    assert steps == sorted(set(steps)) and steps[-1] == 150  # continuous, none twice
     params, summaries = _summary(results)
-    assert len(params) == 2 and summaries[-1]["jobs"] == 2 and summaries[-1]["final_step"] == 300
+    assert len(params) == 2 and summaries[-1]["jobs"] == 2 and summaries[-1]["final_step"] == 150
     assert summaries[-1]["total_train_seconds"] > summaries[-1]["train_seconds"]
     from benchtools.report import find_runs
     (run,) = find_runs([results])  # one run: both jobs' steps, the last summary
@@ -255,9 +255,9 @@ def test_a_preempted_job_stops_with_a_checkpoint_and_comes_back_to_resume(slurm,
     Slurm would count as completed for ending within its grace, requeues itself; it runs again
     after the urgent job and resumes at that step."""
     results, log = str(tmp_path / "r"), tmp_path / "job.out"
-    job = _submit(slurm, tmp_path, [*RN50_TINY, "--num_iter", "300", "--display_every", "10"],
+    job = _submit(slurm, tmp_path, [*RN50_TINY, "--num_iter", "150", "--display_every", "10"],
                   results, log)
-    _wait_for(log, "step 100/")
+    _wait_for(log, "step 50/")
     urgent = slurm.sbatch(["-p", "urgent", "--exclusive", "-N1", "-o", str(tmp_path / "u.out"),
                            "--wrap", "sleep 2"])
     assert slurm.wait(urgent, timeout=180) == "COMPLETED"
@@ -271,7 +271,7 @@ def test_a_preempted_job_stops_with_a_checkpoint_and_comes_back_to_resume(slurm,
     stopped = int(text.split("SIGTERM: stopped at step ")[1].split(",")[0])
     assert "slurm_job.sh: the job was preempted: the run stopped before its end" in text
     assert f"restored {results}/checkpoints/ckpt-{stopped} at step {stopped}" in text
-    assert _summary(results)[1][-1]["final_step"] == 300
+    assert _summary(results)[1][-1]["final_step"] == 150
 
 
 # The ranks' stand-in for the "complete" case: main.py's run ended at its last step as the
