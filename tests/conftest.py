@@ -147,9 +147,11 @@ def shapes_records(tmp_path_factory):
 
 
 def same_detections(a, b):
-    """Each image's detections alike up to order: two scores 1e-6 apart may swap places."""
+    """Each image's detections alike up to order: two scores 1e-6 apart may swap places.
+    ``num_detections`` is float32, as TF Object Detection API's (a count, read as one)."""
     import numpy as np
     for i, n in enumerate(b["num_detections"]):
+        n = int(np.squeeze(n))
         rows = [np.concatenate([d["detection_boxes"][i, :n], d["detection_scores"][i, :n, None],
                                 d["detection_classes"][i, :n, None]], axis=1) for d in (a, b)]
         for row in rows[0]:

@@ -279,6 +279,8 @@ def test_the_triton_repository_parses_and_names_the_models_tensors(resnet, txl, 
     assert name == "transformerxl_savedmodel" and c.get("max_batch_size", 0) == 0
     assert sorted(i["name"] for i in c["input"]) == ["mems", "tokens"]
     assert "dynamic_batching" not in c
+    warm = c["model_warmup"][0]["inputs"]
+    assert warm["tokens"]["zero_data"] and "random_data" not in warm["tokens"]  # ids in range
 
 
 def test_re_exporting_into_a_repository_adds_a_version_or_replaces(resnet, tmp_path):

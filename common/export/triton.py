@@ -162,8 +162,9 @@ def config(name: str, kind: dict, inputs, outputs, max_batch_size: int, *, resha
 
 
 def _warmup(inputs, batched: bool, data_file: str | None = None) -> dict:
-    """One warm-up request of one row: random values, or ``data_file`` (in ``warmup/``) for a
-    string input."""
+    """One warm-up request of one row: random values, zeros for an integer input (token ids:
+    random ones would fall outside the vocabulary, and the model would fail to load), or
+    ``data_file`` (in ``warmup/``) for a string input."""
     entries = []
     for name, (dtype, shape) in sorted(inputs.items()):
         dims = (shape[1:] if batched else shape) or [1]
@@ -171,6 +172,8 @@ def _warmup(inputs, batched: bool, data_file: str | None = None) -> dict:
                  "dims": [1 if d is None else d for d in dims]}
         if dtype == "string":
             value["input_data_file"] = data_file
+        elif dtype.startswith("int"):
+            value["zero_data"] = True
         else:
             value["random_data"] = True
         entries.append({"key": name, "value": value})
