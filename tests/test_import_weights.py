@@ -367,6 +367,30 @@ def test_keras_applications_recipe_prepares_images_as_keras_does(tmp_path):
                                    atol=1e-4, err_msg=photo)
 
 
+def test_keras_applications_import_predicts_and_serves_on_keras_own_input(tmp_path):
+    """keras.applications' weights imported: main.py --mode predict and the exported
+    serving_default, given the photographs' bytes, answer what the network answers on Keras'
+    own pipeline's input (load_img(target_size=(224, 224)) and preprocess_input: BGR less the
+    mean), turned to this network's (RGB, over NVIDIA's standard deviation, which the importer
+    folded into the first convolution) and fed to the export's ``preprocessed``. (The logits are
+    not keras.applications' own: v1's weights in v1.5, test above.)"""
+    from rn50 import recipes
+    h5 = str(tmp_path / "resnet50_weights_tf_dim_ordering_tf_kernels.h5")
+    _save_legacy_h5(_keras_resnet50(), h5)
+    ckpt = tmp_path / "ckpt"
+    assert pretrained.main([h5, str(ckpt), "--from", "keras"]) == 0
+    assert checkpoint_settings.read(str(ckpt))["settings"]["eval_preprocessing"] == \
+        recipes.keras_applications().spec()
+    records, logits = _predict_and_export(ckpt, tmp_path / "run")
+    theirs = np.stack([keras.applications.resnet50.preprocess_input(keras.utils.img_to_array(
+        keras.utils.load_img(p, target_size=(224, 224))))[..., ::-1] / np.float32(images.STD)
+        for p in PHOTOS]).astype(np.float32)
+    fn = tf.saved_model.load(str(tmp_path / "run" / "export")).signatures["preprocessed"]
+    want = fn(images=tf.constant(theirs))["logits"].numpy()
+    np.testing.assert_allclose(logits, want, rtol=0, atol=1e-4 * np.abs(want).max())
+    assert records[0]["top5_classes"] == [int(c) for c in np.argsort(-want[0])[:5]]
+
+
 # --- keras-hub ---------------------------------------------------------------------------------
 def _keras_hub_classifier(converter=None, num_classes=1000):
     """keras-hub's ResNet-50 (resnet_50_imagenet's architecture) as an ImageClassifier with
