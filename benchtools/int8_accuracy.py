@@ -32,7 +32,7 @@ import time
 
 import numpy as np
 
-from common import machine, models
+from common import machine, main_py, models
 from common.dllogger import read_records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -53,13 +53,13 @@ def export(model: str, workdir: str, smoke: bool = False) -> tuple[str, str, lis
     """Trains (unless ``workdir`` holds the trained run) and exports; returns (records,
     export dir, recipe)."""
     records, recipe = _hooks(model).int8_data(os.path.join(workdir, "data"), smoke)
-    main_py = os.path.join(ROOT, model, "main.py")
+    script = os.path.join(ROOT, model, "main.py")
     trained = os.path.join(workdir, "train")
     if not any(r.get("step") == [] for r in _records(trained)):
-        main_py.run_main_py(main_py, ["--mode", "train", *recipe, "--data_dir", records],
+        main_py.run_main_py(script, ["--mode", "train", *recipe, "--data_dir", records],
                            main_py.fresh_results_dir(trained))
     out = os.path.join(workdir, "export")
-    main_py.run_main_py(main_py, ["--mode", "evaluate", *recipe, "--data_dir", records,
+    main_py.run_main_py(script, ["--mode", "evaluate", *recipe, "--data_dir", records,
                                  "--model_dir", os.path.join(trained, "checkpoints"),
                                  "--export_dir", out, "--export_onnx_int8",
                                  *(["--calibration_images", "16"] if smoke else [])],

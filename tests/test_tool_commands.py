@@ -50,6 +50,24 @@ def test_int8_accuracy_runs_to_its_table(tmp_path, model):
     assert "INT8 calibrated on 16 training images" in out
 
 
+def test_int8_accuracy_runs_the_models_main_py_to_train_then_export(tmp_path, monkeypatch):
+    """The wiring of ``int8_accuracy`` in the default suite (its whole run is the slow test
+    above): the design diet's rename of ``runs`` to ``main_py`` left it calling a method of the
+    script's path, which only the slow run would have shown."""
+    from benchtools import int8_accuracy
+    from common import main_py
+    calls = []
+    monkeypatch.setattr(int8_accuracy, "_hooks", lambda model: type("H", (), {
+        "int8_data": staticmethod(lambda data, smoke: ("/data", ["--preset", "tiny"]))}))
+    monkeypatch.setattr(main_py, "run_main_py", lambda script, args, results: calls.append(
+        (script, args[:2], results)) or [])
+    records, out, recipe = int8_accuracy.export("resnet50v1.5", str(tmp_path), smoke=True)
+    script = os.path.join(ROOT, "resnet50v1.5", "main.py")
+    assert [c[:2] for c in calls] == [(script, ["--mode", "train"]),
+                                      (script, ["--mode", "evaluate"])]
+    assert (records, out, recipe) == ("/data", str(tmp_path / "export"), ["--preset", "tiny"])
+
+
 def test_peers_table_names_the_machine_and_every_rate():
     """The end of ``benchtools.peers`` (its table) on the rates of two rounds."""
     from benchtools import peers
