@@ -143,6 +143,18 @@ def _blocks(arch: str):
             yield s, b
 
 
+def _keras_blocks(arch: str, block_name):
+    """(our layer, theirs) of each block's convolutions in the naming keras.applications and
+    keras-hub share: ``<block>_1`` to ``_3``, the projection ``<block>_0`` (``block_name(s, b)``
+    names stage ``s``'s block ``b``)."""
+    for s, b in _blocks(arch):
+        theirs = block_name(s, b)
+        for k in (1, 2, 3):
+            yield f"stage{s}_block{b}_{k}", f"{theirs}_{k}"
+        if b == 1:
+            yield f"stage{s}_block{b}_proj", f"{theirs}_0"
+
+
 def _conv(w_oihw):
     return np.transpose(w_oihw, (2, 3, 1, 0))  # PyTorch OIHW -> TensorFlow HWIO
 
@@ -358,12 +370,8 @@ def from_keras(path: str, arch: str) -> Imported:
         out[(f"{ours}_bn", "moving_variance")] = var + (KERAS_EPSILON - 1e-5)
 
     conv_bn("stem", "conv1", first=True)
-    for s, b in _blocks(arch):
-        theirs = f"conv{s + 1}_block{b}"
-        for k in (1, 2, 3):
-            conv_bn(f"stage{s}_block{b}_{k}", f"{theirs}_{k}")
-        if b == 1:
-            conv_bn(f"stage{s}_block{b}_proj", f"{theirs}_0")
+    for ours, theirs in _keras_blocks(arch, lambda s, b: f"conv{s + 1}_block{b}"):
+        conv_bn(ours, theirs)
     classes = 0
     if any(layer.name == "predictions" for layer in app.layers):
         kernel, bias = app.get_layer("predictions").get_weights()
@@ -483,12 +491,8 @@ def from_keras_hub(preset: str, arch: str) -> Imported:
                             f"{backbone.get_layer(f'{theirs}_bn').epsilon}, not 1e-5")
 
     conv_bn("stem", "conv1")
-    for s, b in _blocks(arch):
-        theirs = f"stack{s - 1}_block{b - 1}"
-        for k in (1, 2, 3):
-            conv_bn(f"stage{s}_block{b}_{k}", f"{theirs}_{k}")
-        if b == 1:
-            conv_bn(f"stage{s}_block{b}_proj", f"{theirs}_0")
+    for ours, theirs in _keras_blocks(arch, lambda s, b: f"stack{s - 1}_block{b - 1}"):
+        conv_bn(ours, theirs)
     extra = [w.path for w in backbone.weights if w.path.split("/")[0] not in used]
     if extra:
         raise DataError(f"{preset}: {len(extra)} weights this ResNet-50 does not have (first: "
