@@ -10,16 +10,13 @@ for ``prepare_dataset.py``.
 Task's ``config`` is: its ``define_flags`` and ``FLAG_DEFAULTS``) without importing
 TensorFlow, and a command line the flags refuse (``common.flags.parse``: an unknown flag, a
 value out of range, flags that contradict each other) gets its one line and exit 2 from there
-too, in a second rather than after TensorFlow's start-up. Otherwise TensorFlow is imported and its
-devices found with its start-up lines filtered (``common.quiet_start``): a line that means
+too, in a second rather than after TensorFlow's start-up. Otherwise TensorFlow is imported and
+its devices found with its start-up lines filtered (``common.quiet_start``): a line that means
 nothing on a healthy machine is not shown, any other is.
 """
 import importlib
 import os
 import sys
-
-HELP = ("-h", "--help", "--helpfull")
-
 
 # The checkout this file belongs to: its common/ and models run, whichever checkout an
 # editable install (``pip install -e``) points the environment at, so two clones side by side
@@ -32,12 +29,10 @@ def run(script: str, target: str) -> int:
         sys.path.insert(1, ROOT)  # after the script's own folder (its model package)
     from common import quiet_start, versions
     module = target.split(":")[0]
-    if module.endswith(".task") and any(a in HELP for a in sys.argv[1:]):
-        return _help(module.removesuffix(".task") + ".config")  # the Task's config module
-    if module.endswith(".task"):
-        refused = _refused(module.removesuffix(".task") + ".config")
-        if refused is not None:
-            return refused
+    if module.endswith(".task"):  # --help, or a command line the flags refuse: no TensorFlow
+        answered = _parse_early(module.removesuffix(".task") + ".config")
+        if answered is not None:
+            return answered
     from common import graceful_stop
     graceful_stop.install()  # a stop signal from here on ends the process cleanly, one line
     try:
@@ -56,10 +51,12 @@ def run(script: str, target: str) -> int:
     return obj()
 
 
-def _refused(flags_module: str) -> int | None:
-    """2, with ``common.runner.main``'s line, where the flags refuse the command line
-    (``UsageError``); None where they take it, or where what they find wrong is in the data
-    (``DataError``: the run says it, naming the rank where there are several)."""
+def _parse_early(flags_module: str) -> int | None:
+    """The model's flags (its config module: ``define_flags``, ``FLAG_DEFAULTS``) parse the
+    command line before TensorFlow: 0 once ``--help`` printed every flag with its default; 2,
+    with ``common.runner.main``'s line, where they refuse it (``UsageError``); None where they
+    take it, or where what they find wrong is in the data (``DataError``: the run says it,
+    naming the rank where there are several)."""
     try:
         from common import flags
         config = importlib.import_module(flags_module)
@@ -68,21 +65,12 @@ def _refused(flags_module: str) -> int | None:
     from common.errors import DataError, UsageError
     try:
         flags.parse(flags.build(config.define_flags, config.FLAG_DEFAULTS), sys.argv)
+    except SystemExit as e:  # parse prints the help and exits 0
+        return int(e.code or 0)
     except UsageError as e:
         print(f"{os.path.basename(sys.argv[0]) if sys.argv else 'main.py'}: error: {e}",
               file=sys.stderr)
         return 2
     except DataError:
-        return None
+        pass
     return None
-
-
-def _help(flags_module: str) -> int:
-    """Every flag with its default, from the model's config module (no TensorFlow)."""
-    from common import flags
-    config = importlib.import_module(flags_module)
-    try:
-        flags.parse(flags.build(config.define_flags, config.FLAG_DEFAULTS), sys.argv)
-    except SystemExit as e:  # parse prints the help and exits 0
-        return int(e.code or 0)
-    return 0
