@@ -62,11 +62,14 @@ def _define_common(fv: flags.FlagValues) -> None:
     flags.DEFINE_boolean("export_onnx_int8", False, "With --export_dir and --data_dir: also an "
                          "INT8 ONNX beside each ONNX file (model_int8.onnx: explicit Q/DQ "
                          "quantization calibrated on training images, for trtexec --int8).", **d)
-    flags.DEFINE_string("export_triton", None, "With --export_dir: also a Triton Inference "
-                        "Server model repository here (the SavedModel; with --export_onnx the "
-                        "ONNX, the image models' ensembles that take encoded images, and in "
-                        "DIR.tensorrt the TensorRT models with their build script). Into an "
-                        "existing repository it adds a version of each model.", **d)
+    flags.DEFINE_string(
+        "export_triton", None, "With --export_dir: also a Triton Inference Server model "
+        "repository per kind of server here: DIR/cpu (any tritonserver with the Python "
+        "backend), DIR/triton (NVIDIA's Triton container built by docker/Dockerfile.triton), "
+        "DIR/tensorflow (the SavedModel, for containers with the TensorFlow backend), and in "
+        "DIR.tensorrt the TensorRT models with their build script. The image models' need "
+        "model.onnx: implies --export_onnx. Into existing repositories it adds a version of "
+        "each model.", **d)
     flags.DEFINE_boolean("triton_replace", False, "--export_triton into an existing "
                          "repository: replace its models' versions instead of adding one.", **d)
     flags.DEFINE_integer("calibration_images", 512, "--export_onnx_int8: training images the "

@@ -26,7 +26,7 @@ from common import (
 from common.checkpoint import settings as checkpoint_settings
 from common.dllogger import Logger
 from common.errors import DataError, TrainingError, UsageError
-from common.export import onnx_convert, onnx_int8, tftrt
+from common.export import onnx_convert, onnx_int8, tftrt, writes_onnx
 from common.inference import INFERENCE_MODES
 from common.task import RunContext, Task
 from common.trainer import Trainer
@@ -65,7 +65,7 @@ def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
                      task_cls.serving_class is not None and task_cls.serving_class.int8)
     if fv.use_tftrt:
         tftrt.require(fv.use_tftrt, fv.mode)
-    if fv.export_onnx or fv.export_onnx_int8:
+    if task_cls.serving_class is not None and writes_onnx(task_cls.serving_class, fv):
         onnx_convert.require()
     if fv.export_onnx_int8:
         onnx_int8.require()

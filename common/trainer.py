@@ -288,6 +288,6 @@ class Trainer:
         if self.dist.is_chief:
             f = self.flags
             export.export(self.serving, self.model, export_dir,
-                          f.export_onnx or f.export_onnx_int8, self.log,
+                          export.writes_onnx(self.serving, f), self.log,
                           int8=f.export_onnx_int8, triton_dir=f.export_triton,
                           triton_replace=f.triton_replace)

@@ -6,7 +6,8 @@
 # ~/.cache/tf-model-scripts) is its folder; ABOUT says what it holds when it is made; CHECK is the
 # Python line that must run in it; PACKAGEs are pip-installed into it. Prints its python as the
 # last line: at once when CHECK already runs there; with WHERE=1 also when it does not (and
-# returns 1) instead of making it. Lines go through the caller's log().
+# returns 1) instead of making it. Lines go through the caller's log(). Jobs making the same
+# environment at once take turns (flock on NAME-pyX.Y.lock beside it).
 side_env() {
   local py=$1 name=$2 about=$3 check=$4 where=$5
   shift 5
@@ -21,6 +22,28 @@ side_env() {
   if [ "$where" = 1 ]; then
     echo "$venv/bin/python"
     return 1
+  fi
+  # One maker at a time: a second job asking for the same environment waits for the first,
+  # then finds it made (two pip runs into one environment at once break it).
+  mkdir -p "$cache/venvs"
+  local lock status=0
+  exec {lock}>"$venv.lock"
+  if ! flock -n "$lock"; then
+    log "waiting for another job making $venv"
+    flock "$lock"
+  fi
+  _side_env_make "$venv" "$py" "$about" "$check" "$@" || status=$?
+  exec {lock}>&-
+  return "$status"
+}
+
+# side_env's work once it holds the environment's lock: VENV PY ABOUT CHECK PACKAGE...
+_side_env_make() {
+  local venv=$1 py=$2 about=$3 check=$4
+  shift 4
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "$check" >/dev/null 2>&1; then
+    echo "$venv/bin/python"  # made by the job that held the lock before
+    return 0
   fi
   if [ -x "$venv/bin/python" ] && "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
     # Made by an earlier version of the caller: what it lacks is installed into it.

@@ -7,22 +7,28 @@ detections.
         cat.jpg dog.png
 
 It reads the model's inputs and outputs from the server (its config), so the same client serves
-the models that take encoded images, sent as they are (the ensembles ``<name>`` and
-``<name>_cpu``, which prepare them on the server, and ``<name>_savedmodel``), and the networks
-alone, ``<name>_onnx`` and ``<name>_tensorrt`` (images prepared here as ``client.json`` says:
-the evaluation's resize and normalisation, ``--client_json``; Pillow's resize is close to, not
-equal to, TensorFlow's). Class names come from the server where the model has them (Triton's
-classification extension), else from ``--labels``. Needs only ``tritonclient[all]``, numpy and
-Pillow: Triton's SDK container (``nvcr.io/nvidia/tritonserver:<yy.mm>-py3-sdk``) has them. One
-line a file, ``--json`` for the outputs as JSON lines. A file that cannot be read, or that the
-model could not decode (its ``valid`` output, or the server's error for that file alone), gets
-its own "skipped" line on stderr and the others their answers; the exit status is 1 only when
-no file was answered, 2 for an error in the command (one line).
+the models that take encoded images, sent as they are (the ensembles ``<name>``, which prepare
+them on the server, and ``<name>_savedmodel``), and the networks alone, ``<name>_onnx``,
+``<name>_python`` and ``<name>_tensorrt``, which take the prepared float batch. Those images
+are prepared by the export's own preprocessing, the function its ``serving_default`` runs
+(decode, resize, crop, normalise, with the recipe of the weights: NVIDIA's, torchvision's,
+timm's, keras.applications' or keras-hub's), to the last bit: by the server's
+``<name>_preprocess`` (the default), or here with ``--client_json`` (the export's
+``assets/client.json``; its ``preprocess/`` SavedModel run by TensorFlow). Class names come
+from the server where the model has them (Triton's classification extension), else from
+``--labels``. Needs ``tritonclient[all]`` and numpy (Triton's SDK container,
+``nvcr.io/nvidia/tritonserver:<yy.mm>-py3-sdk``, has them), TensorFlow only for
+``--client_json``. One line a file, ``--json`` for the outputs as JSON lines. A file that
+cannot be read, or that the model could not decode (its ``valid`` output, or the server's
+error for that file alone), gets its own "skipped" line on stderr and the others their
+answers; the exit status is 1 only when no file was answered, 2 for an error in the command
+(one line).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 import numpy as np
@@ -72,26 +78,54 @@ def _config(server, model: str, protocol: str) -> dict:
     return config.get("config", config)
 
 
-def prepare(path: str, info: dict) -> np.ndarray:
-    """The float32 (size, size, 3) input of ``path`` as ``client.json`` describes the model's
-    evaluation: ResNet-50's shorter side to ``resize_shorter_side`` and central crop (or the
-    whole image squashed, where that is None), SSD's resize without aspect, with the recipe's
-    ``interpolation``; then (pixel - mean) / std on the 0..255 scale."""
-    from PIL import Image
-    image = Image.open(path).convert("RGB")
-    h, w = info["input_size"]
-    method = {"bicubic": Image.BICUBIC, "nearest": Image.NEAREST}.get(
-        info.get("interpolation"), Image.BILINEAR)
-    if info.get("resize_shorter_side"):
-        s = info["resize_shorter_side"] / min(image.size)
-        size = (round(image.width * s), round(image.height * s))
-        image = image.resize(size, method, reducing_gap=None)
-        left, top = (size[0] - w + 1) // 2, (size[1] - h + 1) // 2
-        image = image.crop((left, top, left + w, top + h))
-    else:
-        image = image.resize((w, h), method)
-    x = np.asarray(image, np.float32)
-    return (x - np.asarray(info["mean"], np.float32)) / np.asarray(info["std"], np.float32)
+NETWORK_SUFFIXES = ("_tensorrt_int8", "_tensorrt", "_onnx", "_python")
+
+
+def local_preparer(client_json: str, info: dict):
+    """The export's preprocessing (``preprocess/`` beside ``assets/``), run here by
+    TensorFlow: encoded images -> (float batch, valid)."""
+    export = os.path.dirname(os.path.dirname(os.path.abspath(client_json)))
+    path = os.path.join(export, info.get("preprocess") or "-")
+    if not info.get("preprocess") or not os.path.isdir(path):
+        raise ClientError(f"--client_json {client_json}: its export has no preprocess/ "
+                          "SavedModel (exported before it was written, or not an image model's "
+                          "export): export again, or leave out --client_json and the server's "
+                          "<name>_preprocess prepares the images")
+    try:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        import tensorflow as tf
+    except ImportError:
+        raise ClientError("--client_json prepares images with the export's own preprocessing, "
+                          "which needs TensorFlow here (pip install tensorflow-cpu); or leave "
+                          "out --client_json and the server's <name>_preprocess prepares them"
+                          ) from None
+    fn = tf.saved_model.load(path).signatures["serving_default"]
+
+    def prepare(encoded: list[bytes]):
+        out = fn(images=tf.constant(encoded, tf.string))
+        return out["images"].numpy(), out["valid"].numpy()
+    return prepare
+
+
+def server_preparer(client, server, model: str):
+    """The server's ``model`` (``<name>_preprocess``): encoded images -> (float batch, valid),
+    the same function the ensembles run."""
+    def prepare(encoded: list[bytes]):
+        data = np.array([[x] for x in encoded], dtype=object)
+        tensor = client.InferInput("images", list(data.shape), "BYTES")
+        tensor.set_data_from_numpy(data)
+        result = server.infer(model, [tensor])
+        return result.as_numpy("images"), result.as_numpy("valid").reshape(-1)
+    return prepare
+
+
+def preprocess_model_of(model: str) -> str:
+    """``<name>_preprocess`` of a network ``<name>_onnx`` (``_python``, ``_tensorrt``,
+    ``_tensorrt_int8``)."""
+    for suffix in NETWORK_SUFFIXES:
+        if model.endswith(suffix):
+            return model.removesuffix(suffix) + "_preprocess"
+    return model + "_preprocess"
 
 
 def takes_encoded(config: dict) -> bool:
@@ -99,29 +133,21 @@ def takes_encoded(config: dict) -> bool:
     return inp["data_type"].removeprefix("TYPE_") == "STRING"
 
 
-def read_input(path: str, config: dict, info: dict | None):
-    """One file as the model takes it: its bytes (a model that decodes), else the prepared
-    float image. A file that cannot be read raises ``ClientError`` with its reason."""
+def read_input(path: str) -> bytes:
+    """One file's bytes; a file that cannot be read raises ``ClientError`` with its reason."""
     try:
-        if takes_encoded(config):
-            with open(path, "rb") as fh:
-                return fh.read()
-        return prepare(path, info)
-    except OSError as e:  # PIL's UnidentifiedImageError is an OSError too
-        why = e.strerror or str(e).split(" (")[0]
-        raise ClientError(f"{path}: {why}") from None
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError as e:
+        raise ClientError(f"{path}: {e.strerror or e}") from None
 
 
-def request(client, config: dict, items: list):
-    """The request's inputs: the files' bytes for a model that takes encoded images, else the
-    prepared float batch (``read_input``'s)."""
+def request(client, config: dict, data: np.ndarray):
+    """The request's input: the files' bytes for a model that takes encoded images, else the
+    prepared float batch."""
     (inp,) = config["input"]
-    name = inp["name"]
-    if takes_encoded(config):
-        data, dtype = np.array([[x] for x in items], dtype=object), "BYTES"
-    else:
-        data, dtype = np.stack(items), inp["data_type"].removeprefix("TYPE_")
-    tensor = client.InferInput(name, list(data.shape), dtype)
+    dtype = "BYTES" if takes_encoded(config) else inp["data_type"].removeprefix("TYPE_")
+    tensor = client.InferInput(inp["name"], list(data.shape), dtype)
     tensor.set_data_from_numpy(data)
     return [tensor]
 
@@ -203,19 +229,33 @@ def run(args) -> int:
         config = _config(server, args.model, args.protocol)
     except Exception as e:  # tritonclient raises its own types per protocol (and OSErrors)
         raise ClientError(f"{args.model} at {args.url}: {_error_line(e)}") from None
-    if not takes_encoded(config) and info is None:
-        raise ClientError(f"{args.model} takes prepared images: give --client_json (the "
-                          "export's assets/client.json)")
+    args.prepare = None
+    if not takes_encoded(config):
+        if info is not None:
+            args.prepare = local_preparer(args.client_json, info)
+        else:
+            pre = args.preprocess_model or preprocess_model_of(args.model)
+            try:
+                ready = server.is_model_ready(pre)
+            except Exception:  # tritonclient's errors for a model the server does not know
+                ready = False
+            if not ready:
+                raise ClientError(f"{args.model} takes prepared images and {pre} is not ready "
+                                  f"at {args.url}: serve it beside {args.model} (the "
+                                  "repository has it), name it with --preprocess_model, or "
+                                  "give --client_json (the export's assets/client.json) to "
+                                  "prepare them here")
+            args.prepare = server_preparer(client, server, pre)
     names = [o["name"] for o in config["output"]]
     # Names from the server where the model has them (label_filename): Triton's
     # classification extension answers the top k of ``probabilities`` as "score:index:label".
     args.classify = not args.json and not labels and any(
         o["name"] == "probabilities" and o.get("label_filename") for o in config["output"])
     answered = failed = 0
-    ready = []  # (path, input) of the files read, sent --batch_size at a time
+    ready = []  # (path, bytes) of the files read, sent --batch_size at a time
     for n, path in enumerate(args.files):
         try:
-            ready.append((path, read_input(path, config, info)))
+            ready.append((path, read_input(path)))
         except ClientError as e:
             print(f"skipped {e}", file=sys.stderr)
             failed += 1
@@ -244,14 +284,27 @@ def _wait_ready(server, args) -> None:
         time.sleep(0.5)
 
 
+def _inputs(args, batch):
+    """(the request's input array, which rows of ``batch`` it holds): the bytes as they are,
+    or the prepared images of those the preprocessing could decode."""
+    encoded = [x for _, x in batch]
+    if args.prepare is None:
+        return np.array([[x] for x in encoded], dtype=object), list(range(len(batch)))
+    images, valid = args.prepare(encoded)
+    kept = [row for row, ok in enumerate(np.asarray(valid).reshape(-1)) if ok]
+    return images[kept], kept
+
+
 def _send(client, server, args, config, names, batch, labels) -> tuple[int, int]:
     """One request for ``batch``; a request the server refuses is sent again one file at a
     time, so that one bad image costs only its own answer. (answered, failed)."""
     try:
-        result = server.infer(args.model, request(client, config, [x for _, x in batch]),
+        data, kept = _inputs(args, batch)
+        result = server.infer(args.model, request(client, config, data),
                               outputs=[client.InferRequestedOutput(n, class_count=args.top_k)
                                        if args.classify and n == "probabilities" else
-                                       client.InferRequestedOutput(n) for n in names])
+                                       client.InferRequestedOutput(n) for n in names]) \
+            if kept else None
     except Exception as e:  # the server's error: InferenceServerException, socket errors
         if len(batch) > 1:
             counts = [_send(client, server, args, config, names, [item], labels)
@@ -259,11 +312,11 @@ def _send(client, server, args, config, names, batch, labels) -> tuple[int, int]
             return sum(c[0] for c in counts), sum(c[1] for c in counts)
         print(f"skipped {batch[0][0]}: the server answered: {_error_line(e)}", file=sys.stderr)
         return 0, 1
-    outputs = {n: result.as_numpy(n) for n in names}
+    outputs = {n: result.as_numpy(n) for n in names} if result is not None else {}
     answered = failed = 0
     for row, (path, _) in enumerate(batch):
-        out = {n: v[row] for n, v in outputs.items()}
-        if "valid" in out and not bool(np.asarray(out["valid"]).reshape(-1)[0]):
+        out = {n: v[kept.index(row)] for n, v in outputs.items()} if row in kept else None
+        if out is None or ("valid" in out and not bool(np.asarray(out["valid"]).reshape(-1)[0])):
             print(f"skipped {path}: the model could not decode it as an image",
                   file=sys.stderr)
             failed += 1
@@ -285,8 +338,11 @@ def main(argv=None) -> int:
     p.add_argument("--url", default="localhost:8000", help="the server, host:port (HTTP 8000, "
                    "gRPC 8001)")
     p.add_argument("--protocol", choices=("http", "grpc"), default="http")
-    p.add_argument("--client_json", help="the export's assets/client.json (models that take "
-                   "prepared images: *_onnx, *_tensorrt)")
+    p.add_argument("--client_json", help="the export's assets/client.json: the networks alone "
+                   "(*_onnx, *_python, *_tensorrt) get images prepared here by the export's "
+                   "own preprocessing (needs TensorFlow)")
+    p.add_argument("--preprocess_model", help="the networks alone without --client_json: the "
+                   "served model that prepares their images (default: <name>_preprocess)")
     p.add_argument("--labels", help="labels.txt (ResNet-50) or label_map.json (SSD320) from "
                    "the export's assets/")
     p.add_argument("--batch_size", type=_positive, default=8, help="images a request")

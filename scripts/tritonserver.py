@@ -1,36 +1,53 @@
 #!/usr/bin/env python3
 """Start the Triton Inference Server binary that ``nvidia-pytriton`` ships on a model
-repository, without Triton's containers (a CPU machine is enough):
+repository, without Triton's containers (a CPU is enough):
 
     TRITON_PY=$(bash scripts/triton_env.sh)
-    $TRITON_PY scripts/tritonserver.py --model-repository=/results/triton
+    $TRITON_PY scripts/tritonserver.py --model-repository=/results/triton/cpu
 
-Every argument goes to ``tritonserver`` as it is. That binary has the Python backend only, so
-of an ``--export_triton`` repository it serves the models that run on it, the image models'
-``<name>_cpu`` ensemble (encoded images in, the network through ONNX Runtime) and its parts;
-the ``tensorflow``, ``onnxruntime`` and ``tensorrt`` models need Triton's container (README,
-"Deployment"). The server is therefore started with ``--exit-on-error=false`` unless the
-command line says otherwise, and lists each model's state in its start-up table.
+Every argument goes to ``tritonserver`` as it is, and nothing else but the backend directory:
+Triton's own defaults hold (``--exit-on-error=true``, strict readiness), so a model that
+cannot load stops the server, and ``/v2/health/ready`` answers 200 once every model is ready.
+That binary has the Python backend only: serve the ``cpu`` repository that ``--export_triton``
+writes (every model there runs on the Python backend), not ``triton`` or ``tensorflow``, which
+need Triton's container (docs/deployment.md).
 
 What PyTriton prepares before it starts the same binary is done here: the Python backend's
 stub for this interpreter's version (PyTriton keeps one per Python version) in a backend
 directory of its own, this interpreter's libpython and PyTriton's libraries on the library
 path, and this interpreter's ``bin`` first on ``PATH``, so that the Python models run with
-this environment's packages (TensorFlow for ``<name>_preprocess``, onnxruntime for
-``<name>_python``).
+this environment's packages (TensorFlow for ``<name>_preprocess`` and Transformer-XL's
+sequence model, onnxruntime for ``<name>_python``). ``TRITONSERVER_PYTHON=/path/to/python``
+runs them with another environment's Python instead (as a container's system Python holds
+docker/triton-requirements.txt): its version's stub, its libpython, its ``bin`` first.
 """
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import sysconfig
 
 PROG = "tritonserver.py"
 
 
-def server_files() -> tuple[str, str, str]:
-    """(the tritonserver binary, a backend directory with this Python's stub, the folder of
-    the libraries it links), from the installed ``nvidia-pytriton``."""
+def _python_of(python: str) -> tuple[str, str]:
+    """(``X.Y``, the folder of its libpython) of the interpreter ``python``."""
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        return "{}.{}".format(*sys.version_info[:2]), sysconfig.get_config_var("LIBDIR")
+    try:
+        out = subprocess.run([python, "-c", "import sys, sysconfig; print('%d.%d' % "
+                              "sys.version_info[:2]); print(sysconfig.get_config_var('LIBDIR'))"],
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        raise SystemExit(f"{PROG}: error: TRITONSERVER_PYTHON={python} does not run") from None
+    version, libdir = out.split()
+    return version, libdir
+
+
+def server_files(version: str) -> tuple[str, str, str]:
+    """(the tritonserver binary, a backend directory with the stub for Python ``version``, the
+    folder of the libraries it links), from the installed ``nvidia-pytriton``."""
     try:
         import pytriton
     except ImportError:
@@ -39,7 +56,6 @@ def server_files() -> tuple[str, str, str]:
     root = os.path.join(os.path.dirname(pytriton.__file__), "tritonserver")
     libs = os.path.join(os.path.dirname(os.path.dirname(pytriton.__file__)),
                         "nvidia_pytriton.libs")
-    version = "{}.{}".format(*sys.version_info[:2])
     stub = os.path.join(root, "python_backend_stubs", version, "triton_python_backend_stub")
     if not os.path.isfile(stub):
         raise SystemExit(f"{PROG}: error: nvidia-pytriton has no Python backend stub for "
@@ -60,16 +76,16 @@ def server_files() -> tuple[str, str, str]:
 
 
 def main(argv: list[str]) -> int:
-    binary, backends, libs = server_files()
+    python = os.environ.get("TRITONSERVER_PYTHON") or sys.executable
+    version, libdir = _python_of(python)
+    binary, backends, libs = server_files(version)
     env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [
-        sysconfig.get_config_var("LIBDIR"), libs, env.get("LD_LIBRARY_PATH")]))
-    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [libdir, libs,
+                                                           env.get("LD_LIBRARY_PATH")]))
+    env["PATH"] = os.pathsep.join([os.path.dirname(python), env.get("PATH", "")])
     args = list(argv)
     if not any(a.startswith("--backend-directory") for a in args):
         args.append(f"--backend-directory={backends}")
-    if not any(a.startswith("--exit-on-error") for a in args):
-        args.append("--exit-on-error=false")
     sys.stdout.flush()
     os.execve(binary, [binary, *args], env)
     return 1  # not reached

@@ -14,6 +14,14 @@ the SavedModel that ``--use_tftrt`` converts. What each holds is the model's ser
 * ``tftrt``: TF-TRT conversion for the inference benchmark.
 * ``tools``: the external tools' runs, their logs kept only on failure.
 """
-from common.export.writer import check_export_dir, export, export_bytes, export_names, onnx_opset
+from common.export.writer import (
+    check_export_dir,
+    export,
+    export_bytes,
+    export_names,
+    onnx_opset,
+    writes_onnx,
+)
 
-__all__ = ["check_export_dir", "export", "export_bytes", "export_names", "onnx_opset"]
+__all__ = ["check_export_dir", "export", "export_bytes", "export_names", "onnx_opset",
+           "writes_onnx"]

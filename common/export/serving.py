@@ -27,6 +27,9 @@ from common.images import MEAN, STD
 from common.task import locate_bad_record
 
 CLIENT_INFO = "client.json"  # in the SavedModel's assets/
+# The image models' preprocessing alone, a SavedModel of its own (no weights) in the export:
+# Triton's <name>_preprocess runs it, and a client that prepares images for the networks.
+PREPROCESS = "preprocess"
 
 
 class Serving:
@@ -36,12 +39,18 @@ class Serving:
     # What --export_onnx writes beside the SavedModel: file name -> the signature it converts
     # (one whose inputs are tensors TensorRT takes: not encoded images).
     onnx_files: Mapping[str, str] = {"model.onnx": "serving_default"}
+    # Whether --export_triton needs model.onnx (the image models' networks in Triton: it then
+    # implies --export_onnx).
+    onnx_for_triton: bool = False
     # Whether --export_onnx_int8 calibrates this model's ONNX (``calibration_dataset`` then).
     int8: bool = False
     # --export_triton: the models' names in the repository (``<triton_name>_savedmodel``, ...)
     # and the most requests Triton batches into one (where the model's tensors are batched).
     triton_name: str = "model"
     triton_max_batch_size: int = 64
+    # A model whose signatures carry a state from call to call (state input, state output,
+    # its batch axis): Triton serves it as a sequence that keeps the state in the server.
+    triton_state: tuple[str, str, int] | None = None
     # The image models' evaluation preprocessing of one encoded image, (encoded, size) ->
     # float (size, size, 3): what their ``serving_default`` and Triton's ``<name>_preprocess``
     # run before the network (a ``staticmethod`` of the model's pipeline function).
@@ -91,6 +100,13 @@ class Serving:
             return False
         files.link_or_copy(src, out_path)
         return True
+
+    def engine_shapes(self, inputs, rows: int, least: bool) -> dict[str, list[int]]:
+        """The ONNX inputs' shapes (name -> (dtype, shape with None)) in a TensorRT
+        optimisation profile at ``rows`` rows (``least``: its smallest shapes): here every
+        dimension of unknown size is the batch's."""
+        return {n: [rows if d is None else d for d in shape] for n, (_, shape) in
+                inputs.items()}
 
     # --- what inference is: predict and the inference benchmark ---------------------------
     def infer(self, model: keras.Model, inputs, state=None):
@@ -169,7 +185,8 @@ class Serving:
                 "inputs": {s.name: spec(s) for s in fn.input_signature},
                 "outputs": {k: spec(v) for k, v in concrete.structured_outputs.items()}}
         p = self.task.ctx.precision
-        return {"model": self.task.name, "signatures": described, **self.client_info(),
+        pre = {"preprocess": PREPROCESS} if self.prepare_image is not None else {}
+        return {"model": self.task.name, "signatures": described, **self.client_info(), **pre,
                 "triton_model": f"{self.triton_name}_savedmodel",
                 "trained_precision": p.policy, "exported_weights": "float32"
                 if not p.amp else f"float32 (computed in {p.compute_dtype})",
@@ -177,7 +194,8 @@ class Serving:
 
     def save(self, model: keras.Model, export_dir: str) -> None:
         """The SavedModel of ``model`` in ``export_dir``: ``signatures``, and ``assets`` with
-        ``client.json`` in its ``assets/``."""
+        ``client.json`` in its ``assets/``; an image model's preprocessing alone beside them
+        (``preprocess/``, the same function as ``serving_default``'s)."""
         module = tf.Module()
         # The variables, not the Keras model: tracking the model would have the SavedModel
         # trace its own call, which not every model's call can be (memories, targets).
@@ -194,6 +212,12 @@ class Serving:
                     fh.write(text)
                 module.assets.append(tf.saved_model.Asset(path))
             tf.saved_model.save(module, export_dir, signatures=signatures)
+        preprocess = self.preprocess()
+        if preprocess is not None:
+            alone = tf.Module()
+            alone.preprocess = preprocess
+            tf.saved_model.save(alone, os.path.join(export_dir, PREPROCESS),
+                                signatures={"serving_default": preprocess})
 
 
 def prepare_each(images, prepare, size: int):

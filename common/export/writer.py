@@ -12,6 +12,7 @@ import tensorflow as tf
 from common import files
 from common.errors import DataError, one_line
 from common.export import onnx_convert, onnx_int8, triton
+from common.export import serving as serving_lib
 
 
 def export(serving, model: keras.Model, export_dir: str, with_onnx: bool, log,
@@ -39,6 +40,13 @@ def export(serving, model: keras.Model, export_dir: str, with_onnx: bool, log,
             log.print(line)
 
 
+def writes_onnx(serving, f) -> bool:
+    """Whether the export writes ``model.onnx``: --export_onnx, or what needs it
+    (--export_onnx_int8; --export_triton for a model whose repositories run it)."""
+    return bool(f.export_onnx or f.export_onnx_int8
+                or (f.export_triton and serving.onnx_for_triton))
+
+
 def onnx_opset(path: str) -> int | str:
     """The ONNX file's own opset (the default domain's): Model Optimizer raises an INT8 file's
     above what tf2onnx wrote."""
@@ -58,7 +66,7 @@ def check_export_dir(serving, model: keras.Model, flags, log) -> None:
         if parent and os.path.isdir(parent) and not os.access(parent, os.W_OK | os.X_OK):
             raise DataError(f"{flag} {path}: its folder {parent} is not writable; the export is "
                             "written beside it and then swapped in whole")
-    with_onnx = flags.export_onnx or flags.export_onnx_int8
+    with_onnx = writes_onnx(serving, flags)
     need = export_bytes(serving, model, flags.export_dir, with_onnx, flags.export_onnx_int8, log)
     files.check_output_dir(flags.export_dir, "--export_dir", need, "the export needs")
     if flags.export_triton:
@@ -73,7 +81,8 @@ def export_names(serving) -> set[str]:
     """Every entry an export may write in its directory: a new export replaces them all (an
     INT8 file left from an earlier export would be taken for this one's)."""
     onnx = set(serving.onnx_files) | {onnx_int8.int8_name(n) for n in serving.onnx_files}
-    return {"saved_model.pb", "fingerprint.pb", "variables", "assets", "assets.extra", *onnx}
+    return {"saved_model.pb", "fingerprint.pb", "variables", "assets", "assets.extra",
+            serving_lib.PREPROCESS, *onnx}
 
 
 def export_bytes(serving, model: keras.Model, export_dir: str, with_onnx: bool,

@@ -23,6 +23,7 @@ from rn50 import recipes, tfdata_pipeline
 
 class ResNetServing(Serving):
     triton_name = "resnet50"
+    onnx_for_triton = True
     onnx_files = {"model.onnx": "preprocessed"}
     int8 = True
 

@@ -34,6 +34,7 @@ TF_OD_NAMES = {"boxes": "detection_boxes", "scores": "detection_scores",
 
 class SSDServing(Serving):
     triton_name = "ssd320"
+    onnx_for_triton = True
     triton_max_batch_size = 32
     onnx_files = {"model.onnx": "preprocessed", "model_before_nms.onnx": "decoded"}
     int8 = True

@@ -23,6 +23,17 @@ from txl.prepare import utf8_lines
 
 class TXLServing(Serving):
     triton_name = "transformerxl"
+    triton_state = ("mems", "new_mems", 1)  # Triton keeps the memory per sequence
+    triton_max_batch_size = 16  # sequences run together
+
+    def engine_shapes(self, inputs, rows, least):
+        """Segments of one token with no memory up to --tgt_len tokens with the model's whole
+        memory (``mem_len`` positions), one row up to ``rows``."""
+        cfg = self.task.cfg
+        q, m = (1, 0) if least else (self.flags.tgt_len, cfg.mem_len)
+        shapes = {"tokens": [rows, q], "targets": [rows, q],
+                  "mems": [cfg.n_layer, rows, m, cfg.d_model]}
+        return {n: shapes[n] for n in inputs}
 
     def signatures(self, model):
         cfg = self.task.cfg

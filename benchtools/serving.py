@@ -1,0 +1,345 @@
+"""Serving figures of an ``--export_triton`` repository: throughput and p50/p90/p95/p99 latency
+of one served model over concurrency 1..N, with and without dynamic batching and with 1..k
+instances of its models, as NVIDIA's deployment READMEs give them (perf_analyzer's
+concurrency mode). perf_analyzer ships only in Triton's SDK container (its pip package is an
+empty placeholder), so this is a load generator of this repository through tritonclient: each
+of N clients keeps one request outstanding (sends the next when the last is answered) for
+``--seconds`` after ``--warmup_s``, and the latency is the client's, from the request sent to
+its answer read, as perf_analyzer's "client" latency.
+
+    TRITON_PY=$(bash scripts/triton_env.sh)
+    $TRITON_PY -m benchtools.serving --repository /results/triton/cpu --model resnet50 \\
+        --image cat.jpg --concurrency 1,2,4,8 --instances 1,2 --out results/serving-resnet50
+
+For each setting (instances, batching) the repository is copied (hard links) with its models'
+``instance_group`` count and ``dynamic_batching`` changed, and the server started on the copy
+with Triton's default flags (scripts/tritonserver.py: PyTriton's ``tritonserver``, or
+``--server tritonserver`` for a container's). An image model gets ``--batch_size`` copies of
+``--image`` a request; Transformer-XL's sequence model, one sequence per client, segments of
+``--tokens`` token ids (the memory kept in the server: the steady state after the first
+``mem_len`` tokens), its figures in tokens/s. Without batching, the sequence model runs one
+sequence's request at a time (``max_batch_size`` 1). Writes ``serving.json`` (every
+measurement, the machine, the server's resident memory) and ``serving.md`` (the table) in
+``--out``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PERCENTILES = (50, 90, 95, 99)
+
+
+def _configs(repo: str):
+    """(model name -> its parsed ModelConfig) of a repository (tritonclient's proto)."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+    out = {}
+    for name in sorted(os.listdir(repo)):
+        path = os.path.join(repo, name, "config.pbtxt")
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as fh:
+                out[name] = text_format.Parse(fh.read(), model_config_pb2.ModelConfig())
+    return out
+
+
+def _models_of(configs: dict, model: str) -> list[str]:
+    """``model`` and, for an ensemble, the models its steps run."""
+    c = configs[model]
+    steps = [s.model_name for s in c.ensemble_scheduling.step]
+    return [model, *[m for s in steps for m in _models_of(configs, s)]]
+
+
+def variant(repo: str, model: str, instances: int, batching: bool, out: str) -> None:
+    """A copy of ``repo`` at ``out`` (hard links; configs rewritten) with ``model``'s models at
+    ``instances`` instances each, with or without dynamic batching."""
+    from google.protobuf import text_format
+    shutil.copytree(repo, out, copy_function=os.link)
+    configs = _configs(repo)
+    for name in _models_of(configs, model):
+        c = configs[name]
+        if c.platform == "ensemble":
+            continue
+        for group in c.instance_group:
+            group.count = instances
+        if c.HasField("sequence_batching"):
+            if not batching:
+                c.max_batch_size = 1
+        elif not batching:
+            c.ClearField("dynamic_batching")
+        path = os.path.join(out, name, "config.pbtxt")
+        os.unlink(path)  # a hard link to the original: write a file of its own
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text_format.MessageToString(c))
+
+
+class Server:
+    """A tritonserver on a repository with its default flags, until ``close``."""
+
+    def __init__(self, repo: str, server: list[str], log_path: str, timeout: float = 600):
+        self.http, self.grpc, metrics = _free_ports(3)
+        self.log = open(log_path, "w")
+        self.proc = subprocess.Popen(
+            [*server, f"--model-repository={repo}", f"--http-port={self.http}",
+             f"--grpc-port={self.grpc}", f"--metrics-port={metrics}"],
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while not self.ready():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"tritonserver stopped (exit code {self.proc.returncode}): "
+                                   f"see {log_path}")
+            if time.monotonic() > deadline:
+                self.close()
+                raise RuntimeError(f"tritonserver was not ready in {timeout:g} s: see {log_path}")
+            time.sleep(0.5)
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.http}/v2/health/ready",
+                                        timeout=5) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def resident_mib(self) -> float:
+        """The resident memory of the server and its backend processes (the Python models'
+        stubs), in MiB."""
+        total, pids = 0, [self.proc.pid]
+        children = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as fh:
+                        ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+                    children.setdefault(ppid, []).append(int(entry))
+                except (OSError, IndexError, ValueError):
+                    pass
+        while pids:
+            pid = pids.pop()
+            pids += children.get(pid, [])
+            try:
+                with open(f"/proc/{pid}/status") as fh:
+                    total += next(int(ln.split()[1]) for ln in fh if ln.startswith("VmRSS:"))
+            except (OSError, StopIteration):
+                pass
+        return total / 1024
+
+    def close(self):
+        import signal
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        except ProcessLookupError:
+            pass
+        self.log.close()
+
+
+def _free_ports(n: int) -> list[int]:
+    import socket
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def _image_request(client, image: bytes, rows: int):
+    data = np.array([[image]] * rows, dtype=object)
+    tensor = client.InferInput("images", list(data.shape), "BYTES")
+    tensor.set_data_from_numpy(data)
+    return [tensor]
+
+
+def _worker(url: str, model: str, kind: dict, stop_at: float, count_from: float, seq_id: int,
+            latencies: list, errors: list):
+    """One client: a request outstanding until ``stop_at``; latencies of those sent after
+    ``count_from`` (seconds) kept."""
+    import tritonclient.grpc as client
+    server = client.InferenceServerClient(url)
+    first = True
+    try:
+        while True:
+            now = time.monotonic()
+            if now >= stop_at:
+                break
+            if "image" in kind:
+                server.infer(model, _image_request(client, kind["image"], kind["rows"]))
+            else:
+                data = np.asarray([kind["tokens"]], np.int32)
+                tensor = client.InferInput("tokens", list(data.shape), "INT32")
+                tensor.set_data_from_numpy(data)
+                server.infer(model, [tensor], sequence_id=seq_id, sequence_start=first)
+                first = False
+            done = time.monotonic()
+            if now >= count_from:
+                latencies.append((now, done))
+    except Exception as e:  # noqa: BLE001  (the server's answer, said in the table's notes)
+        errors.append(str(e).splitlines()[0][:200])
+    finally:
+        server.close()
+
+
+def measure(url: str, model: str, kind: dict, concurrency: int, seconds: float,
+            warmup_s: float) -> dict:
+    """Throughput (rows a second) and latency percentiles (ms) at ``concurrency``."""
+    start = time.monotonic()
+    count_from, stop_at = start + warmup_s, start + warmup_s + seconds
+    latencies: list[list] = [[] for _ in range(concurrency)]
+    errors: list[str] = []
+    threads = [threading.Thread(target=_worker, args=(url, model, kind, stop_at, count_from,
+                                                      1000 + n, latencies[n], errors))
+               for n in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    done = [(s, e) for each in latencies for s, e in each]
+    if errors or not done:
+        return {"concurrency": concurrency, "error": errors[0] if errors else "no request "
+                "was answered in the window"}
+    window = max(e for _, e in done) - min(s for s, _ in done)
+    ms = np.array([(e - s) * 1000 for s, e in done])
+    return {"concurrency": concurrency, "requests": len(done),
+            "throughput": len(done) * kind["rows"] / window,
+            **{f"p{p}_ms": float(np.percentile(ms, p)) for p in PERCENTILES}}
+
+
+def run(args) -> list[dict]:
+    os.makedirs(args.out, exist_ok=True)
+    configs = _configs(args.repository)
+    if args.model not in configs:
+        raise SystemExit(f"serving: error: {args.repository} has no model {args.model} (it "
+                         f"has {', '.join(configs)})")
+    sequence = configs[args.model].HasField("sequence_batching")
+    if sequence:
+        kind = {"tokens": list(np.random.RandomState(0).randint(0, 2, args.tokens)),
+                "rows": args.tokens, "unit": "tokens/s"}
+    else:
+        if not args.image:
+            raise SystemExit("serving: error: an image model: give --image (a JPEG)")
+        with open(args.image, "rb") as fh:
+            kind = {"image": fh.read(), "rows": args.batch_size, "unit": "images/s"}
+    server = args.server.split() if args.server else [
+        sys.executable, os.path.join(ROOT, "scripts", "tritonserver.py")]
+    results = []
+    for instances in args.instances:
+        for batching in args.batching:
+            with tempfile.TemporaryDirectory(dir=args.out) as tmp:
+                repo = os.path.join(tmp, "repository")
+                variant(args.repository, args.model, instances, batching, repo)
+                label = f"instances {instances}, batching {'on' if batching else 'off'}"
+                srv = Server(repo, server, os.path.join(args.out, "tritonserver.log"))
+                try:
+                    for c in args.concurrency:
+                        r = measure(f"127.0.0.1:{srv.grpc}", args.model, kind, c,
+                                    args.seconds, args.warmup_s)
+                        r.update(instances=instances, batching=batching,
+                                 resident_mib=srv.resident_mib())
+                        results.append(r)
+                        print(f"{label}, concurrency {c}: " + (
+                            r["error"] if "error" in r else
+                            f"{r['throughput']:.1f} {kind['unit']}, p50 {r['p50_ms']:.1f} ms, "
+                            f"p99 {r['p99_ms']:.1f} ms"), flush=True)
+                finally:
+                    srv.close()
+    machine = _machine()
+    with open(os.path.join(args.out, "serving.json"), "w") as fh:
+        json.dump({"model": args.model, "repository": args.repository, "machine": machine,
+                   "unit": kind["unit"], "rows_per_request": kind["rows"],
+                   "seconds": args.seconds, "results": results}, fh, indent=1)
+    with open(os.path.join(args.out, "serving.md"), "w") as fh:
+        fh.write(table(args.model, kind, machine, results))
+    return results
+
+
+def table(model: str, kind: dict, machine: str, results: list[dict]) -> str:
+    per = "segment" if "tokens" in kind else "request"
+    lines = [f"`{model}` on {machine}; {kind['rows']} {kind['unit'].split('/')[0]} a {per}, "
+             "closed loop (each client one request outstanding), client-side latency.", "",
+             f"| instances | dynamic batching | concurrency | {kind['unit']} | p50 ms | p90 ms "
+             "| p95 ms | p99 ms | server memory MiB |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        if "error" in r:
+            lines.append(f"| {r['instances']} | {'on' if r['batching'] else 'off'} | "
+                         f"{r['concurrency']} | error: {r['error']} | | | | | |")
+            continue
+        lines.append(f"| {r['instances']} | {'on' if r['batching'] else 'off'} | "
+                     f"{r['concurrency']} | {r['throughput']:.1f} | "
+                     + " | ".join(f"{r[f'p{p}_ms']:.1f}" for p in PERCENTILES)
+                     + f" | {r['resident_mib']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def _machine() -> str:
+    """The CPU's model name, its core count and its bfloat16 support (or the platform)."""
+    name, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name") and name in ("", platform.machine()):
+                    name = line.split(":", 1)[1].strip()
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    bf16 = ", AMX" if "amx_bf16" in flags else ", AVX512-BF16" if "avx512_bf16" in flags else \
+        ", AVX-512" if "avx512f" in flags else ""
+    return f"{name} ({os.cpu_count()} vCPUs{bf16})"
+
+
+def _ints(text: str) -> list[int]:
+    values = [int(v) for v in text.split(",")]
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"give positive integers, comma-separated: {text}")
+    return values
+
+
+def _switches(text: str) -> list[bool]:
+    values = text.split(",")
+    if not values or set(values) - {"on", "off"}:
+        raise argparse.ArgumentTypeError(f"give on, off or on,off: {text}")
+    return [v == "on" for v in values]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--repository", required=True, help="an --export_triton repository "
+                   "(DIR/cpu for PyTriton's tritonserver)")
+    p.add_argument("--model", required=True, help="the served model to load (an ensemble "
+                   "brings its steps)")
+    p.add_argument("--image", help="an image model: the JPEG each request sends")
+    p.add_argument("--batch_size", type=int, default=1, help="images a request")
+    p.add_argument("--tokens", type=int, default=64, help="Transformer-XL: tokens a segment")
+    p.add_argument("--concurrency", type=_ints, default=[1, 2, 4])
+    p.add_argument("--instances", type=_ints, default=[1, 2])
+    p.add_argument("--batching", type=_switches, default=[True, False])
+    p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--warmup_s", type=float, default=2.0)
+    p.add_argument("--server", help="the server command (default: scripts/tritonserver.py "
+                   "with this Python)")
+    p.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+    run(args)
+    print(open(os.path.join(args.out, "serving.md")).read())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

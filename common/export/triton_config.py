@@ -1,0 +1,173 @@
+"""Triton's ``ModelConfig`` messages for ``--export_triton``, built as dictionaries with the
+proto's field names and printed in protobuf's text format (``to_text``).
+
+tritonclient's generated ``model_config_pb2`` needs protobuf 5 or later where NGC 25.02's
+TensorFlow has 4, so nothing here imports it; the tests parse every file with that proto in
+scripts/triton_env.sh's environment and have a real ``tritonserver`` load them.
+
+Where every tensor leads with the batch, Triton batches requests (``max_batch_size``,
+``dynamic_batching``); a value per row is declared ``[1]`` (``reshape`` to the model's ``[]``).
+The batching and instance settings are ``SCHEDULING``'s, chosen from the serving figures in
+the model READMEs (``python -m benchtools.serving``).
+"""
+from __future__ import annotations
+
+import json
+
+DATA_TYPES = {"float32": "TYPE_FP32", "float16": "TYPE_FP16", "int32": "TYPE_INT32",
+              "int64": "TYPE_INT64", "string": "TYPE_STRING", "uint8": "TYPE_UINT8",
+              "bool": "TYPE_BOOL"}
+ONNX_TYPES = {1: "float32", 10: "float16", 6: "int32", 7: "int64", 2: "uint8", 9: "bool",
+              8: "string"}
+
+# Dynamic batching as shipped: requests that arrive within this delay of each other run as
+# one batch. From the CPU figures (benchtools.serving, the model READMEs): waiting up to 2 ms
+# for a second request costs nothing measurable at concurrency 1 and gives the batched
+# throughput from concurrency 2; more instances than one only split the same cores.
+QUEUE_DELAY_US = 2000
+# How long a Transformer-XL sequence may stay idle before the server releases it (its slot
+# and the memory the model keeps for it); a client that comes back later starts anew.
+SEQUENCE_IDLE_US = 60_000_000
+
+
+class Enum(str):
+    """A protobuf enum value (printed bare, not quoted)."""
+
+
+def to_text(message: dict, indent: int = 0) -> str:
+    """``message`` (field name -> value: str, Enum, bool, int, float, dict for a message, list
+    for a repeated field; a map as a list of ``{"key", "value"}`` entries) in protobuf's text
+    format."""
+    pad = "  " * indent
+    lines = []
+    for field, value in message.items():
+        if isinstance(value, dict):
+            lines.append(f"{pad}{field} {{\n{to_text(value, indent + 1)}{pad}}}")
+        elif isinstance(value, list) and value and isinstance(value[0], dict):
+            items = ",\n".join(f"{pad}  {{\n{to_text(v, indent + 2)}{pad}  }}" for v in value)
+            lines.append(f"{pad}{field} [\n{items}\n{pad}]")
+        elif isinstance(value, list):
+            lines.append(f"{pad}{field}: [ {', '.join(_scalar(v) for v in value)} ]")
+        else:
+            lines.append(f"{pad}{field}: {_scalar(value)}")
+    return "".join(line + "\n" for line in lines)
+
+
+def _scalar(value) -> str:
+    if isinstance(value, Enum):
+        return str(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)  # ASCII with C escapes: what the text format reads
+    return str(value)
+
+
+def batched(inputs, outputs) -> bool:
+    """Whether every tensor leads with the batch (any size): Triton can then batch requests."""
+    return all(shape and shape[0] is None for _, shape in [*inputs.values(), *outputs.values()])
+
+
+def tensors(described, is_batched: bool, reshape: bool = True, labels: dict | None = None,
+            optional=()):
+    """ModelInput/ModelOutput entries, sorted by name. A value per row is ``dims: [1]``
+    (Triton's dims cannot be empty), ``reshape``d to the model's ``[]`` where the backend
+    reads the config's reshape (not the Python backend's models, which give ``[rows, 1]``)."""
+    out = []
+    for name, (dtype, shape) in sorted(described.items()):
+        dims = shape[1:] if is_batched else shape
+        entry = {"name": name, "data_type": Enum(DATA_TYPES[dtype])}
+        if is_batched and not dims:
+            entry["dims"] = [1]
+            if reshape:
+                entry["reshape"] = {"shape": []}
+        else:
+            entry["dims"] = [-1 if d is None else d for d in dims]
+        if name in optional:
+            entry["optional"] = True
+        if labels and name in labels:
+            entry["label_filename"] = labels[name]
+        out.append(entry)
+    return out
+
+
+def config(name: str, kind: dict, inputs, outputs, max_batch_size: int, *, reshape=True,
+           labels=None, cpu=False, warmup=None) -> dict:
+    """A model's ``ModelConfig``: ``kind`` its ``platform`` or ``backend``."""
+    is_batched = batched(inputs, outputs)
+    c = {"name": name, **kind, "version_policy": {"latest": {"num_versions": 1}},
+         "max_batch_size": max_batch_size if is_batched else 0,
+         "input": tensors(inputs, is_batched, reshape),
+         "output": tensors(outputs, is_batched, reshape, labels)}
+    if kind.get("platform") != "ensemble":
+        c["instance_group"] = [{"kind": Enum("KIND_CPU" if cpu else "KIND_AUTO"), "count": 1}]
+        if is_batched:
+            c["dynamic_batching"] = {"max_queue_delay_microseconds": QUEUE_DELAY_US}
+    if warmup:
+        c["model_warmup"] = [warmup]
+    return c
+
+
+def warmup(inputs, is_batched: bool, data_file: str | None = None) -> dict:
+    """One warm-up request of one row: random values, zeros for an integer input (token ids:
+    random ones would fall outside the vocabulary, and the model would fail to load), or
+    ``data_file`` (in ``warmup/``) for a string input."""
+    entries = []
+    for name, (dtype, shape) in sorted(inputs.items()):
+        dims = (shape[1:] if is_batched else shape) or [1]
+        value = {"data_type": Enum(DATA_TYPES[dtype]),
+                 "dims": [1 if d is None else d for d in dims]}
+        if dtype == "string":
+            value["input_data_file"] = data_file
+        elif dtype.startswith("int"):
+            value["zero_data"] = True
+        else:
+            value["random_data"] = True
+        entries.append({"key": name, "value": value})
+    return {"name": "one request", "batch_size": 1 if is_batched else 0, "inputs": entries}
+
+
+def ensemble(name: str, preprocess: str, pre_tensors: tuple, network: str, net_tensors,
+             max_batch_size: int, labels=None) -> dict:
+    """``name``: encoded images through ``preprocess`` into ``network``."""
+    pre_in, pre_out = pre_tensors
+    net_in, net_out = net_tensors
+    (net_input,) = net_in
+    outputs = {**net_out, "valid": pre_out["valid"]}
+    c = config(name, {"platform": "ensemble"}, pre_in, outputs, max_batch_size, reshape=False,
+               labels=labels)
+    c["ensemble_scheduling"] = {"step": [
+        {"model_name": preprocess, "model_version": -1,
+         "input_map": [{"key": "images", "value": "images"}],
+         "output_map": [{"key": "images", "value": "prepared"},
+                        {"key": "valid", "value": "valid"}]},
+        {"model_name": network, "model_version": -1,
+         "input_map": [{"key": net_input, "value": "prepared"}],
+         "output_map": [{"key": k, "value": k} for k in sorted(net_out)]}]}
+    return c
+
+
+def sequence(name: str, inputs, outputs, state: tuple[str, str], optional, max_batch_size: int
+             ) -> dict:
+    """A stateful model on the Python backend (``triton_python/sequence.py``): each request
+    of a sequence (one correlation id) carries its own inputs only, the model keeps the state
+    between them. The sequence batcher marks a sequence's first and last requests (``START``,
+    ``END``), runs requests of up to ``max_batch_size`` sequences together (the oldest
+    strategy: each execution takes the oldest request of each waiting sequence), and releases
+    a sequence idle for ``SEQUENCE_IDLE_US``, as the model then drops its state."""
+    c = config(name, {"backend": "python"}, inputs, outputs, max_batch_size, reshape=False,
+               cpu=True)
+    c.pop("dynamic_batching", None)
+    c["input"] = tensors(inputs, True, False, optional=optional)
+    flag = {"int32_false_true": [0, 1]}
+    c["sequence_batching"] = {
+        "max_sequence_idle_microseconds": SEQUENCE_IDLE_US,
+        "control_input": [
+            {"name": "START", "control": [{"kind": Enum("CONTROL_SEQUENCE_START"), **flag}]},
+            {"name": "END", "control": [{"kind": Enum("CONTROL_SEQUENCE_END"), **flag}]}],
+        "oldest": {"max_candidate_sequences": max_batch_size,
+                   "max_queue_delay_microseconds": QUEUE_DELAY_US}}
+    state_in, state_out = state
+    c["parameters"] = [{"key": "state_input", "value": {"string_value": state_in}},
+                       {"key": "state_output", "value": {"string_value": state_out}}]
+    return c

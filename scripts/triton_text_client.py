@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""Score or continue a text with Transformer-XL served by Triton as a sequence (the
+``transformerxl`` model of an ``--export_triton`` repository): the memory stays in the server,
+each request carries one segment's tokens only.
+
+    python scripts/triton_text_client.py --vocab /results/export/assets/vocab.txt \\
+        --url localhost:8001 --protocol grpc score text.txt --segment 64
+    python scripts/triton_text_client.py --vocab /results/export/assets/vocab.txt \\
+        continue "The game began" --words 20
+
+``score``: the text as the corpus was prepared (words split on whitespace, each line ending
+with ``<eos>``, words the vocabulary lacks as ``<unk>``), sent ``--segment`` tokens a request in
+one sequence, each request with the next tokens as its ``targets``; prints each segment's mean
+negative log-likelihood and, at the end, the text's perplexity (one JSON line with
+``--json``). ``continue``: the prompt in one request, then the most probable next word (or one
+drawn with ``--sample``), one word a request, ``--words`` times. Each run is a sequence of its
+own (a correlation id of its own, the start flag on its first request and the end flag on its
+last), so clients may share a server. Needs ``tritonclient[all]`` and numpy; exit status 2
+with one line for an error in the command or a refused request.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+
+import numpy as np
+
+PROG = "triton_text_client.py"
+EOS, UNK = "<eos>", "<unk>"
+
+
+class ClientError(Exception):
+    """What stops the client, said in one line (``main``)."""
+
+
+def read_vocab(path: str) -> list[str]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            words = [line.rstrip("\n") for line in fh]
+    except OSError as e:
+        raise ClientError(f"--vocab {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ClientError(f"--vocab {path} is not text (the export's assets/vocab.txt)") from None
+    if not words or words[0] != EOS:
+        raise ClientError(f"--vocab {path}: not a Transformer-XL vocabulary (its first line is "
+                          f"{EOS}: the export's assets/vocab.txt)")
+    return words
+
+
+def encode(text: str, vocab: list[str], lines: bool) -> list[int]:
+    """Token ids of ``text`` as the corpus was prepared: with ``lines``, each line's words then
+    ``<eos>``; a word the vocabulary lacks is ``<unk>`` (refused where it has none)."""
+    index = {w: i for i, w in enumerate(vocab)}
+    unk = index.get(UNK)
+    ids = []
+    for line in text.splitlines() if lines else [text]:
+        for word in line.split():
+            if word not in index and unk is None:
+                raise ClientError(f"'{word}' is not in the vocabulary, which has no {UNK}")
+            ids.append(index.get(word, unk))
+        if lines:
+            ids.append(index[EOS])
+    return ids
+
+
+class Sequence:
+    """One sequence on the server: requests with one correlation id, the first flagged as
+    its start; ``close`` sends nothing but marks the last request sent as the end."""
+
+    def __init__(self, client, server, model: str, sequence_id: int):
+        self.client, self.server, self.model, self.id = client, server, model, sequence_id
+        self.started = False
+
+    def send(self, tokens, targets=None, end=False) -> dict:
+        inputs = []
+        for name, values in (("tokens", tokens), ("targets", targets)):
+            if values is None:
+                continue
+            data = np.asarray([values], np.int32)
+            tensor = self.client.InferInput(name, list(data.shape), "INT32")
+            tensor.set_data_from_numpy(data)
+            inputs.append(tensor)
+        want = "nll" if targets is not None else "log_probs"
+        try:
+            result = self.server.infer(
+                self.model, inputs, outputs=[self.client.InferRequestedOutput(want)],
+                sequence_id=self.id, sequence_start=not self.started, sequence_end=end)
+        except Exception as e:  # tritonclient's errors, per protocol
+            raise ClientError(f"{self.model}: the server answered: "
+                              f"{str(e).strip().splitlines()[0][:300]}") from None
+        self.started = True
+        return {want: result.as_numpy(want)[0]}
+
+
+def score(seq: Sequence, ids: list[int], segment: int, as_json: bool) -> float:
+    """Each segment's mean NLL and the whole text's perplexity (the last token is only a
+    target)."""
+    if len(ids) < 2:
+        raise ClientError("the text has fewer than two tokens: nothing to score")
+    total, count = 0.0, 0
+    starts = range(0, len(ids) - 1, segment)
+    for n, start in enumerate(starts):
+        end = min(start + segment, len(ids) - 1)
+        nll = seq.send(ids[start:end], ids[start + 1:end + 1], end=n == len(starts) - 1)["nll"]
+        total, count = total + float(np.sum(nll)), count + len(nll)
+        if not as_json:
+            print(f"segment {n + 1}/{len(starts)}: tokens {start}-{end - 1}, mean NLL "
+                  f"{float(np.mean(nll)):.4f}", flush=True)
+    ppl = math.exp(total / count)
+    if as_json:
+        print(json.dumps({"tokens": count, "nll": total / count, "perplexity": ppl}))
+    else:
+        print(f"{count} tokens scored: perplexity {ppl:.2f}")
+    return ppl
+
+
+def continue_text(seq: Sequence, ids: list[int], vocab: list[str], words: int, sample: bool,
+                  seed: int, as_json: bool) -> list[int]:
+    """The prompt in one request, then one word a request."""
+    if not ids:
+        raise ClientError("the prompt has no word")
+    rng = random.Random(seed)
+    out, tokens = [], ids
+    for n in range(words):
+        logp = seq.send(tokens, end=n == words - 1)["log_probs"]
+        if sample:
+            p = np.exp(logp - np.max(logp))
+            nxt = rng.choices(range(len(p)), weights=p / p.sum())[0]
+        else:
+            nxt = int(np.argmax(logp))
+        out.append(nxt)
+        tokens = [nxt]
+    text = " ".join(vocab[i] for i in out)
+    print(json.dumps({"prompt_ids": ids, "ids": out, "continuation": text}) if as_json else text)
+    return out
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--vocab", required=True, help="the export's assets/vocab.txt")
+    p.add_argument("--model", default="transformerxl", help="the sequence model's name")
+    p.add_argument("--url", default="localhost:8000", help="the server, host:port (HTTP 8000, "
+                   "gRPC 8001)")
+    p.add_argument("--protocol", choices=("http", "grpc"), default="http")
+    p.add_argument("--sequence_id", type=_positive, help="the sequence's correlation id "
+                   "(default: a random one)")
+    p.add_argument("--json", action="store_true", help="the result as one JSON line")
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("score", help="a text file's perplexity, segment by segment")
+    s.add_argument("file")
+    s.add_argument("--segment", type=_positive, default=64, help="tokens a request")
+    c = sub.add_parser("continue", help="the next words of a prompt")
+    c.add_argument("prompt")
+    c.add_argument("--words", type=_positive, default=20)
+    c.add_argument("--sample", action="store_true", help="draw each word from the model's "
+                   "probabilities instead of the most probable")
+    c.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    try:
+        vocab = read_vocab(args.vocab)
+        if args.command == "score":
+            try:
+                with open(args.file, encoding="utf-8") as fh:
+                    text = fh.read()
+            except (OSError, UnicodeDecodeError) as e:
+                raise ClientError(f"{args.file}: {getattr(e, 'strerror', None) or e}") from None
+            ids = encode(text, vocab, lines=True)
+        else:
+            ids = encode(args.prompt, vocab, lines=False)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from triton_client import ClientError as ImageClientError
+        from triton_client import _client
+        try:
+            client, server = _client(args.url, args.protocol)
+        except ImageClientError as e:
+            raise ClientError(str(e)) from None
+        seq = Sequence(client, server, args.model,
+                       args.sequence_id or random.SystemRandom().randrange(1, 2 ** 63))
+        if args.command == "score":
+            score(seq, ids, args.segment, args.json)
+        else:
+            continue_text(seq, ids, vocab, args.words, args.sample, args.seed, args.json)
+        return 0
+    except ClientError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
