@@ -26,6 +26,7 @@ IMAGE_PACKAGES=(tensorflow==2.17.0 keras==3.3.2 tf-keras==2.17.0 numpy==1.26.4 t
                 nvidia-dali-cuda120==1.53.0)
 log() { printf '[ngc_stack] %s\n' "$*"; }
 pip_install() { "$VENV/bin/python" -m pip install --disable-pip-version-check --no-input -q "$@"; }
+source "$(dirname "$0")/side_env.sh"  # find_python
 
 # What the image's TensorFlow, Horovod and DALI plugin were built against, with its versions:
 # install_deps.sh must leave every one of these as the image has it.
@@ -63,13 +64,7 @@ if [ -x "$VENV/bin/python" ] && [ "$(cat "$VENV/.ngc-image" 2>/dev/null)" = "$sp
   exit 0
 fi
 
-# A pyenv shim on PATH may name a Python that is not selected: take the first that runs.
-python=""
-for candidate in $(command -v "python$PYTHON_SERIES" || true) \
-    $( (command -v pyenv >/dev/null && ls -d "$(pyenv root)"/versions/"$PYTHON_SERIES".*/bin/python"$PYTHON_SERIES" \
-        | sort -rV) 2>/dev/null || true); do
-  if "$candidate" -c 'import venv' >/dev/null 2>&1; then python=$candidate; break; fi
-done
+python=$(find_python "$PYTHON_SERIES" || true)
 [ -n "$python" ] || { log "no python$PYTHON_SERIES on PATH or in pyenv: the container's Python is $PYTHON_SERIES; install it (pyenv install $PYTHON_SERIES)"; exit 1; }
 
 log "building the replica in $VENV with $("$python" --version) and ${IMAGE_PACKAGES[*]}"

@@ -63,3 +63,17 @@ _side_env_make() {
   log "ready: $venv"
   echo "$venv/bin/python"
 }
+
+# The first Python X.Y that runs and has venv: pythonX.Y on PATH, else pyenv's newest X.Y.*
+# (a pyenv shim on PATH may name a Python that is not selected). Prints it; nothing and
+# status 1 where there is none.
+#   find_python 3.12
+find_python() {
+  local series=$1 candidate
+  for candidate in $(command -v "python$series" || true) \
+      $( (command -v pyenv >/dev/null && ls -d "$(pyenv root)"/versions/"$series".*/bin/python"$series" \
+          | sort -rV) 2>/dev/null || true); do
+    if "$candidate" -c 'import venv' >/dev/null 2>&1; then echo "$candidate"; return 0; fi
+  done
+  return 1
+}

@@ -18,7 +18,7 @@ PY=${TRITON_PYTHON:-python3}
 REQUIREMENTS=$HERE/../docker/triton-requirements.txt
 PYTRITON=0.7.0 TRITONCLIENT=2.73.0 PILLOW=13.0.0
 # The environment is named after what it holds: a change to the requirements makes a new one.
-TAG=$(cat "$REQUIREMENTS" | sha256sum | cut -c1-8)
+TAG=$(sha256sum <"$REQUIREMENTS" | cut -c1-8)
 log() { printf '[triton_env] %s\n' "$*" >&2; }
 source "$HERE/side_env.sh"
 side_env "$PY" "triton-pytriton$PYTRITON-req$TAG" \

@@ -8,6 +8,7 @@ real inputs and outputs. ``--export_triton``'s configs parse with Triton's own
 model's inputs and outputs; a Triton server (PyTriton's binary, serving the SavedModel through
 scripts/serve_pytriton.py) answers scripts/triton_client.py, over HTTP and gRPC, with the
 SavedModel's outputs."""
+import functools
 import json
 import os
 import subprocess
@@ -19,7 +20,7 @@ import tensorflow as tf
 from conftest import ROOT, TINY, distinct_ssd_scores, free_ports, photographs, same_detections
 
 from common import runner
-from common.export import triton
+from common.export import triton, triton_config
 from common.task import record_files
 from rn50 import config as rn50_config
 from rn50 import tfdata_pipeline as rn50_data
@@ -32,13 +33,14 @@ NO_RUN = ["--mode", "inference_benchmark", "--iter_unit", "batch", "--num_iter",
           "--warmup_steps", "1", "--seed", "3"]
 
 
-def _export(task_cls, tmp, args, onnx=False, weights=None):
-    """(trainer, export dir, Triton repository) of a model set up from ``args`` (untrained;
-    ``weights(trainer)`` changes them before the export)."""
+def _export(task_cls, tmp, args, weights=None, triton=True):
+    """(trainer, export dir, Triton repositories) of a model set up from ``args`` (untrained;
+    ``weights(trainer)`` changes them before the export); with ``triton`` the repositories
+    (the image models' ONNX with them)."""
     out, repo = tmp / "export", tmp / "triton"
     trainer = runner.setup(task_cls, ["main.py", *args, *NO_RUN, "--results_dir", str(tmp),
-                                      "--export_dir", str(out), "--export_triton", str(repo),
-                                      *(["--export_onnx"] if onnx else [])])
+                                      "--export_dir", str(out),
+                                      *(["--export_triton", str(repo)] if triton else [])])
     if weights:
         weights(trainer)
     trainer.export(str(out))
@@ -49,7 +51,7 @@ def _export(task_cls, tmp, args, onnx=False, weights=None):
 @pytest.fixture(scope="module")
 def resnet(tmp_path_factory, digits_records):
     return _export(ResNetTask, tmp_path_factory.mktemp("rn50"),
-                   [*TINY, "--data_dir", digits_records], onnx=True)
+                   [*TINY, "--data_dir", digits_records])
 
 
 def _distinct_scores(trainer):
@@ -60,7 +62,7 @@ def _distinct_scores(trainer):
 @pytest.fixture(scope="module")
 def ssd(tmp_path_factory, shapes_records):
     return _export(SSDTask, tmp_path_factory.mktemp("ssd"), [*TINY, "--data_dir", shapes_records],
-                   onnx=True, weights=_distinct_scores)
+                   weights=_distinct_scores)
 
 
 @pytest.fixture(scope="module")
@@ -158,23 +160,55 @@ def test_client_json_names_every_signature_and_the_assets_are_the_data(model, re
             open(os.path.join(data, "label_map.json")))
 
 
-def test_the_client_prepares_an_image_as_evaluation_does(resnet, ssd, tmp_path):
-    """scripts/triton_client.py prepares images itself (Pillow, client.json's recipe) for the
-    models that take float input (ONNX, TensorRT): within Pillow's and TensorFlow's resize
-    rounding of the evaluation's input."""
-    from PIL import Image
+def _recipes():
+    """Every recorded evaluation recipe (rn50/recipes.py), as ``--eval_preprocessing`` gives
+    it: NVIDIA's, torchvision's V1 and V2, timm's resnet50.a1_in1k, keras.applications', and
+    keras-hub's resnet_50_imagenet converter and a stretching antialiased one."""
+    from rn50 import recipes
+    hub = {"image_size": [224, 224], "interpolation": "bicubic", "antialias": False,
+           "scale": [1 / (0.229 * 255), 1 / (0.224 * 255), 1 / (0.225 * 255)],
+           "offset": [-0.485 / 0.229, -0.456 / 0.224, -0.406 / 0.225]}
+    return {"nvidia": "nvidia",
+            "torchvision V1": recipes.torchvision("V1").spec(),
+            "torchvision V2": recipes.torchvision("V2").spec(),
+            "timm": recipes.timm({"input_size": (3, 224, 224), "crop_pct": 0.95,
+                                  "interpolation": "bicubic", "mean": (0.485, 0.456, 0.406),
+                                  "std": (0.229, 0.224, 0.225)}).spec(),
+            "keras.applications": recipes.keras_applications().spec(),
+            "keras-hub aspect": recipes.keras_hub(hub).spec(),
+            "keras-hub stretch": recipes.keras_hub({**hub, "crop_to_aspect_ratio": False,
+                                                    "interpolation": "bilinear",
+                                                    "antialias": True}).spec()}
+
+
+def test_the_client_prepares_images_as_the_export_does_for_every_recipe(tmp_path,
+                                                                        digits_records):
+    """scripts/triton_client.py prepares images for the networks alone (ONNX, TensorRT) with
+    the export's own preprocessing (``--client_json``: its preprocess/ SavedModel): on
+    photographs, under each recorded recipe, ``preprocessed`` on the client's input gives
+    ``serving_default``'s logits on the bytes within 1% of their range and the same top-5
+    order. (Its Pillow preparation rounded the long side where torchvision truncates it: up
+    to 7.4% of the range off, the top 5 reordered.)"""
     client = _client_module()
-    rng = np.random.RandomState(1)
-    pixels = (rng.rand(61, 87, 3) * 255).astype(np.uint8)
-    path = tmp_path / "a.png"
-    Image.fromarray(pixels).save(path)
-    for (trainer, export, _), eval_image in ((resnet, rn50_data.eval_image),
-                                              (ssd, ssd_data.eval_image)):
-        info = json.loads((export / "assets" / "client.json").read_text())
-        got = client.prepare(str(path), info)
-        want = eval_image(tf.io.encode_png(pixels), trainer.flags.image_size).numpy()
-        assert got.shape == want.shape
-        assert np.abs(got - want).mean() < 0.02  # normalised units (a pixel level: 0.017)
+    photos = photographs()
+    encoded = tf.constant([open(p, "rb").read() for p in photos])
+    for name, spec in _recipes().items():
+        trainer, export, _ = _export(
+            ResNetTask, tmp_path / name.replace(" ", "_"),
+            [*TINY, "--data_dir", digits_records, "--image_size", "64",
+             "--eval_preprocessing", spec], triton=False)
+        info_path = export / "assets" / "client.json"
+        info = json.loads(info_path.read_text())
+        assert info["preprocess"] == "preprocess" and (export / "preprocess").is_dir()
+        images, valid = client.local_preparer(str(info_path), info)(
+            [open(p, "rb").read() for p in photos])
+        assert valid.all() and images.shape == (len(photos), 64, 64, 3)
+        got = _signature(export, "preprocessed")(images=tf.constant(images))["logits"].numpy()
+        want = _signature(export, "serving_default")(images=encoded)["logits"].numpy()
+        spread = want.max() - want.min()
+        assert spread > 0
+        assert np.abs(got - want).max() <= 0.01 * spread, name
+        assert (np.argsort(-got, 1)[:, :5] == np.argsort(-want, 1)[:, :5]).all(), name
 
 
 def _client_module():
@@ -213,50 +247,58 @@ print(json.dumps(out))
 """
 
 
-def _parsed_configs(python, repo):
-    paths = sorted(str(p) for p in repo.glob("*/config.pbtxt*"))
-    proc = subprocess.run([python, "-c", PARSE, *paths], capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return {os.path.basename(os.path.dirname(p)): c
-            for p, c in json.loads(proc.stdout).items()}
-
-
 def _configs_of(python, *repos):
-    """Every config.pbtxt of the repositories and of the TensorRT models beside them, parsed
-    with Triton's model_config.proto: model name -> config (JSON names)."""
-    paths = [p for repo in repos for p in (*repo.glob("*/config.pbtxt"),
+    """Every config.pbtxt of the repositories (``DIR/cpu``, ``DIR/triton``,
+    ``DIR/tensorflow``) and of the TensorRT models beside them, parsed with Triton's
+    model_config.proto: (repository, model name) -> config (JSON names), the TensorRT ones under
+    "tensorrt"."""
+    paths = [p for repo in repos for p in (*repo.glob("*/*/config.pbtxt"),
                                            *repo.parent.glob(f"{repo.name}.tensorrt/*/config.pbtxt"))]
     proc = subprocess.run([python, "-c", PARSE, *map(str, paths)], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return {(os.path.basename(os.path.dirname(p)), "tensorrt" in os.path.dirname(
-        os.path.dirname(p))): c for p, c in json.loads(proc.stdout).items()}
+    out = {}
+    for p, c in json.loads(proc.stdout).items():
+        model, where = os.path.basename(os.path.dirname(p)), os.path.dirname(os.path.dirname(p))
+        out["tensorrt" if where.endswith(".tensorrt") else os.path.basename(where), model] = c
+    return out
 
 
 @TRITON_ENV
-def test_the_triton_repository_parses_and_names_the_models_tensors(resnet, txl, triton_python):
+def test_the_triton_repositories_parse_and_name_the_models_tensors(resnet, txl, triton_python):
+    """One repository per kind of server, each model in it one that server loads: cpu/ only
+    Python-backend models and ensembles of them, triton/ what NVIDIA's container has backends
+    for (Python, ONNX Runtime, ensembles), tensorflow/ the SavedModel; configs parsed by
+    Triton's own proto, naming the SavedModel's and the ONNX file's tensors."""
     import onnx
     trainer, export, repo = resnet
     configs = _configs_of(triton_python, repo)
-    assert sorted(configs) == sorted([(n, False) for n in (
-        "resnet50", "resnet50_cpu", "resnet50_onnx", "resnet50_preprocess", "resnet50_python",
-        "resnet50_savedmodel")] + [("resnet50", True), ("resnet50_tensorrt", True)])
-    saved = configs["resnet50_savedmodel", False]
+    assert sorted(configs) == sorted([
+        ("cpu", "resnet50"), ("cpu", "resnet50_preprocess"), ("cpu", "resnet50_python"),
+        ("triton", "resnet50"), ("triton", "resnet50_preprocess"), ("triton", "resnet50_onnx"),
+        ("tensorflow", "resnet50_savedmodel"), ("tensorrt", "resnet50"),
+        ("tensorrt", "resnet50_tensorrt")])
+    assert {c.get("backend") or c.get("platform") for (r, _), c in configs.items()
+            if r == "cpu"} == {"python", "ensemble"}
+    assert {c.get("backend") or c.get("platform") for (r, _), c in configs.items()
+            if r == "triton"} == {"python", "ensemble", "onnxruntime_onnx"}
+    saved = configs["tensorflow", "resnet50_savedmodel"]
     fn = _signature(export, "serving_default")
     assert saved["platform"] == "tensorflow_savedmodel" and saved["max_batch_size"] == 64
-    assert "dynamic_batching" in saved and saved["version_policy"] == {
-        "latest": {"num_versions": 1}}
+    assert saved["dynamic_batching"] == {"max_queue_delay_microseconds": str(
+        triton_config.QUEUE_DELAY_US)}
+    assert saved["version_policy"] == {"latest": {"num_versions": 1}}
     assert [i["name"] for i in saved["input"]] == ["images"]
     assert saved["input"][0]["data_type"] == "TYPE_STRING"
     assert sorted(o["name"] for o in saved["output"]) == sorted(fn.structured_outputs)
     logits = next(o for o in saved["output"] if o["name"] == "logits")
     assert logits["dims"] == [str(trainer.flags.num_classes)]  # int64 as JSON strings
-    assert (repo / "resnet50_savedmodel" / "1" / "model.savedmodel" / "saved_model.pb").exists()
-    graph = onnx.load(str(repo / "resnet50_onnx" / "1" / "model.onnx")).graph
+    assert (repo / "tensorflow" / "resnet50_savedmodel" / "1" / "model.savedmodel" /
+            "saved_model.pb").exists()
+    graph = onnx.load(str(repo / "triton" / "resnet50_onnx" / "1" / "model.onnx")).graph
     assert graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
-    for key in (("resnet50_onnx", False), ("resnet50_python", False),
-                ("resnet50_tensorrt", True)):
+    for key in (("triton", "resnet50_onnx"), ("cpu", "resnet50_python"),
+                ("tensorrt", "resnet50_tensorrt")):
         c = configs[key]
         assert [i["name"] for i in c["input"]] == [i.name for i in graph.input]
         assert sorted(o["name"] for o in c["output"]) == sorted(o.name for o in graph.output)
@@ -264,55 +306,83 @@ def test_the_triton_repository_parses_and_names_the_models_tensors(resnet, txl, 
         probs = next(o for o in c["output"] if o["name"] == "probabilities")
         assert probs["label_filename"] == "labels.txt"  # Triton's classification extension
         assert c["model_warmup"][0]["inputs"]["images"]["random_data"]
-    assert configs["resnet50_tensorrt", True]["platform"] == "tensorrt_plan"
-    steps = configs["resnet50_cpu", False]["ensemble_scheduling"]["step"]
-    assert [s["model_name"] for s in steps] == ["resnet50_preprocess", "resnet50_python"]
-    assert configs["resnet50", False]["ensemble_scheduling"]["step"][1]["model_name"] == \
-        "resnet50_onnx"
-    assert configs["resnet50", True]["ensemble_scheduling"]["step"][1]["model_name"] == \
-        "resnet50_tensorrt"
-    warm = configs["resnet50_preprocess", False]["model_warmup"][0]["inputs"]["images"]
-    assert warm["input_data_file"] == "images"
-    assert (repo / "resnet50_preprocess" / "warmup" / "images").stat().st_size > 4
-    # Transformer-XL's memory leads with the layers: served unbatched, full shapes.
-    ((name, _), c), = _configs_of(triton_python, txl[2]).items()
-    assert name == "transformerxl_savedmodel" and c.get("max_batch_size", 0) == 0
-    assert sorted(i["name"] for i in c["input"]) == ["mems", "tokens"]
-    assert "dynamic_batching" not in c
-    warm = c["model_warmup"][0]["inputs"]
+    assert configs["tensorrt", "resnet50_tensorrt"]["platform"] == "tensorrt_plan"
+    for r, network in (("cpu", "resnet50_python"), ("triton", "resnet50_onnx"),
+                       ("tensorrt", "resnet50_tensorrt")):
+        steps = configs[r, "resnet50"]["ensemble_scheduling"]["step"]
+        assert [s["model_name"] for s in steps] == ["resnet50_preprocess", network]
+    for r in ("cpu", "triton"):
+        warm = configs[r, "resnet50_preprocess"]["model_warmup"][0]["inputs"]["images"]
+        assert warm["input_data_file"] == "images"
+        assert (repo / r / "resnet50_preprocess" / "warmup" / "images").stat().st_size > 4
+        # The export's own preprocessing, the same files (hard links: no space).
+        pb = repo / r / "resnet50_preprocess" / "1" / "model.savedmodel" / "saved_model.pb"
+        assert pb.stat().st_ino == (export / "preprocess" / "saved_model.pb").stat().st_ino
+    # Transformer-XL: a sequence on the Python backend, the memory kept in the server; its
+    # SavedModel (memory in, memory out) on the TensorFlow backend.
+    configs = _configs_of(triton_python, txl[2])
+    assert sorted(configs) == [("cpu", "transformerxl"), ("tensorflow",
+                                                          "transformerxl_savedmodel"),
+                               ("triton", "transformerxl")]
+    seq = configs["cpu", "transformerxl"]
+    assert seq == configs["triton", "transformerxl"]
+    assert seq["backend"] == "python" and "dynamic_batching" not in seq
+    assert {i["name"]: i.get("optional", False) for i in seq["input"]} == {
+        "tokens": False, "targets": True}
+    assert sorted(o["name"] for o in seq["output"]) == ["log_probs", "nll"]
+    batcher = seq["sequence_batching"]
+    assert batcher["max_sequence_idle_microseconds"] == str(triton_config.SEQUENCE_IDLE_US)
+    # The kind's first value (START) is proto3's default, which JSON leaves out.
+    assert [c["control"][0].get("kind", "CONTROL_SEQUENCE_START")
+            for c in batcher["control_input"]] == ["CONTROL_SEQUENCE_START",
+                                                   "CONTROL_SEQUENCE_END"]
+    saved = configs["tensorflow", "transformerxl_savedmodel"]
+    assert saved.get("max_batch_size", 0) == 0
+    assert sorted(i["name"] for i in saved["input"]) == ["mems", "tokens"]
+    warm = saved["model_warmup"][0]["inputs"]
     assert warm["tokens"]["zero_data"] and "random_data" not in warm["tokens"]  # ids in range
 
 
 def test_re_exporting_into_a_repository_adds_a_version_or_replaces(resnet, tmp_path):
-    """A second export into the repository adds version 2 beside 1 (hard links: no space),
-    drops an engine built from the earlier weights and keeps a user's file; --triton_replace
-    leaves version 1 alone."""
+    """A second export into the repositories adds version 2 beside 1 (hard links: no space),
+    drops an engine built from the earlier weights, keeps a user's file and another network's
+    model; --triton_replace leaves version 1 alone. A repository of the flat layout an earlier
+    version wrote is replaced by the per-server ones."""
     import shutil
     trainer, export, repo = resnet
     again = tmp_path / "triton"
     shutil.copytree(repo, again)
-    built = again / "resnet50_tensorrt" / "1"
+    built = again / "triton" / "resnet50_tensorrt" / "1"
     built.mkdir(parents=True)
     (built / "model.plan").write_bytes(b"an engine of the earlier weights")
     (again / "README.txt").write_text("notes\n")
-    inode = (again / "resnet50_onnx" / "1" / "model.onnx").stat().st_ino
+    shutil.copytree(again / "cpu" / "resnet50_python", again / "cpu" / "other_model")
+    inode = (again / "cpu" / "resnet50_python" / "1" / "model.onnx").stat().st_ino
     triton.write_repository(trainer.serving, str(export), str(again))
-    assert sorted(os.listdir(again / "resnet50_onnx")) == ["1", "2", "config.pbtxt",
-                                                           "labels.txt"]
-    first, second = (again / "resnet50_onnx" / v / "model.onnx" for v in ("1", "2"))
+    assert sorted(os.listdir(again / "cpu" / "resnet50_python")) == [
+        "1", "2", "config.pbtxt", "labels.txt"]
+    first, second = (again / "cpu" / "resnet50_python" / v / "model.onnx" for v in ("1", "2"))
     assert first.read_bytes() == second.read_bytes() and first.stat().st_ino == inode
-    assert sorted(os.listdir(again / "resnet50")) == ["1", "2", "config.pbtxt", "labels.txt"]
-    assert not (again / "resnet50_tensorrt").exists()
+    assert sorted(os.listdir(again / "triton" / "resnet50")) == ["1", "2", "config.pbtxt",
+                                                                 "labels.txt"]
+    assert not (again / "triton" / "resnet50_tensorrt").exists()
     assert (again / "README.txt").read_text() == "notes\n"
+    assert (again / "cpu" / "other_model" / "config.pbtxt").exists()
     triton.write_repository(trainer.serving, str(export), str(again), replace=True)
-    assert sorted(os.listdir(again / "resnet50_python")) == ["1", "config.pbtxt", "labels.txt"]
+    assert sorted(os.listdir(again / "triton" / "resnet50_onnx")) == [
+        "1", "config.pbtxt", "labels.txt"]
     assert (tmp_path / "triton.tensorrt" / "build_engines.sh").exists()
+    flat = tmp_path / "flat"
+    shutil.copytree(repo / "cpu", flat)  # resnet50, resnet50_python... at the top
+    (flat / "mine.txt").write_text("kept\n")
+    triton.write_repository(trainer.serving, str(export), str(flat))
+    assert sorted(os.listdir(flat)) == ["cpu", "mine.txt", "tensorflow", "triton"]
 
 
 def test_the_engine_script_builds_fp16_and_int8_and_installs_them(resnet, tmp_path):
     """build_engines.sh (its --dry-run: no TensorRT here) builds each engine with trtexec from
-    the ONNX beside the repository, then moves the model whole into it and points the
-    ensemble at the FP16 engine; without trtexec it stops with one line."""
+    the ONNX beside the repositories, then moves the model whole into the triton/ one and
+    points the ensemble at the FP16 engine; without trtexec it stops with one line."""
     import shutil
     trainer, export, repo = resnet
     with_int8 = tmp_path / "export"
@@ -321,7 +391,8 @@ def test_the_engine_script_builds_fp16_and_int8_and_installs_them(resnet, tmp_pa
     lines = triton.write_repository(trainer.serving, str(with_int8), str(tmp_path / "triton"))
     script = tmp_path / "triton.tensorrt" / "build_engines.sh"
     assert lines[-1] == (f"TensorRT: bash {script} on the serving GPU builds resnet50_tensorrt "
-                         f"and resnet50_tensorrt_int8 and adds them to {tmp_path / 'triton'}")
+                         f"and resnet50_tensorrt_int8 and adds them to "
+                         f"{tmp_path / 'triton' / 'triton'}")
     proc = subprocess.run(["bash", str(script), "--dry-run"], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -335,14 +406,30 @@ def test_the_engine_script_builds_fp16_and_int8_and_installs_them(resnet, tmp_pa
         f"trtexec --onnx={here}/resnet50_tensorrt_int8/model.onnx --saveEngine={here}/resnet50_"
         f"tensorrt_int8/model.plan --int8 --fp16 --minShapes={shapes} --optShapes=images:64x"
         f"{size}x{size}x3 --maxShapes=images:64x{size}x{size}x3"]
-    assert f"+ mv {here}/.resnet50_tensorrt_int8.installing {tmp_path}/triton/resnet50_" \
+    assert f"+ mv {here}/.resnet50_tensorrt_int8.installing {tmp_path}/triton/triton/resnet50_" \
         "tensorrt_int8" in proc.stdout
-    assert f"+ cp {here}/resnet50/config.pbtxt {tmp_path}/triton/resnet50/config.pbtxt" in \
-        proc.stdout
+    assert f"+ cp {here}/resnet50/config.pbtxt {tmp_path}/triton/triton/resnet50/config.pbtxt" \
+        in proc.stdout
     proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 2 and proc.stderr.startswith(
         "build_engines.sh: trtexec is not on PATH: run this in NVIDIA's TensorRT container")
+
+
+def test_transformer_xls_engines_take_its_memory_length(txl):
+    """Transformer-XL's TensorRT profile: one token and no memory up to --tgt_len tokens with
+    the model's whole memory (mem_len), not every unknown dimension at the batch size."""
+    trainer, _, _ = txl
+    serving, cfg = trainer.serving, trainer.task.cfg
+    inputs = {"tokens": ("int32", [None, None]),
+              "mems": ("float32", [cfg.n_layer, None, None, cfg.d_model])}
+    line = triton.engine_command("m.onnx", "m.plan", functools.partial(
+        serving.engine_shapes, inputs), 16)
+    f = trainer.flags
+    assert line.endswith(
+        f"--minShapes=mems:{cfg.n_layer}x1x0x{cfg.d_model},tokens:1x1 "
+        f"--optShapes=mems:{cfg.n_layer}x16x{cfg.mem_len}x{cfg.d_model},tokens:16x{f.tgt_len} "
+        f"--maxShapes=mems:{cfg.n_layer}x16x{cfg.mem_len}x{cfg.d_model},tokens:16x{f.tgt_len}")
 
 
 class _Server:
@@ -469,27 +556,39 @@ def test_one_undecodable_image_fails_alone_in_serving_default(resnet, ssd, tmp_p
 
 
 class _Repositories:
-    """scripts/tritonserver.py, the ``tritonserver`` binary nvidia-pytriton ships (Python
-    backend only), started on exported repositories as written, until closed."""
+    """The ``tritonserver`` binary nvidia-pytriton ships (Python backend only), started on
+    exported repositories as written by the documented command (scripts/tritonserver.py, with
+    Triton's default flags: a model that cannot load stops the server), until closed;
+    ``python`` runs the Python models where given (TRITONSERVER_PYTHON)."""
 
-    def __init__(self, python, repos, tmp):
+    def __init__(self, server_python, repos, tmp, python=None):
         self.http, self.grpc, metrics = free_ports(3)
-        self.log_path = tmp / "tritonserver.log"
+        self.log_path = tmp / f"tritonserver-{self.http}.log"
         self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(
-            [python, os.path.join(ROOT, "scripts", "tritonserver.py"),
-             *(f"--model-repository={r}" for r in repos), f"--http-port={self.http}",
-             f"--grpc-port={self.grpc}", f"--metrics-port={metrics}"],
-            stdout=self.log, stderr=subprocess.STDOUT)
+        env = {**os.environ, **({"TRITONSERVER_PYTHON": python} if python else {})}
+        self.command = [server_python, os.path.join(ROOT, "scripts", "tritonserver.py"),
+                        *(f"--model-repository={r}" for r in repos), f"--http-port={self.http}",
+                        f"--grpc-port={self.grpc}", f"--metrics-port={metrics}"]
+        self.proc = subprocess.Popen(self.command, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=env)
         deadline = time.time() + 300
-        while True:  # until it answers: its log says "Started" a moment before it listens
+        while self.health("ready") != 200:  # strict readiness: every model loaded
             assert self.proc.poll() is None, self.log_path.read_text()[-4000:]
-            assert time.time() < deadline, "tritonserver did not start in 300 s"
-            try:
-                self.index()
-                break
-            except OSError:
-                time.sleep(0.5)
+            assert time.time() < deadline, "tritonserver was not ready in 300 s"
+            time.sleep(0.5)
+
+    def health(self, what: str) -> int | None:
+        """``/v2/health/<what>``'s HTTP status (None: not listening yet)."""
+        import urllib.error
+        import urllib.request
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.http}/v2/health/{what}",
+                                        timeout=10) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+        except OSError:
+            return None
 
     def index(self) -> dict:
         import urllib.request
@@ -503,45 +602,98 @@ class _Repositories:
 
 
 @pytest.fixture(scope="module")
-def served(resnet, ssd, triton_python, tmp_path_factory):
-    server = _Repositories(triton_python, [resnet[2], ssd[2]], tmp_path_factory.mktemp("served"))
+def served(resnet, ssd, txl, triton_python, tmp_path_factory):
+    server = _Repositories(triton_python, [resnet[2] / "cpu", ssd[2] / "cpu", txl[2] / "cpu"],
+                           tmp_path_factory.mktemp("served"))
     yield server
     server.close()
 
 
 @TRITON_ENV
-def test_a_real_tritonserver_loads_the_exported_repositories_as_written(served, resnet, ssd):
-    """Every model directory parses; what the binary has a backend for loads; a model is
-    unavailable only where the binary lacks its backend library (TensorFlow, ONNX Runtime),
-    and the plain-name ensemble only because its network is such a model."""
+def test_a_real_tritonserver_loads_the_cpu_repositories_with_its_defaults(served):
+    """The documented command with Triton's default flags (no --exit-on-error=false: a model
+    that cannot load would have stopped it) on the three models' cpu/ repositories as
+    exported: every model READY, /v2/health/ready and /live 200."""
+    assert not any(a.startswith(("--exit-on-error", "--strict-readiness", "--model-control"))
+                   for a in served.command)
     index = served.index()
+    assert sorted(index) == ["resnet50", "resnet50_preprocess", "resnet50_python", "ssd320",
+                             "ssd320_preprocess", "ssd320_python", "transformerxl"]
+    assert all(m["state"] == "READY" for m in index.values()), index
+    assert served.health("ready") == 200 and served.health("live") == 200
     log = served.log_path.read_text()
-    for name in ("resnet50", "ssd320"):
-        assert {m for m in index if m.startswith(name)} == {
-            name, f"{name}_cpu", f"{name}_onnx", f"{name}_preprocess", f"{name}_python",
-            f"{name}_savedmodel"}
-        for ready in ("_cpu", "_preprocess", "_python"):
-            assert index[f"{name}{ready}"]["state"] == "READY", index[f"{name}{ready}"]
-        for model, backend in (("_savedmodel", "tensorflow"), ("_onnx", "onnxruntime")):
-            m = index[f"{name}{model}"]
-            assert m["state"] == "UNAVAILABLE" and m["reason"].startswith(
-                f"Invalid argument: unable to find backend library for backend '{backend}'"), m
-        assert index[name].get("state") != "READY"
-        assert f"ensemble '{name}' depends on '{name}_onnx' which has no loaded version" in log
-    assert "Traceback" not in log, log[-4000:]
+    assert "Traceback" not in log and "exit-on-error" not in log, log[-4000:]
+
+
+@pytest.fixture(scope="module")
+def container_python():
+    """scripts/triton_container_env.sh's python: Python 3.12 holding exactly
+    docker/triton-requirements.txt (made at first use)."""
+    proc = subprocess.run(["bash", os.path.join(ROOT, "scripts", "triton_container_env.sh")],
+                          capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout.strip().splitlines()[-1]
+
+
+@TRITON_ENV
+def test_the_python_models_load_with_only_the_containers_packages(
+        resnet, ssd, txl, triton_python, container_python, tmp_path):
+    """NVIDIA's container as docker/Dockerfile.triton builds it, emulated: its Python (3.12)
+    holding only docker/triton-requirements.txt runs the Python backend of the same binary,
+    with Triton's default flags, on the repositories' Python models (cpu/, whose
+    ``_preprocess`` and sequence model triton/ holds too): every one loads and answers. (The
+    25.02 line the guide gave, a pip install of TensorFlow alone at start, left
+    ``<name>_python`` without onnxruntime and the server stopped.)"""
+    listed = subprocess.run([container_python, "-m", "pip", "list", "--format=json"],
+                            capture_output=True, text=True, check=True).stdout
+    names = {p["name"].lower().replace("_", "-") for p in json.loads(listed)}
+    assert {"tensorflow-cpu", "onnxruntime", "numpy"} <= names
+    assert not names & {"nvidia-pytriton", "tritonclient"}  # nothing but what the file lists
+    server = _Repositories(triton_python, [resnet[2] / "cpu", ssd[2] / "cpu", txl[2] / "cpu"],
+                           tmp_path, python=container_python)
+    try:
+        assert server.health("ready") == 200
+        assert all(m["state"] == "READY" for m in server.index().values())
+        stubs = _stub_libraries(server.proc.pid)
+        assert stubs and all("libpython3.12" in libs for libs in stubs), stubs
+        for model in ("resnet50", "ssd320"):
+            assert len(_ask(triton_python, server, model, photographs()[:1], "http",
+                            "--json")) == 1
+        assert _sequence_log_probs(triton_python, server, 1, [[1, 2, 3]])
+    finally:
+        server.close()
+
+
+def _stub_libraries(pid: int) -> list[str]:
+    """The mapped files of each Python-backend stub the server ``pid`` started."""
+    out = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            cmd = open(f"/proc/{entry}/cmdline", "rb").read()
+            if ppid == pid and b"triton_python_backend_stub" in cmd:
+                out.append(open(f"/proc/{entry}/maps").read())
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
 
 
 @TRITON_ENV
 def test_the_served_ensembles_answer_what_the_savedmodel_answers_on_photographs(
         served, resnet, ssd, triton_python):
-    """scripts/triton_client.py sends the JPEGs' bytes to <name>_cpu (preprocessing on the
-    server, then the ONNX network) over HTTP and gRPC and gets the SavedModel's outputs;
-    ResNet-50's top-5 names come from the server (classification extension)."""
+    """scripts/triton_client.py sends the JPEGs' bytes to <name> (preprocessing on the
+    server, then the ONNX network) over HTTP and gRPC and gets the SavedModel's outputs, and
+    to <name>_python alone, whose input the server's <name>_preprocess prepares; ResNet-50's
+    top-5 names come from the server (classification extension)."""
     photos = photographs()
     encoded = tf.constant([open(p, "rb").read() for p in photos])
-    for (_, export, _), model in ((resnet, "resnet50_cpu"), (ssd, "ssd320_cpu")):
+    for (_, export, _), model in ((resnet, "resnet50"), (ssd, "ssd320"),
+                                  (resnet, "resnet50_python"), (ssd, "ssd320_python")):
         want = {k: v.numpy() for k, v in _signature(export, "serving_default")(
             images=encoded).items()}
+        if model.endswith("_python"):
+            want.pop("valid")  # the network alone: its outputs
         for protocol in ("http", "grpc"):
             got = [json.loads(line) for line in _ask(
                 triton_python, served, model, photos, protocol, "--json", "--batch_size", "2")]
@@ -559,12 +711,145 @@ def test_the_served_ensembles_answer_what_the_savedmodel_answers_on_photographs(
     names = (resnet[1] / "assets" / "labels.txt").read_text().split()
     probs = _signature(resnet[1], "serving_default")(images=encoded)["probabilities"].numpy()
     for protocol in ("http", "grpc"):
-        said = _ask(triton_python, served, "resnet50_cpu", photos, protocol)
+        said = _ask(triton_python, served, "resnet50", photos, protocol)
         for line, p, row in zip(said, photos, probs):
             path, _, top = line.partition(": ")
             assert path == p
             assert [t.rsplit(" ", 1)[0] for t in top.split(", ")] == [
                 names[c] for c in np.argsort(-row, kind="stable")[:5]]
+
+
+SEQUENCES = """
+import json, sys
+import numpy as np
+import tritonclient.grpc as grpc
+url, steps = sys.argv[1], json.loads(sys.argv[2])
+client = grpc.InferenceServerClient(url)
+out = []
+for seq, tokens, targets, start, end in steps:  # in this order: sequences interleaved
+    inputs = []
+    for name, values in (("tokens", tokens), ("targets", targets)):
+        if values is not None:
+            data = np.asarray([values], np.int32)
+            t = grpc.InferInput(name, list(data.shape), "INT32")
+            t.set_data_from_numpy(data)
+            inputs.append(t)
+    try:
+        r = client.infer("transformerxl", inputs, sequence_id=seq, sequence_start=start,
+                         sequence_end=end)
+        out.append({k: r.as_numpy(k)[0].tolist() for k in ("log_probs", "nll")
+                    if r.as_numpy(k) is not None})
+    except Exception as e:
+        out.append({"error": str(e).splitlines()[0]})
+print(json.dumps(out))
+"""
+
+
+def _sequence_log_probs(python, server, seq, segments):
+    """The served log-probabilities after each segment of one new sequence."""
+    steps = [[seq, s, None, n == 0, n == len(segments) - 1] for n, s in enumerate(segments)]
+    return _sequence_steps(python, server, steps)
+
+
+def _sequence_steps(python, server, steps):
+    proc = subprocess.run([python, "-c", SEQUENCES, f"localhost:{server.grpc}",
+                           json.dumps(steps)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
+@TRITON_ENV
+def test_transformer_xl_is_served_as_a_sequence_its_memory_kept_in_the_server(
+        served, txl, triton_python):
+    """Three segments of a text sent as one sequence, tokens only, give the log-probabilities
+    of the SavedModel's three chained steps (each given the memory the last returned); a new
+    sequence starts from no memory; two sequences interleaved do not mix; scoring with targets
+    gives the chained NLL; a sequence ended (or never started) is refused."""
+    trainer, export, _ = txl
+    cfg = trainer.task.cfg
+    ids = np.load(os.path.join(trainer.flags.data_dir, "valid.npy"))
+    a = [ids[i:i + 5].tolist() for i in (0, 5, 10)]
+    b = [ids[i:i + 3].tolist() for i in (40, 43, 46)]
+    fns = tf.saved_model.load(str(export)).signatures
+
+    def local(segments, score=False):
+        mems, out = tf.zeros([cfg.n_layer, 1, 0, cfg.d_model]), []
+        for s in segments:
+            tokens = tf.constant([s[:-1] if score else s], tf.int32)
+            r = fns["score"](tokens=tokens, targets=tf.constant([s[1:]], tf.int32),
+                             mems=mems) if score else fns["serving_default"](
+                tokens=tokens, mems=mems)
+            out.append(r["nll" if score else "log_probs"].numpy()[0])
+            mems = r["new_mems"]
+        return out
+
+    want_a, want_b = local(a), local(b)
+    got = _sequence_log_probs(triton_python, served, 11, a)
+    for g, w in zip(got, want_a):
+        np.testing.assert_allclose(g["log_probs"], w, atol=1e-4)
+    # Memory matters: the third segment alone (a new sequence) is not the chained answer.
+    fresh = _sequence_log_probs(triton_python, served, 11, [a[2]])[0]["log_probs"]
+    np.testing.assert_allclose(fresh, local([a[2]])[0], atol=1e-4)
+    assert np.abs(np.asarray(fresh) - want_a[2]).max() > 1e-3
+    steps = [[21, a[0], None, True, False], [22, b[0], None, True, False],
+             [21, a[1], None, False, False], [22, b[1], None, False, False],
+             [22, b[2], None, False, True], [21, a[2], None, False, True],
+             [21, a[0], None, False, False]]
+    got = _sequence_steps(triton_python, served, steps)
+    for g, w in zip([got[0], got[2], got[5]], want_a):
+        np.testing.assert_allclose(g["log_probs"], w, atol=1e-4)
+    for g, w in zip([got[1], got[3], got[4]], want_b):
+        np.testing.assert_allclose(g["log_probs"], w, atol=1e-4)
+    assert "error" in got[6]  # sequence 21 ended: a request without the start flag is refused
+    # Scoring: tokens and targets, the NLL of the chained steps.
+    pieces = [ids[i:i + 6].tolist() for i in (0, 5, 10)]  # 5 tokens and the next as targets
+    steps = [[31, p[:-1], p[1:], n == 0, n == 2] for n, p in enumerate(pieces)]
+    for g, w in zip(_sequence_steps(triton_python, served, steps), local(pieces, score=True)):
+        np.testing.assert_allclose(g["nll"], w, atol=1e-4)
+
+
+@TRITON_ENV
+def test_the_text_client_scores_a_file_as_the_chained_steps_do(served, txl, triton_python,
+                                                               tmp_path):
+    """scripts/triton_text_client.py score: the file encoded as the corpus was (each line
+    ending with <eos>), sent in segments of one sequence: the perplexity of the SavedModel's
+    chained scoring steps; continue: the greedy words of the chained next-word steps."""
+    trainer, export, _ = txl
+    cfg, vocab = trainer.task.cfg, trainer.task.vocab
+    text = "the king sees the castle .\nmy lord waits for a letter .\n"
+    path = tmp_path / "text.txt"
+    path.write_text(text)
+    client = [triton_python, os.path.join(ROOT, "scripts", "triton_text_client.py"), "--vocab",
+              str(export / "assets" / "vocab.txt"), "--url", f"localhost:{served.grpc}",
+              "--protocol", "grpc", "--json"]
+    proc = subprocess.run([*client, "score", str(path), "--segment", "4"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.splitlines()[-1])
+    ids = [vocab.index(w) for line in text.splitlines() for w in [*line.split(), "<eos>"]]
+    fn = tf.saved_model.load(str(export)).signatures["score"]
+    mems, nll = tf.zeros([cfg.n_layer, 1, 0, cfg.d_model]), []
+    for start in range(0, len(ids) - 1, 4):
+        end = min(start + 4, len(ids) - 1)
+        r = fn(tokens=tf.constant([ids[start:end]]), targets=tf.constant([ids[start + 1:end + 1]]),
+               mems=mems)
+        nll += r["nll"].numpy()[0].tolist()
+        mems = r["new_mems"]
+    assert got["tokens"] == len(ids) - 1
+    assert abs(got["perplexity"] - float(np.exp(np.mean(nll)))) < 1e-3 * got["perplexity"]
+    proc = subprocess.run([*client, "continue", "the king", "--words", "3"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    step = tf.saved_model.load(str(export)).signatures["serving_default"]
+    mems, tokens, words = tf.zeros([cfg.n_layer, 1, 0, cfg.d_model]), [vocab.index("the"),
+                                                                     vocab.index("king")], []
+    for _ in range(3):
+        r = step(tokens=tf.constant([tokens]), mems=mems)
+        tokens, mems = [int(np.argmax(r["log_probs"].numpy()[0]))], r["new_mems"]
+        words.append(tokens[0])
+    assert json.loads(proc.stdout)["ids"] == words
+
+
 
 
 CONCURRENT = """
@@ -606,7 +891,7 @@ def test_concurrent_requests_with_a_corrupt_one_are_all_answered(served, triton_
     text = tmp_path / "notes.txt"
     text.write_text("not an image\n")
     proc = subprocess.run([triton_python, "-c", CONCURRENT, f"localhost:{served.http}",
-                           "resnet50_cpu", *good[:6], str(bad), *good[6:]],
+                           "resnet50", *good[:6], str(bad), *good[6:]],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     answers = {path: rest for path, *rest in json.loads(proc.stdout)}
@@ -615,7 +900,7 @@ def test_concurrent_requests_with_a_corrupt_one_are_all_answered(served, triton_
     files = [good[0], str(bad), str(tmp_path / "missing.jpg"), str(text), good[1]]
     client = subprocess.run(
         [triton_python, os.path.join(ROOT, "scripts", "triton_client.py"), "--model",
-         "resnet50_cpu", "--url", f"http://localhost:{served.http}", "--batch_size", "5",
+         "resnet50", "--url", f"http://localhost:{served.http}", "--batch_size", "5",
          *files], capture_output=True, text=True, timeout=120)
     assert client.returncode == 0, client.stderr[-2000:]
     assert [ln.split(":")[0] for ln in client.stdout.splitlines()] == [good[0], good[1]]
