@@ -31,8 +31,9 @@ def load_data():
 
 
 def preprocess_model(triton_dir: str) -> str:
-    """The newest version of the repository's ``<name>_preprocess`` SavedModel."""
-    found = sorted(glob.glob(os.path.join(triton_dir, "*_preprocess", "[0-9]*",
+    """The newest version of the ``<name>_preprocess`` SavedModel of the repositories
+    ``--export_triton`` wrote (``triton_dir``/triton, the one the engines are served in)."""
+    found = sorted(glob.glob(os.path.join(triton_dir, "triton", "*_preprocess", "[0-9]*",
                                           "model.savedmodel")),
                    key=lambda p: int(os.path.basename(os.path.dirname(p))))
     if not found:

@@ -277,7 +277,7 @@ for model in "${MODELS[@]}"; do
     fi
     if [ "$TRITON" = 1 ]; then
       run "triton-perf-$model" tool bash "$root/scripts/triton_perf.sh" \
-        "$SMOKE_DIR/export-$model/run/triton" "${TRITON_NAME[$model]}" \
+        "$SMOKE_DIR/export-$model/run/triton/triton" "${TRITON_NAME[$model]}" \
         "$SMOKE_DIR/tensorrt-compare-$model/request" "$SMOKE_DIR/triton-perf-$model"
     else
       skip "triton-perf-$model" "tritonserver and perf_analyzer are not on PATH (Triton's containers)"

@@ -9,9 +9,10 @@ Triton's own container (README, "Deployment").
 
 It serves ``--signature`` (``serving_default``) under the name of the repository's SavedModel
 model (``client.json``'s ``triton_model``) with the same inputs and outputs, so
-``scripts/triton_client.py`` talks to either. Requests are batched where every tensor leads
-with the batch (the image models); Transformer-XL's memory does not, so it is served
-unbatched. Runs until interrupted (Ctrl-C, SIGTERM); ``--ready_file`` is written once the
+``scripts/triton_client.py`` talks to either; requests are batched. A model whose
+signatures carry a state (Transformer-XL's memory) is refused with one line: the repository's
+sequence model keeps the state in the server. Runs until interrupted (Ctrl-C, SIGTERM);
+``--ready_file`` is written once the
 model is ready. What it cannot serve (a folder that is no export, a cut SavedModel or
 ``client.json``, a signature the export lacks, a port in use) stops it with one line, exit 1.
 """
@@ -98,6 +99,12 @@ def read_export(export_dir: str) -> dict:
     except (ValueError, UnicodeDecodeError, KeyError, TypeError) as e:
         raise ServeError(f"{info_path} is damaged ({type(e).__name__}: "
                          f"{str(e).splitlines()[0] if str(e) else ''}): export again") from None
+    if info.get("sequence_model"):
+        raise ServeError(f"{export_dir}: {info.get('model', 'this model')} carries a state "
+                         "from request to request, which PyTriton would send back and forth "
+                         "with each request: serve the repository's sequence model "
+                         f"{info['sequence_model']} instead (main.py --export_triton DIR; "
+                         "scripts/tritonserver.py --model-repository=DIR/cpu)")
     return info
 
 

@@ -1,25 +1,42 @@
 #!/usr/bin/env bash
-# perf_analyzer against a model of an --export_triton repository, served by a tritonserver
-# started here for the measurement (Triton's container, or its binaries on PATH):
+# perf_analyzer against a model an --export_triton repository serves (gpu_smoke.sh's
+# triton-perf stage), over gRPC with INPUT_DIR's request (a file named after each input: for the
+# image ensembles, "images" holding one JPEG's bytes), batch 8 at concurrency 1 to 4; writes
+# OUT_DIR/perf.csv. Either against a server already running, as deployments run it (the
+# image docker/Dockerfile.triton builds, on the repository's triton/; perf_analyzer from
+# Triton's SDK container):
+#   bash scripts/triton_perf.sh --url HOST:GRPC_PORT MODEL INPUT_DIR OUT_DIR
+# or starting one here on REPOSITORY (tritonserver and perf_analyzer both on PATH), with
+# Triton's default flags, until measured:
 #   bash scripts/triton_perf.sh REPOSITORY MODEL INPUT_DIR OUT_DIR
-# Loads MODEL alone (an ensemble brings its steps), waits until it is ready, measures batch 8 at
-# concurrency 1 to 4 over gRPC with INPUT_DIR's request (a file named after each input: for the
-# image ensembles, "images" holding one JPEG's bytes), writes OUT_DIR/perf.csv and the server's
-# log, and stops the server. gpu_smoke.sh's triton-perf stage.
+# Without perf_analyzer (or on a CPU host): python -m benchtools.serving.
 set -euo pipefail
-[ $# -eq 4 ] || { echo "usage: triton_perf.sh REPOSITORY MODEL INPUT_DIR OUT_DIR" >&2; exit 2; }
-repo=$1 model=$2 inputs=$3 out=$4
+usage="usage: triton_perf.sh (REPOSITORY | --url HOST:GRPC_PORT) MODEL INPUT_DIR OUT_DIR"
+url=""
+if [ "${1:-}" = --url ]; then url=${2:-}; shift 2 || true; fi
+want=4; [ -z "$url" ] || want=3
+[ $# -eq "$want" ] || { echo "$usage" >&2; exit 2; }
+command -v perf_analyzer >/dev/null ||
+  { echo "triton_perf.sh: perf_analyzer is not on PATH: run this in Triton's SDK container (nvcr.io/nvidia/tritonserver:<yy.mm>-py3-sdk), or measure with python -m benchtools.serving" >&2; exit 2; }
+if [ -z "$url" ]; then
+  repo=$1; shift
+  command -v tritonserver >/dev/null ||
+    { echo "triton_perf.sh: tritonserver is not on PATH: start the server elsewhere (docker/Dockerfile.triton's image on $repo) and give --url HOST:GRPC_PORT" >&2; exit 2; }
+fi
+model=$1 inputs=$2 out=$3
 mkdir -p "$out"
-tritonserver --model-repository="$repo" --model-control-mode=explicit --load-model="$model" \
-  >"$out/tritonserver.log" 2>&1 &
-server=$!
-trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT
-for _ in $(seq 300); do
-  if curl -sf "localhost:8000/v2/models/$model/ready" >/dev/null; then break; fi
-  kill -0 "$server" 2>/dev/null || { echo "triton_perf.sh: tritonserver stopped: see $out/tritonserver.log" >&2; exit 1; }
-  sleep 1
-done
-curl -sf "localhost:8000/v2/models/$model/ready" >/dev/null ||
-  { echo "triton_perf.sh: $model was not ready in 300 s: see $out/tritonserver.log" >&2; exit 1; }
-perf_analyzer -m "$model" -u localhost:8001 -i grpc -b 8 --concurrency-range 1:4 \
+if [ -z "$url" ]; then
+  tritonserver --model-repository="$repo" >"$out/tritonserver.log" 2>&1 &
+  server=$!
+  trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT
+  for _ in $(seq 300); do
+    if curl -sf localhost:8000/v2/health/ready >/dev/null; then break; fi
+    kill -0 "$server" 2>/dev/null || { echo "triton_perf.sh: tritonserver stopped: see $out/tritonserver.log" >&2; exit 1; }
+    sleep 1
+  done
+  curl -sf localhost:8000/v2/health/ready >/dev/null ||
+    { echo "triton_perf.sh: the server was not ready in 300 s: see $out/tritonserver.log" >&2; exit 1; }
+  url=localhost:8001
+fi
+perf_analyzer -m "$model" -u "$url" -i grpc -b 8 --concurrency-range 1:4 \
   --input-data "$inputs" -f "$out/perf.csv"

@@ -71,7 +71,8 @@ def test_every_stage_on_every_model_with_valid_flags(tmp_path, data_root):
         assert int8[4] == f"{run}/export/{onnx[:-5]}_int8.onnx" and "--int8" in int8
         assert fp16[fp16.index("--data-loader-script") + 1].endswith(
             "benchtools/tensorrt_inputs.py:load_data")
-        assert shlex.split(stages[f"triton-perf-{model}"])[2:4] == [f"{run}/triton", name]
+        assert shlex.split(stages[f"triton-perf-{model}"])[2:4] == [f"{run}/triton/triton",
+                                                                     name]
     assert not any(s.startswith(("tensorrt-", "triton-perf-")) and "transformerxl" in s
                    for s in stages)
     for model in MODELS:

@@ -912,7 +912,7 @@ def test_concurrent_requests_with_a_corrupt_one_are_all_answered(served, triton_
 
 
 @TRITON_ENV
-def test_serve_pytriton_refuses_what_it_cannot_serve_with_one_line(resnet, triton_python,
+def test_serve_pytriton_refuses_what_it_cannot_serve_with_one_line(resnet, txl, triton_python,
                                                                    tmp_path):
     import shutil
     import socket
@@ -931,6 +931,13 @@ def test_serve_pytriton_refuses_what_it_cannot_serve_with_one_line(resnet, trito
     def copy(name):
         return shutil.copytree(export, tmp_path / name)
 
+    # Transformer-XL's memory would travel with each request (and an empty one gets HTTP 500
+    # from PyTriton's serializer): the repository's sequence model serves it.
+    assert serve(txl[1]) == (
+        f"{txl[1]}: transformerxl carries a state from request to request, which PyTriton "
+        "would send back and forth with each request: serve the repository's sequence model "
+        "transformerxl instead (main.py --export_triton DIR; scripts/tritonserver.py "
+        "--model-repository=DIR/cpu)")
     no_pb = copy("no_pb")
     os.remove(no_pb / "saved_model.pb")
     assert serve(no_pb) == (f"{no_pb} has no saved_model.pb: the export is incomplete; export it "

@@ -186,6 +186,8 @@ class Serving:
                 "outputs": {k: spec(v) for k, v in concrete.structured_outputs.items()}}
         p = self.task.ctx.precision
         pre = {"preprocess": PREPROCESS} if self.prepare_image is not None else {}
+        if self.triton_state:  # the repositories' model that keeps the state in the server
+            pre["sequence_model"] = self.triton_name
         return {"model": self.task.name, "signatures": described, **self.client_info(), **pre,
                 "triton_model": f"{self.triton_name}_savedmodel",
                 "trained_precision": p.policy, "exported_weights": "float32"
