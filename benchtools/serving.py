@@ -1,6 +1,7 @@
 """Serving figures of an ``--export_triton`` repository: throughput and p50/p90/p95/p99 latency
 of one served model over concurrency 1..N, with and without dynamic batching and with 1..k
-instances of its models, as NVIDIA's deployment READMEs give them (perf_analyzer's
+instances of its models (and other queue delays: ``--batching on,off,0,500``), as NVIDIA's
+deployment READMEs give them (perf_analyzer's
 concurrency mode). perf_analyzer ships only in Triton's SDK container (its pip package is an
 empty placeholder), so this is a load generator of this repository through tritonclient: each
 of N clients keeps one request outstanding (sends the next when the last is answered) for
@@ -62,9 +63,10 @@ def _models_of(configs: dict, model: str) -> list[str]:
     return [model, *[m for s in steps for m in _models_of(configs, s)]]
 
 
-def variant(repo: str, model: str, instances: int, batching: bool, out: str) -> None:
+def variant(repo: str, model: str, instances: int, batching: int | None, out: str) -> None:
     """A copy of ``repo`` at ``out`` (hard links; configs rewritten) with ``model``'s models at
-    ``instances`` instances each, with or without dynamic batching."""
+    ``instances`` instances each, without dynamic batching (``batching`` None) or with it, its
+    queue delay ``batching`` microseconds (-1: as the repository has it)."""
     from google.protobuf import text_format
     shutil.copytree(repo, out, copy_function=os.link)
     configs = _configs(repo)
@@ -75,10 +77,14 @@ def variant(repo: str, model: str, instances: int, batching: bool, out: str) -> 
         for group in c.instance_group:
             group.count = instances
         if c.HasField("sequence_batching"):
-            if not batching:
+            if batching is None:
                 c.max_batch_size = 1
-        elif not batching:
+            elif batching >= 0:
+                c.sequence_batching.oldest.max_queue_delay_microseconds = batching
+        elif batching is None:
             c.ClearField("dynamic_batching")
+        elif batching >= 0 and c.HasField("dynamic_batching"):
+            c.dynamic_batching.max_queue_delay_microseconds = batching
         path = os.path.join(out, name, "config.pbtxt")
         os.unlink(path)  # a hard link to the original: write a file of its own
         with open(path, "w", encoding="utf-8") as fh:
@@ -244,7 +250,7 @@ def run(args) -> list[dict]:
             with tempfile.TemporaryDirectory(dir=args.out) as tmp:
                 repo = os.path.join(tmp, "repository")
                 variant(args.repository, args.model, instances, batching, repo)
-                label = f"instances {instances}, batching {'on' if batching else 'off'}"
+                label = f"instances {instances}, batching {_batching(batching)}"
                 srv = Server(repo, server, os.path.join(args.out, "tritonserver.log"))
                 try:
                     for c in args.concurrency:
@@ -277,10 +283,10 @@ def table(model: str, kind: dict, machine: str, results: list[dict]) -> str:
              "| p95 ms | p99 ms | server memory MiB |", "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if "error" in r:
-            lines.append(f"| {r['instances']} | {'on' if r['batching'] else 'off'} | "
+            lines.append(f"| {r['instances']} | {_batching(r['batching'])} | "
                          f"{r['concurrency']} | error: {r['error']} | | | | | |")
             continue
-        lines.append(f"| {r['instances']} | {'on' if r['batching'] else 'off'} | "
+        lines.append(f"| {r['instances']} | {_batching(r['batching'])} | "
                      f"{r['concurrency']} | {r['throughput']:.1f} | "
                      + " | ".join(f"{r[f'p{p}_ms']:.1f}" for p in PERCENTILES)
                      + f" | {r['resident_mib']:.0f} |")
@@ -311,11 +317,22 @@ def _ints(text: str) -> list[int]:
     return values
 
 
-def _switches(text: str) -> list[bool]:
-    values = text.split(",")
-    if not values or set(values) - {"on", "off"}:
-        raise argparse.ArgumentTypeError(f"give on, off or on,off: {text}")
-    return [v == "on" for v in values]
+def _batching(value: int | None) -> str:
+    return "off" if value is None else "as shipped" if value < 0 else f"{value} µs delay"
+
+
+def _switches(text: str) -> list[int | None]:
+    """``off`` (None), ``on`` (-1: the repository's own setting) or a queue delay in µs."""
+    out = []
+    for v in text.split(","):
+        if v in ("on", "off"):
+            out.append(-1 if v == "on" else None)
+        elif v.isdigit():
+            out.append(int(v))
+        else:
+            raise argparse.ArgumentTypeError(f"give on, off or queue delays in microseconds, "
+                                             f"comma-separated: {text}")
+    return out
 
 
 def main(argv=None) -> int:
@@ -329,7 +346,9 @@ def main(argv=None) -> int:
     p.add_argument("--tokens", type=int, default=64, help="Transformer-XL: tokens a segment")
     p.add_argument("--concurrency", type=_ints, default=[1, 2, 4])
     p.add_argument("--instances", type=_ints, default=[1, 2])
-    p.add_argument("--batching", type=_switches, default=[True, False])
+    p.add_argument("--batching", type=_switches, default=[-1, None], help="dynamic batching: "
+                   "on (as the repository has it), off, or its queue delay in microseconds; "
+                   "comma-separated (default on,off)")
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--warmup_s", type=float, default=2.0)
     p.add_argument("--server", help="the server command (default: scripts/tritonserver.py "

@@ -3,6 +3,7 @@ training run's actions hung off its sync points (log, save, evaluate, stop)."""
 from __future__ import annotations
 
 import functools
+import json
 import math
 import os
 import time
@@ -253,7 +254,13 @@ class Trainer:
         the epoch of the checkpoint's step as training numbers them."""
         if epoch is None:
             epoch = loop.epoch_of(self.step, self.steps_per_epoch)
-        return self.evaluator.evaluate(self.step, epoch)
+        results = self.evaluator.evaluate(self.step, epoch)
+        f = self.flags
+        self.serving.scored = {"metrics": json.loads(json.dumps(results, default=float)),
+                               "step": self.step,
+                               "data_dir": f.data_dir and os.path.abspath(f.data_dir),
+                               "split": "validation"}
+        return results
 
     def benchmark_training(self) -> dict:
         """``--mode training_benchmark``: the training step on the training data, timed."""

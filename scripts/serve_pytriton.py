@@ -95,7 +95,8 @@ def read_export(export_dir: str) -> dict:
     try:
         with open(info_path, encoding="utf-8") as fh:
             info = json.load(fh)
-        info["triton_model"]  # noqa: B018  (what the model is served as)
+        if not isinstance(info["triton_model"], str) or not info["triton_model"]:
+            raise TypeError(f"triton_model is {info['triton_model']!r}, not a model's name")
     except (ValueError, UnicodeDecodeError, KeyError, TypeError) as e:
         raise ServeError(f"{info_path} is damaged ({type(e).__name__}: "
                          f"{str(e).splitlines()[0] if str(e) else ''}): export again") from None
@@ -109,8 +110,13 @@ def read_export(export_dir: str) -> dict:
 
 
 def check_ports(ports: dict[str, int]) -> None:
-    """Each port free to listen on, or one line naming the flag."""
+    """Each port distinct and free to listen on, or one line naming the flag."""
     import socket
+    seen = {}
+    for flag, port in ports.items():
+        if port in seen:
+            raise ServeError(f"{flag} {port} is {seen[port]}'s too: give each its own port")
+        seen[port] = flag
     for flag, port in ports.items():
         if not 0 < port < 65536:
             raise ServeError(f"{flag} {port} is not a port number")
@@ -121,6 +127,22 @@ def check_ports(ports: dict[str, int]) -> None:
             except OSError as e:
                 raise ServeError(f"{flag} {port} cannot be used ({e.strerror}): choose "
                                  "another") from None
+
+
+def check_arguments(args) -> None:
+    """What the command line can get wrong before anything starts, one line each."""
+    import re
+    if args.max_batch_size < 1:
+        raise ServeError(f"--max_batch_size {args.max_batch_size}: at least 1 (the most "
+                         "requests batched into one call)")
+    if args.model_name is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", args.model_name):
+        raise ServeError(f"--model_name {args.model_name!r}: letters, digits, _ . - only (a "
+                         "Triton model name is a directory name and a URL path segment)")
+    if args.ready_file:
+        folder = os.path.dirname(os.path.abspath(args.ready_file))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            raise ServeError(f"--ready_file {args.ready_file}: its folder {folder} is not a "
+                             "writable directory")
 
 
 def load_signature(export_dir: str, signature: str):
@@ -150,6 +172,7 @@ def main(argv=None) -> int:
     p.add_argument("--ready_file", help="written once the model is ready")
     args = p.parse_args(argv)
     try:
+        check_arguments(args)
         info = read_export(args.export_dir)
         check_ports({"--http_port": args.http_port, "--grpc_port": args.grpc_port,
                      "--metrics_port": args.metrics_port})

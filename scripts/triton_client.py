@@ -247,6 +247,7 @@ def run(args) -> int:
                                   "prepare them here")
             args.prepare = server_preparer(client, server, pre)
     names = [o["name"] for o in config["output"]]
+    check_model(args, config, labels)
     # Names from the server where the model has them (label_filename): Triton's
     # classification extension answers the top k of ``probabilities`` as "score:index:label".
     args.classify = not args.json and not labels and any(
@@ -265,6 +266,30 @@ def run(args) -> int:
     if failed:
         print(f"{PROG}: {failed} of {len(args.files)} file(s) not answered", file=sys.stderr)
     return 0 if answered else 1
+
+
+def check_model(args, config: dict, labels) -> None:
+    """What the model's outputs and ``--labels`` must agree on, one line each: a classifier's
+    class names (as many as its classes), a detector's label map, and a model whose outputs
+    this client can describe (``--json`` prints any)."""
+    outputs = {o["name"]: o for o in config["output"]}
+    if "probabilities" in outputs:
+        if isinstance(labels, dict):
+            raise ClientError(f"--labels {args.labels} is a label map (a detector's); "
+                              f"{args.model} is a classifier: give its labels.txt")
+        dims = [int(d) for d in outputs["probabilities"].get("dims", [])]
+        classes = dims[-1] if dims else None
+        if labels is not None and classes and classes > 0 and len(labels) != classes:
+            raise ClientError(f"--labels {args.labels} names {len(labels)} classes; "
+                              f"{args.model} has {classes}")
+    elif "num_detections" in outputs:
+        if labels is not None and not isinstance(labels, dict):
+            raise ClientError(f"--labels {args.labels} is a list of names; {args.model} is a "
+                              "detector: give its label_map.json")
+    elif not args.json:
+        raise ClientError(f"{args.model} is neither a classifier nor a detector (its outputs: "
+                          f"{', '.join(sorted(outputs))}): send the images to the model "
+                          "itself (<name>, or <name>_python), or print them with --json")
 
 
 def _wait_ready(server, args) -> None:
@@ -352,6 +377,9 @@ def main(argv=None) -> int:
     p.add_argument("--wait", type=float, default=0, help="seconds to wait for the model to be "
                    "ready (a server just started loads its models first)")
     args = p.parse_args(argv)
+    import math
+    if not math.isfinite(args.wait) or args.wait < 0:
+        p.error(f"argument --wait: seconds, 0 or more, not {args.wait}")
     try:
         return run(args)
     except ClientError as e:

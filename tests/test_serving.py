@@ -285,8 +285,9 @@ def test_the_triton_repositories_parse_and_name_the_models_tensors(resnet, txl, 
     saved = configs["tensorflow", "resnet50_savedmodel"]
     fn = _signature(export, "serving_default")
     assert saved["platform"] == "tensorflow_savedmodel" and saved["max_batch_size"] == 64
-    assert saved["dynamic_batching"] == {"max_queue_delay_microseconds": str(
-        triton_config.QUEUE_DELAY_US)}
+    assert int(saved["dynamic_batching"].get("max_queue_delay_microseconds", 0)) == \
+        triton_config.QUEUE_DELAY_US  # proto3's JSON leaves a 0 out
+    assert saved["instance_group"] == [{"count": 1}]  # KIND_AUTO, the default, left out too
     assert saved["version_policy"] == {"latest": {"num_versions": 1}}
     assert [i["name"] for i in saved["input"]] == ["images"]
     assert saved["input"][0]["data_type"] == "TYPE_STRING"
@@ -852,6 +853,46 @@ def test_the_text_client_scores_a_file_as_the_chained_steps_do(served, txl, trit
 
 
 
+@TRITON_ENV
+def test_the_serving_figures_script_measures_a_served_model(resnet, txl, triton_python,
+                                                            tmp_path):
+    """benchtools.serving (the model READMEs' serving tables) on the tiny exports: the
+    repository copied with the instances and batching asked (the original untouched), a server
+    with Triton's defaults on each copy, throughput and latency percentiles at each
+    concurrency, for an image ensemble and Transformer-XL's sequence model."""
+    before = {p: p.read_text() for p in (resnet[2] / "cpu").glob("*/config.pbtxt")}
+    out = tmp_path / "serving"
+    proc = subprocess.run(
+        [triton_python, "-m", "benchtools.serving", "--repository", str(resnet[2] / "cpu"),
+         "--model", "resnet50", "--image", photographs()[0], "--concurrency", "1,2",
+         "--instances", "2", "--batching", "off,500", "--seconds", "1", "--warmup_s", "0.5",
+         "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads((out / "serving.json").read_text())
+    assert got["unit"] == "images/s" and "vCPUs" in got["machine"]
+    rows = got["results"]
+    assert [(r["instances"], r["batching"], r["concurrency"]) for r in rows] == [
+        (2, None, 1), (2, None, 2), (2, 500, 1), (2, 500, 2)]
+    for r in rows:
+        assert r["requests"] > 0 and r["throughput"] > 0 and r["resident_mib"] > 0, r
+        assert r["p50_ms"] <= r["p90_ms"] <= r["p95_ms"] <= r["p99_ms"], r
+    table = (out / "serving.md").read_text().splitlines()
+    assert table[2].startswith("| instances | dynamic batching | concurrency | images/s |")
+    assert table[4].startswith("| 2 | off | 1 | ")
+    assert table[6].startswith("| 2 | 500 µs delay | 1 |")
+    assert {p: p.read_text() for p in before} == before  # a copy was changed, not these
+    log = (out / "tritonserver.log").read_text()
+    assert "TRITONBACKEND_ModelInstanceInitialize: resnet50_python_0_1" in log  # 2 instances
+    proc = subprocess.run(
+        [triton_python, "-m", "benchtools.serving", "--repository", str(txl[2] / "cpu"),
+         "--model", "transformerxl", "--tokens", "4", "--concurrency", "2", "--instances", "1",
+         "--batching", "on", "--seconds", "1", "--warmup_s", "0.5", "--out", str(out / "txl")],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = json.loads((out / "txl" / "serving.json").read_text())["results"]
+    assert row["throughput"] > 0 and row["requests"] > 0, row
+
+
 CONCURRENT = """
 import json, sys
 import numpy as np
@@ -958,6 +999,26 @@ def test_serve_pytriton_refuses_what_it_cannot_serve_with_one_line(resnet, txl, 
         port = taken.getsockname()[1]
         assert serve(export, "--http_port", str(port)) == \
             f"--http_port {port} cannot be used (Address already in use): choose another"
+    # What hung or was a traceback: one port for two services, no batch, a model name Triton
+    # cannot take, a ready file nowhere, a client.json naming no model.
+    port = str(free_ports(1)[0])
+    assert serve(export, "--http_port", port, "--grpc_port", port) == \
+        f"--grpc_port {port} is --http_port's too: give each its own port"
+    assert serve(export, "--max_batch_size", "0") == (
+        "--max_batch_size 0: at least 1 (the most requests batched into one call)")
+    assert serve(export, "--model_name", "a/b") == (
+        "--model_name 'a/b': letters, digits, _ . - only (a Triton model name is a directory "
+        "name and a URL path segment)")
+    nowhere = tmp_path / "no" / "such" / "ready"
+    assert serve(export, "--ready_file", str(nowhere)) == (
+        f"--ready_file {nowhere}: its folder {nowhere.parent} is not a writable directory")
+    numbered = copy("numbered")
+    info = numbered / "assets" / "client.json"
+    described = json.loads(info.read_text())
+    described["triton_model"] = 7
+    info.write_text(json.dumps(described))
+    assert serve(numbered) == (f"{info} is damaged (TypeError: triton_model is 7, not a "
+                               "model's name): export again")
 
 
 def test_triton_client_refuses_bad_arguments_with_one_line(tmp_path, resnet):
@@ -999,9 +1060,47 @@ def test_triton_client_refuses_bad_arguments_with_one_line(tmp_path, resnet):
     binary.write_bytes(b"\xff\xfe\x81\x00" * 4)
     assert ask("--labels", str(binary)) == (f"triton_client.py: error: --labels {binary} is not "
                                             "text (the export's assets/labels.txt)")
+    assert ask("--wait", "nan").endswith("argument --wait: seconds, 0 or more, not nan")
+    assert ask("--wait", "-1").endswith("argument --wait: seconds, 0 or more, not -1.0")
     assert ask("--url", "http://localhost:8000").startswith(
         "triton_client.py: error: tritonclient is not installed here (tritonclient): run it "
         "with the environment scripts/triton_env.sh makes")
+
+
+@TRITON_ENV
+def test_the_client_refuses_labels_and_models_it_cannot_describe_with_one_line(
+        served, resnet, ssd, triton_python, tmp_path):
+    """What the server's config tells the client, one line each (exit 2), where it was a
+    traceback: --labels naming fewer classes than the classifier has, a label map given for a
+    classifier (or names for a detector), and a model whose outputs are neither a classifier's
+    nor a detector's (<name>_preprocess) without --json."""
+    photo = photographs()[:1]
+    few = tmp_path / "labels.txt"
+    few.write_text("cat\ndog\n")
+    classes = resnet[0].flags.num_classes
+
+    def refused(model, *args):
+        proc = subprocess.run([triton_python, os.path.join(ROOT, "scripts", "triton_client.py"),
+                               "--model", model, "--url", f"localhost:{served.http}", *args,
+                               *photo], capture_output=True, text=True, timeout=120)
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, \
+            proc.stderr
+        return lines[0].removeprefix("triton_client.py: error: ")
+
+    assert refused("resnet50", "--labels", str(few)) == (
+        f"--labels {few} names 2 classes; resnet50 has {classes}")
+    label_map = ssd[1] / "assets" / "label_map.json"
+    assert refused("resnet50", "--labels", str(label_map)) == (
+        f"--labels {label_map} is a label map (a detector's); resnet50 is a classifier: give "
+        "its labels.txt")
+    names = resnet[1] / "assets" / "labels.txt"
+    assert refused("ssd320", "--labels", str(names)) == (
+        f"--labels {names} is a list of names; ssd320 is a detector: give its label_map.json")
+    assert refused("resnet50_preprocess") == (
+        "resnet50_preprocess is neither a classifier nor a detector (its outputs: images, "
+        "valid): send the images to the model itself (<name>, or <name>_python), or print "
+        "them with --json")
 
 
 def _readme_blocks(heading: str) -> list[str]:
@@ -1045,6 +1144,13 @@ def test_the_readmes_cpu_host_commands_serve_a_jpeg(tmp_path, digits_records, tr
     assert proc.returncode == 0, (proc.stderr[-3000:], (tmp_path / "server.log").read_text()[-3000:]
                                   if (tmp_path / "server.log").exists() else "")
     answer = proc.stdout.strip().splitlines()[-1]
+    assert not any("exit-on-error" in block or "pip install" in block for block in (cpu, gpu))
+    # The export's model card: trained here on the digits, scored by this evaluation.
+    card = json.loads((results / "export" / "assets" / "client.json").read_text())["model_card"]
+    assert card["weights"] == {"from": "trained by this repository's resnet50v1.5/main.py",
+                               "trained_on": os.path.abspath(digits_records)}
+    assert card["scored"]["step"] == 1 and card["scored"]["data_dir"] == os.path.abspath(
+        digits_records) and 0 <= card["scored"]["metrics"]["top1_accuracy"] <= 1, card["scored"]
     names = (results / "export" / "assets" / "labels.txt").read_text().split()
     probs = _signature(results / "export", "serving_default")(
         images=tf.constant([open(photo, "rb").read()]))["probabilities"].numpy()[0]

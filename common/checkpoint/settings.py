@@ -84,7 +84,8 @@ def adopted(task_cls, fv) -> tuple[dict, str] | None:
             if refused:
                 raise DataError(f"{source}'s {FILE} records {name} {_show(value)}, which "
                                 f"--{name} does not take ({refused}): the record was edited "
-                                "or damaged")
+                                "or damaged; restore it from a copy, or delete it to read the "
+                                "checkpoint without it")
             taken[name] = value
     return taken, source
 
@@ -113,13 +114,19 @@ def read(path: str) -> dict | None:
     return record
 
 
-def record(model: str, settings: Mapping) -> dict:
-    return {"format": VERSION, "model": model, "settings": dict(sorted(settings.items()))}
+def record(model: str, settings: Mapping, source: Mapping | None = None) -> dict:
+    """The record; ``source``, where the weights come from (``start.weights_source``;
+    ``import_weights.py``'s source and its licence), goes into exports' model cards."""
+    out = {"format": VERSION, "model": model, "settings": dict(sorted(settings.items()))}
+    if source:
+        out["source"] = dict(source)
+    return out
 
 
-def write(directory: str, model: str, settings: Mapping) -> None:
+def write(directory: str, model: str, settings: Mapping, source: Mapping | None = None
+          ) -> None:
     """Writes the record into ``directory`` (atomically) unless it already holds this one."""
-    new = record(model, settings)
+    new = record(model, settings, source)
     file = os.path.join(directory, FILE)
     try:
         with open(file, encoding="utf-8") as f:

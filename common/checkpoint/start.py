@@ -11,9 +11,27 @@ from common.checkpoint import settings as checkpoint_settings
 from common.checkpoint import store
 
 
+def weights_source(task) -> dict:
+    """Where the weights of the run's checkpoints come from: what the checkpoint in
+    --model_dir recorded (a resumed run's, an imported one's), else the --finetune_checkpoint
+    it started from (and that one's source), else this repository's training on --data_dir."""
+    f = task.flags
+    for path, fine_tuned in ((f.model_dir, False), (f.finetune_checkpoint, True)):
+        found = checkpoint_settings.read(path) if path and os.path.exists(
+            checkpoint_settings.directory_of(path)) else None
+        if found and found.get("source"):
+            return ({"fine_tuned_from": os.path.abspath(path), **found["source"],
+                     "fine_tuned_on": f.data_dir} if fine_tuned else found["source"])
+        if fine_tuned and path:
+            return {"fine_tuned_from": os.path.abspath(path), "fine_tuned_on": f.data_dir}
+    return {"from": f"trained by this repository's {task.name}/main.py",
+            "trained_on": f.data_dir and os.path.abspath(f.data_dir)}
+
+
 def record(task, directory: str) -> None:
     """``settings.json`` and the task's assets (its class names) in a checkpoint directory."""
-    checkpoint_settings.write(directory, task.name, checkpoint_settings.settings_of(task))
+    checkpoint_settings.write(directory, task.name, checkpoint_settings.settings_of(task),
+                              weights_source(task))
     data_dir = task.flags.data_dir
     for name in task.checkpoint.assets:
         source = os.path.join(data_dir or "", name)

@@ -1,6 +1,7 @@
 """Exports of a trained model, the same for every model: ``--export_dir`` (a SavedModel whose
 signatures a client calls, with ``assets/``), ``--export_onnx`` and ``--export_onnx_int8`` (its
-ONNX files for TensorRT and ONNX Runtime), ``--export_triton`` (a Triton model repository), and
+ONNX files for TensorRT and ONNX Runtime), ``--export_triton`` (Triton model repositories, one
+per kind of server), and
 the SavedModel that ``--use_tftrt`` converts. What each holds is the model's serving object's
 (``common.export.serving.Serving``); this package writes it.
 
@@ -10,7 +11,8 @@ the SavedModel that ``--use_tftrt`` converts. What each holds is the model's ser
   SavedModel that ONNX and TF-TRT convert.
 * ``onnx_convert``: SavedModel signatures to ONNX (tf2onnx, in a process of its own).
 * ``onnx_int8``: INT8 ONNX in Q/DQ form, calibrated on training images.
-* ``triton``: a Triton Inference Server model repository of the export.
+* ``triton``: the Triton Inference Server model repositories of the export (``triton_config``:
+  their configs; ``triton_python/``: the Python-backend models they copy).
 * ``tftrt``: TF-TRT conversion for the inference benchmark.
 * ``tools``: the external tools' runs, their logs kept only on failure.
 """

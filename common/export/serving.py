@@ -58,6 +58,8 @@ class Serving:
 
     def __init__(self, task):
         self.task, self.flags = task, task.flags
+        # The run's evaluation before it exports, for the model card (``Trainer.export``).
+        self.scored: dict | None = None
 
     # --- what the SavedModel holds ---------------------------------------------------------
     def signatures(self, model: keras.Model) -> dict:
@@ -192,7 +194,31 @@ class Serving:
                 "triton_model": f"{self.triton_name}_savedmodel",
                 "trained_precision": p.policy, "exported_weights": "float32"
                 if not p.amp else f"float32 (computed in {p.compute_dtype})",
-                "checkpoint_settings": settings_of(self.task)}
+                "checkpoint_settings": settings_of(self.task), "model_card": self.card()}
+
+    def card(self) -> dict:
+        """What a reader of the export needs to know of its weights: where they come from
+        (and on what terms, for imported ones), how evaluation prepared an image, what they
+        scored in the run that exported them (``scored``: its evaluation, if it made one) and
+        the packages that exported them."""
+        import importlib.metadata
+        import platform
+
+        from common.checkpoint.start import weights_source
+
+        def version(package):
+            try:
+                return importlib.metadata.version(package)
+            except importlib.metadata.PackageNotFoundError:
+                return None
+        f = self.flags
+        return {"weights": weights_source(self.task),
+                "evaluation_preprocessing": getattr(f, "eval_preprocessing", None) or (
+                    "nvidia" if self.prepare_image is not None else None),
+                "scored": self.scored,
+                "exported_with": {"python": platform.python_version(), **{
+                    n: version(n) for n in ("tensorflow", "keras", "numpy", "tf2onnx",
+                                            "onnx")}}}
 
     def save(self, model: keras.Model, export_dir: str) -> None:
         """The SavedModel of ``model`` in ``export_dir``: ``signatures``, and ``assets`` with

@@ -162,8 +162,8 @@ def names(serving) -> set[str]:
     return set(TARGETS) | model_names(serving)
 
 
-def write_repository(serving, export_dir: str, triton_dir: str, replace: bool = False
-                     ) -> list[str]:
+def write_repository(serving, export_dir: str, triton_dir: str, replace: bool = False,
+                     log=None) -> list[str]:
     """The model repositories of the export in ``export_dir`` under ``triton_dir`` (and the
     TensorRT models that wait for their engines in ``triton_dir.tensorrt``), written beside
     and swapped in whole; the lines that say what was written and how to serve it."""
@@ -180,7 +180,7 @@ def write_repository(serving, export_dir: str, triton_dir: str, replace: bool = 
         raise ValueError(f"{export_dir} has no model.onnx: the image models' repositories "
                          "run it (--export_onnx)")
     with files.staged_dir(triton_dir, "the Triton model repositories",
-                          replaces=names(serving)) as stage:
+                          replaces=names(serving), log=log) as stage:
         repos = {t: _Repository(os.path.join(stage, t), os.path.join(triton_dir, t), replace,
                                 model_names(serving)) for t in TARGETS}
         with tempfile.TemporaryDirectory(dir=stage) as tmp:
@@ -210,7 +210,7 @@ def write_repository(serving, export_dir: str, triton_dir: str, replace: bool = 
         f"{t}/ ({', '.join(m)}) {TARGETS[t]}" for t, m in written.items() if m)]
     if net:
         lines += write_tensorrt(serving, export_dir, triton_dir, net, labels_file if labels
-                                else None, image)
+                                else None, image, log)
     return lines
 
 
@@ -297,8 +297,8 @@ def engine_command(onnx_path: str, plan_path: str, shapes, max_batch_size: int,
             f"--maxShapes={profile(max_batch_size)}")
 
 
-def write_tensorrt(serving, export_dir: str, triton_dir: str, net, labels_file, image: bool
-                   ) -> list[str]:
+def write_tensorrt(serving, export_dir: str, triton_dir: str, net, labels_file, image: bool,
+                   log=None) -> list[str]:
     """``triton_dir.tensorrt``: each TensorRT model's config and the ONNX graph its engine is
     built from (``Serving.tensorrt_onnx``), an ensemble over the FP16 one, and
     ``build_engines.sh``."""
@@ -306,7 +306,8 @@ def write_tensorrt(serving, export_dir: str, triton_dir: str, net, labels_file, 
     pending = triton_dir.rstrip(os.sep) + ".tensorrt"
     built = []
     with files.staged_dir(pending, "the TensorRT models to build", replaces={
-            name, f"{name}_tensorrt", f"{name}_tensorrt_int8", "build_engines.sh"}) as stage:
+            name, f"{name}_tensorrt", f"{name}_tensorrt_int8", "build_engines.sh"},
+            log=log) as stage:
         for suffix, int8 in (("_tensorrt", False), ("_tensorrt_int8", True)):
             model = os.path.join(stage, f"{name}{suffix}")
             os.makedirs(model)
@@ -375,7 +376,10 @@ def _engine_script(serving, built, image: bool) -> str:
         lines.append(f"install {model}")
     if image and built:
         lines.append(f'run cp "$HERE/{name}/config.pbtxt" "$REPO/{name}/config.pbtxt"')
-    lines.append('echo "installed in $REPO: ' + " ".join(m for m, _, _ in built)
+    models = " ".join(m for m, _, _ in built)
+    lines.append('if [ "$DRY" = 1 ]; then echo "dry run: nothing was built or installed (the '
+                 f'commands above would build and install {models} in $REPO)"; exit 0; fi')
+    lines.append(f'echo "installed in $REPO: {models}'
                  + ('; the ensemble ' + name + ' now runs ' + built[0][0] if image and built
                     else "") + ' (a running server picks them up with --model-control-mode='
                  'poll, or at its next start)"')

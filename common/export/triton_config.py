@@ -7,8 +7,8 @@ scripts/triton_env.sh's environment and have a real ``tritonserver`` load them.
 
 Where every tensor leads with the batch, Triton batches requests (``max_batch_size``,
 ``dynamic_batching``); a value per row is declared ``[1]`` (``reshape`` to the model's ``[]``).
-The batching and instance settings are ``SCHEDULING``'s, chosen from the serving figures in
-the model READMEs (``python -m benchtools.serving``).
+The batching and instance settings (``QUEUE_DELAY_US``, one instance) are chosen from the
+serving figures in the model READMEs (``python -m benchtools.serving``).
 """
 from __future__ import annotations
 
@@ -20,11 +20,14 @@ DATA_TYPES = {"float32": "TYPE_FP32", "float16": "TYPE_FP16", "int32": "TYPE_INT
 ONNX_TYPES = {1: "float32", 10: "float16", 6: "int32", 7: "int64", 2: "uint8", 9: "bool",
               8: "string"}
 
-# Dynamic batching as shipped: requests that arrive within this delay of each other run as
-# one batch. From the CPU figures (benchtools.serving, the model READMEs): waiting up to 2 ms
-# for a second request costs nothing measurable at concurrency 1 and gives the batched
-# throughput from concurrency 2; more instances than one only split the same cores.
-QUEUE_DELAY_US = 2000
+# Dynamic batching as shipped: no waiting for a batch to fill (the requests that queued while
+# the model ran go together), one instance a model. Chosen from the serving figures in the
+# model READMEs (benchtools.serving on a 2-vCPU host): batching raised ResNet-50's throughput
+# by half and Transformer-XL's by a third from concurrency 4 (SSD320's not measurably); a 2 ms
+# queue delay gave no more throughput there and cost latency at concurrency 1; a second
+# instance only split the same cores (ResNet-50 and SSD320 slower, twice the memory). With no
+# delay the preferred batch sizes change nothing (the batch is what has queued), so none is set.
+QUEUE_DELAY_US = 0
 # How long a Transformer-XL sequence may stay idle before the server releases it (its slot
 # and the memory the model keeps for it); a client that comes back later starts anew.
 SEQUENCE_IDLE_US = 60_000_000

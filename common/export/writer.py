@@ -36,7 +36,7 @@ def export(serving, model: keras.Model, export_dir: str, with_onnx: bool, log,
         log.print(f"exported ONNX (opset {onnx_opset(final)}) to {final}")
     if triton_dir:
         for line in triton.write_repository(serving, export_dir, triton_dir,
-                                             triton_replace):
+                                             triton_replace, log.print):
             log.print(line)
 
 
@@ -58,11 +58,23 @@ def onnx_opset(path: str) -> int | str:
 def check_export_dir(serving, model: keras.Model, flags, log) -> None:
     """--export_dir (and --export_triton) that is a file, read-only or too small for the
     export (measured by a trial export) stops the run before training; so does a calibration
-    record that cannot be read (``--export_onnx_int8``), not after the training."""
+    record that cannot be read (``--export_onnx_int8``), not after the training. A mount point
+    (which the swap cannot replace) stops it too, and what a stopped swap left aside is put
+    back first (``files.recover``), before the check makes an empty directory there."""
+    for flag, path in (("--export_dir", flags.export_dir), ("--export_triton",
+                                                            flags.export_triton)):
+        if path:
+            try:
+                files.swap_target(path, "the export" if flag == "--export_dir" else
+                                  "the model repository")
+            except DataError as e:
+                raise DataError(f"{flag} {path}: {e}") from None
+            files.recover(path, log)
     files.check_output_dir(flags.export_dir, "--export_dir", 1 << 20, "the export needs")
     for flag, path in (("--export_dir", flags.export_dir), ("--export_triton",
                                                             flags.export_triton)):
-        parent = os.path.dirname(os.path.abspath(path)) if path else None
+        path = path and os.path.realpath(path)
+        parent = os.path.dirname(path) if path else None
         if parent and os.path.isdir(parent) and not os.access(parent, os.W_OK | os.X_OK):
             raise DataError(f"{flag} {path}: its folder {parent} is not writable; the export is "
                             "written beside it and then swapped in whole")

@@ -2,8 +2,8 @@
 by ``common/export/triton.py``): the export's ``model.onnx`` (beside this file) run by ONNX
 Runtime on the CPU. The same network as ``<name>_onnx``, for a server that has the Python
 backend but not the ONNX Runtime one (the ``tritonserver`` that ``nvidia-pytriton`` ships, any
-CPU machine): ``<name>_cpu`` is the ensemble over it. Needs ``onnxruntime`` in the Python that
-runs the backend (scripts/triton_env.sh's).
+CPU machine): ``cpu/<name>`` is the ensemble over it. Needs ``onnxruntime`` in the Python that
+runs the backend (docker/triton-requirements.txt).
 
 Inputs and outputs are the ONNX file's, by name; an output with one value per row leaves as
 (rows, 1), as the config declares it. The requests Triton hands over at once run as one batch.

@@ -1,11 +1,12 @@
 """A Triton Python-backend model (copied into the repository as ``<name>_preprocess/<v>/
 model.py`` by ``common/export/triton.py``): encoded images in, the network's float input out,
-prepared by the export's own TensorFlow function (``model.savedmodel`` beside this file: the
+prepared by the export's own TensorFlow function (``model.savedmodel`` beside this file, the
+export's ``preprocess/``: the
 evaluation's decode, resize, crop and normalisation, the SavedModel's ``serving_default``
 less its network). Running TensorFlow itself is what makes the served ensemble answer what the
 SavedModel answers, to the last bit of the input; DALI's and Pillow's resizes are not
-``tf.image``'s. Needs TensorFlow in the Python that runs the backend (scripts/triton_env.sh's;
-in Triton's container, ``pip install tensorflow-cpu``).
+``tf.image``'s. Needs TensorFlow in the Python that runs the backend
+(docker/triton-requirements.txt: docker/Dockerfile.triton's image, scripts/triton_env.sh's).
 
 Inputs ``images`` (rows, 1) bytes; outputs ``images`` (rows, size, size, 3) float32 and
 ``valid`` (rows, 1) bool: False for an image that could not be decoded (its row zeros; the
