@@ -81,8 +81,22 @@ def compare_outputs(split: str, names, first: list[np.ndarray], second: list[np.
     return out
 
 
-def _first_shard(data_dir: str, split: str) -> list[str]:
+# A feature every record of each image model's data has: another model's records lack it.
+RECORD_KEYS = {"resnet50v1.5": b"image/class/label", "ssd320": b"image/object/bbox/xmin"}
+
+
+def _first_shard(data_dir: str, split: str, model: str | None = None) -> list[str]:
     files = tfrecord_index.shard_files(data_dir, split, "prepare them with prepare_dataset.py")
+    key = RECORD_KEYS.get(model)
+    if key and files:
+        import struct
+        with open(files[0], "rb") as f:
+            head = f.read(12)
+            record = f.read(struct.unpack("<Q", head[:8])[0]) if len(head) == 12 else b""
+        if key not in record:
+            raise ValueError(f"{files[0]}: its records are not {model}'s (no {key.decode()} "
+                             "feature): give the --data_dir that model's prepare_dataset.py "
+                             "wrote")
     return files[:1]  # a few batches: one shard is enough, and its index is quick to write
 
 
@@ -102,7 +116,7 @@ def pipelines(model: str, data_dir: str, idx_dir: str, image_size: int | None, b
     size = image_size or {"resnet50v1.5": 224, "ssd320": 320}[model]
     out = {}
     for split, training in (("train", True), ("eval", False)):
-        files = _first_shard(data_dir, "train" if training else "validation")
+        files = _first_shard(data_dir, "train" if training else "validation", model)
         _indexes(files, idx_dir)
         out[split] = (pipe.NAMES, lambda where, files=files, training=training:
                       pipe.build_pipeline(files, idx_dir, training, size, where=where))
@@ -171,6 +185,8 @@ def main(argv=None) -> int:
     ap.add_argument("--image_size", type=int, default=None, help="default: the recipe's")
     ap.add_argument("--json", help="also write the comparisons here")
     args = ap.parse_args(argv)
+    if args.batches < 1 or args.batch_size < 1:
+        ap.error(f"--batches {args.batches} and --batch_size {args.batch_size}: at least 1 each")
     devices = tuple(args.devices.split(","))
     if len(devices) != 2 or not set(devices) <= {"gpu", "cpu"}:
         ap.error(f"--devices must be two of gpu, cpu: {args.devices}")
@@ -178,8 +194,8 @@ def main(argv=None) -> int:
         results = compare(args.model, args.data_dir, devices, args.batches, args.batch_size,
                           args.image_size)
     except (OSError, ValueError, RuntimeError) as e:
-        print(f"dali_compare: error: {str(e).splitlines()[0] if str(e) else e!r}",
-              file=sys.stderr)
+        why = (str(e).splitlines() or [repr(e)])[0]  # (a !r here reprs the whole expression)
+        print(f"dali_compare: error: {why}", file=sys.stderr)
         return 2
     print(f"{args.model}: DALI on {devices[0]} against {devices[1]}, {args.batches} batches "
           f"of {args.batch_size}")

@@ -148,8 +148,21 @@ def main(argv=None) -> int:
     p.add_argument("--smoke", action="store_true", help="the whole command at a tiny size: "
                    "checks it, measures nothing")
     args = p.parse_args(argv)
-    import onnxruntime as ort
     workdir = args.workdir or os.path.join("results", "int8", args.model)
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        p.error(f"--workdir {workdir} is a file, not a directory")
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        p.error("onnxruntime is not installed here: pip install onnxruntime (it runs both ONNX "
+                "files)")
+    from common.errors import UsageError
+    from common.export import onnx_int8
+    try:
+        onnx_int8.require()  # before the training, not after it
+    except UsageError as e:
+        print(f"int8_accuracy: error: {e}", file=sys.stderr)
+        return 2
     records, export_dir, recipe = export(args.model, workdir, args.smoke)
     evaluated = _records(os.path.join(workdir, "evaluate"))
     calibrated = next((r["data"] for r in evaluated if r.get("step") == "PARAMETER"), {})

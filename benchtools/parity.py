@@ -187,6 +187,15 @@ def train(model: str, device: str, flags: list[str], results_dir: str, log) -> N
                           stderr=subprocess.PIPE, text=True)
     if proc.returncode:
         raise RuntimeError(f"{os.path.basename(results_dir)} failed: {failure(proc)}")
+    if device == "gpu":  # a GPU run that TensorFlow ran on the CPU is no GPU result
+        machines = [r["data"].get("machine") for r in read_records(
+            os.path.join(results_dir, "log.json")) if r.get("step") == "PARAMETER"]
+        machine = machines[-1] if machines else None
+        if not machine or machine.endswith("no GPU"):
+            raise RuntimeError(f"{os.path.basename(results_dir)}: TensorFlow saw no GPU in this "
+                               f"run ({machine or 'no machine recorded'}): its driver or CUDA "
+                               "does not match TensorFlow's, or CUDA_VISIBLE_DEVICES hides it; "
+                               "nothing was compared")
 
 
 def run(model: str, out: str, main_flags: list[str], runs: list[str], steps: int = 2,

@@ -28,10 +28,12 @@ class DiffError(Exception):
 def load(path: str) -> tuple[str, list[dict], dict]:
     """(label, op table rows, the run's PARAMETER record or {}) of a run directory or an
     ``ops.csv``."""
-    params, table = {}, path
-    if os.path.isdir(path):
-        log = os.path.join(path, "log.json")
-        summary = {}
+    params, table, summary = {}, path, {}
+    # The run's log: in a run directory, or above its ops.csv (tensorboard/.../ops.csv).
+    run_dir = path if os.path.isdir(path) else next(
+        (d for d in _parents(path) if os.path.exists(os.path.join(d, "log.json"))), None)
+    if run_dir:
+        log = os.path.join(run_dir, "log.json")
         if os.path.exists(log):
             try:
                 records = read_records(log)
@@ -39,6 +41,7 @@ def load(path: str) -> tuple[str, list[dict], dict]:
                 raise DiffError(str(e)) from None
             params = next((r["data"] for r in records if r.get("step") == "PARAMETER"), {})
             summary = next((r["data"] for r in reversed(records) if r.get("step") == []), {})
+    if os.path.isdir(path):
         table = summary.get("op_table")
         if not table or not os.path.isfile(table):  # none, or relative to another directory
             table = _newest(path)
@@ -49,7 +52,19 @@ def load(path: str) -> tuple[str, list[dict], dict]:
         rows = op_table.read(table)
     except (ValueError, KeyError) as e:
         raise DiffError(str(e)) from None
+    written = summary.get("op_table_rows")
+    if written and os.path.abspath(table) == os.path.abspath(summary.get("op_table") or "") \
+            and len(rows) != written:
+        raise DiffError(f"{table} has {len(rows)} rows; the run wrote {written}: the table was "
+                        "cut short or edited since")
     return _label(path, params), rows, params
+
+
+def _parents(path: str, levels: int = 6):
+    d = os.path.dirname(os.path.abspath(path))
+    for _ in range(levels):
+        yield d
+        d = os.path.dirname(d)
 
 
 def _newest(run_dir: str) -> str:

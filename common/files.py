@@ -89,8 +89,8 @@ def staged_dir(target: str, what: str, replaces=(), log=None):
 
     from common import graceful_stop
 
-    target = target.rstrip(os.sep) or os.sep
-    parent, base = os.path.split(os.path.abspath(target))
+    target = swap_target(target, what)
+    parent, base = os.path.split(target)
     os.makedirs(parent, exist_ok=True)
     recover(target, log)
     existed = os.path.isdir(target)
@@ -104,7 +104,11 @@ def staged_dir(target: str, what: str, replaces=(), log=None):
             yield stage
             if existed:
                 _carry_over(target, stage, set(replaces), log)
+            _keep_mode(stage, target if existed else None)
             with graceful_stop.deferred():  # one step: SIGTERM and Ctrl-C wait for it
+                whole = stage.replace(f"{base}{STAGING}", f"{base}{WHOLE}", 1)
+                os.rename(stage, whole)  # a kill from here on leaves a whole one, named so
+                stage = whole
                 old = _swap_in(stage, target, existed)
                 graceful_stop.written(f"{what} in {target} is the new one, whole")
                 graceful_stop.set_phase(f"after writing {what} to {target}")
@@ -116,7 +120,39 @@ def staged_dir(target: str, what: str, replaces=(), log=None):
         shutil.rmtree(stage if old is None else old, ignore_errors=True)
 
 
+def swap_target(target: str, what: str) -> str:
+    """The directory a swap replaces for ``target``: where a symbolic link points (the link
+    stays, and a server reading through it sees the new contents), as an absolute path. A mount
+    point cannot be swapped (the staging beside it is on another file system, and a mount
+    point is not renamed): one line."""
+    target = os.path.realpath(target.rstrip(os.sep) or os.sep)
+    if os.path.ismount(target):
+        raise DataError(f"{target} is a mount point: {what} is written beside its directory "
+                        "and swapped in whole, which a mount point cannot take; give a "
+                        f"directory inside it ({os.path.join(target, 'export')})")
+    return target
+
+
+def _keep_mode(stage: str, target: str | None) -> None:
+    """``stage`` (``mkdtemp``'s, mode 0700) with the mode and group of the ``target`` it
+    replaces, or for a new one the mode the umask gives a new directory: a serving container
+    of another user, or a shared volume's group, reads the export as it read the earlier."""
+    import stat
+    if target is None:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(stage, 0o777 & ~umask | (os.stat(stage).st_mode & stat.S_ISGID))
+        return
+    st = os.stat(target)
+    try:
+        os.chown(stage, -1, st.st_gid)
+    except PermissionError:
+        pass  # a group the user is not in: the mode still holds
+    os.chmod(stage, stat.S_IMODE(st.st_mode))
+
+
 STAGING, OLD, PROBE = ".staging-", ".replaced-", ".size-probe-"  # an export's work beside it
+WHOLE = ".whole-"  # a staging written in full, about to go in place
 RENAME_EXCHANGE = 2  # linux/fs.h
 
 
@@ -188,14 +224,19 @@ def recover(target: str, log=None) -> None:
     renames (the earlier contents put back, said), earlier contents not yet removed (removed),
     a staging folder (kept and named: it may hold a whole export that never went in place),
     and trial exports (removed). Exports run on one process at a time per directory (rank 0)."""
-    parent, base = os.path.split(os.path.abspath(target.rstrip(os.sep) or os.sep))
+    target = os.path.realpath(target.rstrip(os.sep) or os.sep)
+    parent, base = os.path.split(target)
     if not os.path.isdir(parent):
         return
     for name in sorted(os.listdir(parent)):
         path = os.path.join(parent, name)
         if name.startswith(f".{base}{OLD}") and os.path.isdir(path):
             inner = os.path.join(path, base)
-            if not os.path.lexists(target) and os.path.isdir(inner):
+            if os.path.isdir(inner) and _holds_nothing(target):
+                # A start-up check may have made an empty target since (check_output_dir):
+                # that is no export; the one aside is.
+                if os.path.isdir(target):
+                    shutil.rmtree(target)
                 os.rename(inner, target)
                 if log:
                     log(f"put back {target}: a stop between the two renames of its swap had "
@@ -204,7 +245,19 @@ def recover(target: str, log=None) -> None:
         elif name.startswith(f".{base}{STAGING}") and os.path.isdir(path) and log:
             log(f"{path}: a write of {target} that was stopped before it went in place (it may "
                 "be incomplete; not used): remove it when you no longer need it")
+        elif name.startswith(f".{base}{WHOLE}") and os.path.isdir(path) and log:
+            log(f"{path}: a whole write of {target}, stopped just before it went in place (not "
+                "used: the one in place is the earlier): remove it when you no longer need it")
     clear_stale(target, log)
+
+
+def _holds_nothing(target: str) -> bool:
+    """``target`` absent, or a directory of nothing but what a stopped run leaves (trial
+    exports, write probes)."""
+    if not os.path.lexists(target):
+        return True
+    return os.path.isdir(target) and all(
+        n.startswith((STAGING, PROBE, ".write_probe.")) for n in os.listdir(target))
 
 
 def clear_stale(target: str, log=None) -> None:

@@ -192,12 +192,21 @@ class Settings:
         command line would refuse it; None when it could."""
         if name not in self._fv:
             return "no such flag"
-        parser = self._fv[name].parser
+        flag = self._fv[name]
         try:
-            parser.parse(",".join(map(str, value)) if isinstance(value, list)
-                         and not isinstance(value, str) else value)
+            parsed = flag.parser.parse(",".join(map(str, value)) if isinstance(value, list)
+                                       and not isinstance(value, str) else value)
         except (ValueError, TypeError, flags.Error) as e:
             return str(e).splitlines()[0] if str(e) else type(e).__name__
+        for validator in flag.validators:  # the flag's own checks (a recipe that must parse)
+            if getattr(validator, "get_flags_names", lambda: [])() != [name]:
+                continue
+            try:
+                ok = validator.checker(parsed)
+            except (flags.ValidationError, ValueError, TypeError) as e:
+                return str(e).splitlines()[0] if str(e) else validator.message
+            if not ok:
+                return validator.message
         return None
 
     def with_adopted(self, values: Mapping) -> Settings:
@@ -224,6 +233,13 @@ def parse(fv: flags.FlagValues, argv: Sequence[str], model: str = "the model",
         rest = fv(list(argv))
     except flags.Error as e:
         raise UsageError(str(e).splitlines()[0]) from None
+    except UnicodeDecodeError:  # absl reads a --flagfile as text
+        args = list(argv)
+        given = [a.split("=", 1)[1] if "=" in a else (args[n + 1] if n + 1 < len(args) else "")
+                 for n, a in enumerate(args) if a.split("=", 1)[0] in ("--flagfile",
+                                                                       "-flagfile")]
+        raise UsageError(f"--flagfile {' '.join(given)}: not a text file (one --flag=value a "
+                         "line)") from None
     if len(rest) > 1:
         raise UsageError(f"unexpected positional arguments: {' '.join(rest[1:])}")
     if fv.export_onnx_int8 and not int8_export:  # before what it would need

@@ -115,6 +115,7 @@ class StepProfiler:
                 else self.report["op_seconds"] * 1e6)
             self.report["op_table"] = os.path.join(os.path.dirname(trace), op_table.FILE)
             op_table.write(rows, self.report["op_table"])
+            self.report["op_table_rows"] = len(rows)  # profile_diff tells a table cut short
             missed = op_table.missed_tensor_cores(rows)
             if missed:
                 self.report["tensor_core_missed"] = missed

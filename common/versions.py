@@ -122,11 +122,13 @@ def quiet_interrupts(prog: str) -> None:
             previous(kind, value, tb)
 
     def unraisable(info):
-        from common.graceful_stop import Interrupted
-        if issubclass(info.exc_type, Interrupted):  # a stop signal while TensorFlow imports
-            from common import quiet_start
-            print(f"{prog}: {info.exc_value.signame} while starting: stopped before anything "
-                  "was written", file=sys.stderr, flush=True)
+        from common.graceful_stop import Interrupted, phase
+        if issubclass(info.exc_type, Interrupted):  # a stop signal where Python ignores it
+            from common import quiet_start  # (TensorFlow's imports, a finalizer mid-export)
+            where = phase()
+            if where == "while starting (nothing written)":
+                where = "while starting: stopped before anything was written"
+            print(f"{prog}: {info.exc_value.signame} {where}", file=sys.stderr, flush=True)
             quiet_start.release_held()  # os._exit would leave the line in the held stderr
             os._exit(0)
         if not issubclass(info.exc_type, KeyboardInterrupt):

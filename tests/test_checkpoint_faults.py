@@ -103,7 +103,14 @@ def test_checkpoint_of_another_model_stops_with_the_last_line_on_stderr(tmp_path
 
 @pytest.mark.parametrize("setting, value, why", [
     ("arch", "resnet999", "value should be one of <resnet50|resnet_tiny>"),
-    ("image_size", -5, "-5 is not an integer in the range [32, 2048]")])
+    ("image_size", -5, "-5 is not an integer in the range [32, 2048]"),
+    # An evaluation recipe that does not parse, or of non-finite numbers: adopted on resume, it
+    # ended in a 60-line autograph traceback after the restore.
+    ("eval_preprocessing", "resize:abc", "--eval_preprocessing resize:abc: a number is wrong "
+     "(invalid literal for int() with base 10: 'abc')"),
+    ("eval_preprocessing", "mean:nan/1/1", "--eval_preprocessing mean:nan/1/1: mean nan/1/1 "
+     "and std 58.395/57.12/57.375: finite numbers within +-1e+06, the std at least 1e-06 (on "
+     "the 0..255 scale; anything else makes every input NaN or the same)")])
 def test_an_edited_settings_record_is_refused_as_the_flag_would_be(tmp_path, capsys, setting,
                                                                   value, why):
     """settings.json's values were adopted unchecked: an "arch" no model has was a KeyError at

@@ -154,3 +154,136 @@ def test_without_an_exchange_the_two_renames_still_swap_the_whole_directory(tmp_
                 f.write(text)
         assert (target / "model.txt").read_text() == text
     assert sorted(os.listdir(tmp_path)) == ["export"]
+
+
+# --- an export keeps its place ----------------------------------------------------------------
+# Loaded at start-up: no exchange (NFS), and the first rename of the fallback (the earlier export
+# aside) noted in SWAP_MARKER, then slowed, so that a kill lands between the two renames.
+BETWEEN_RENAMES = """
+import os, time
+from common import files
+_rename = os.rename
+
+def rename(a, b, *args, **kw):
+    out = _rename(a, b, *args, **kw)
+    only = os.environ.get("SWAP_ONLY")  # the one directory whose swap is held, else every
+    if ".replaced-" in str(b) and (not only or os.path.basename(str(a)) == only):
+        with open(os.environ["SWAP_MARKER"], "a") as f:
+            f.write("aside\\n")
+        time.sleep(float(os.environ["SWAP_DELAY"]))
+    return out
+
+files._exchange, os.rename = (lambda a, b: False), rename
+"""
+
+
+def test_a_kill_between_the_fallbacks_renames_loses_nothing_through_the_next_runs(
+        tmp_path, digits_records, first_export):
+    """Without an exchange (NFS), main.py killed between the fallback's two renames leaves the
+    earlier export aside. The next run's start-up check made an empty directory at the path, so
+    its recovery saw a target and deleted the export aside. Now: a run stopped early (SIGTERM
+    0.5 s in) and then a whole one each find the earlier export back in place, the Triton
+    repositories' earlier versions too."""
+    export, repo = tmp_path / "export", tmp_path / "triton"
+    for name in ("run", "export"):
+        shutil.copytree(first_export / name, tmp_path / name)
+    earlier = _whole(export)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(BETWEEN_RENAMES)
+    env = {"PYTHONPATH": os.pathsep.join([str(site), ROOT, os.environ.get("PYTHONPATH", "")]),
+           "SWAP_MARKER": str(tmp_path / "marker"), "SWAP_DELAY": "30"}
+    proc = _export(tmp_path, digits_records, 2, export, env, wait=lambda p: p.kill())
+    assert proc.returncode == -signal.SIGKILL
+    assert not export.exists()  # aside: .export.replaced-*/export
+    # The next run, stopped while it starts: the check before training put the export back.
+    args = [sys.executable, MAIN, *TINY, "--mode", "evaluate", "--data_dir", digits_records,
+            "--results_dir", str(tmp_path / "run"), "--export_dir", str(export)]
+    stopped = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not export.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    stopped.send_signal(signal.SIGTERM)
+    out, err = stopped.communicate(timeout=120)
+    assert f"put back {export}: a stop between the two renames of its swap" in out, (out, err)
+    assert _whole(export) == earlier
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".export.replaced-")]
+    # A whole export with its Triton repositories, then one more killed between its renames,
+    # then another: every version of the repositories is there to roll back to.
+    done = subprocess.run([*args, "--export_triton", str(repo)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    versions = sorted(os.listdir(repo / "cpu" / "resnet50_python"))
+    env.update(SWAP_MARKER=str(tmp_path / "marker2"), SWAP_ONLY="triton")
+    killed = subprocess.Popen([*args, "--export_triton", str(repo)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, **env})
+    while not os.path.exists(env["SWAP_MARKER"]) and time.time() < deadline + 300:
+        assert killed.poll() is None, killed.communicate()
+        time.sleep(0.1)
+    killed.kill()
+    killed.communicate(timeout=60)
+    again = subprocess.run([*args, "--export_triton", str(repo)], capture_output=True,
+                           text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"put back {repo}: a stop between the two renames" in again.stdout
+    after = sorted(os.listdir(repo / "cpu" / "resnet50_python"))
+    assert set(versions) < set(after), (versions, after)  # the earlier kept, one more added
+    assert _whole(export) != earlier
+
+
+def test_an_export_through_a_link_keeps_the_link_and_a_mount_point_is_refused(
+        tmp_path, digits_records, first_export):
+    """--export_dir and --export_triton given as symbolic links: the export goes where they
+    point and the links stay (a server reading through them sees the new one); a mount point
+    (docker run -v host:/models) is refused with one line before training (its swap failed
+    with "Device or resource busy" after the whole run)."""
+    from reliability_helpers import tmpfs
+    real, link = tmp_path / "real", tmp_path / "export"
+    shutil.copytree(first_export / "export", real)
+    link.symlink_to(real)
+    (tmp_path / "repo-real").mkdir()
+    (tmp_path / "repo").symlink_to(tmp_path / "repo-real")
+    args = [sys.executable, MAIN, *TINY, "--mode", "evaluate", "--data_dir", digits_records,
+            "--model_dir", str(first_export / "run" / "checkpoints"), "--results_dir",
+            str(tmp_path / "run")]
+    proc = subprocess.run([*args, "--export_dir", str(link), "--export_triton",
+                           str(tmp_path / "repo")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert link.is_symlink() and (tmp_path / "repo").is_symlink()
+    assert _whole(real) and (tmp_path / "repo-real" / "cpu" / "resnet50").is_dir()
+    with tmpfs(tmp_path / "mnt", 64 * 1024) as mnt:
+        proc = subprocess.run([*args, "--export_dir", str(mnt)], capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 1
+        assert proc.stderr.strip().splitlines()[-1] == (
+            f"main.py: error: --export_dir {mnt}: {mnt} is a mount point: the export is "
+            "written beside its directory and swapped in whole, which a mount point cannot "
+            f"take; give a directory inside it ({mnt}/export)")
+        assert "training" not in proc.stdout and not os.listdir(mnt)
+
+
+def test_an_export_keeps_the_mode_and_group_of_the_directory_it_replaces(tmp_path, monkeypatch):
+    """A staging directory is mkdtemp's (0700): every export became 0700, unreadable by a
+    serving container of another user. Now it takes the mode and group it replaces (a shared
+    volume's 2775), or the umask's for a new one."""
+    import grp
+    import stat
+    target = tmp_path / "export"
+    target.mkdir()
+    group = next((g.gr_gid for g in grp.getgrall() if g.gr_gid != os.getgid()), os.getgid())
+    os.chown(target, -1, group)
+    os.chmod(target, 0o2775)
+    with files.staged_dir(str(target), "the export") as stage:
+        open(os.path.join(stage, "model.txt"), "w").close()
+    st = os.stat(target)
+    assert stat.S_IMODE(st.st_mode) == 0o2775 and st.st_gid == group
+    fresh = tmp_path / "fresh"
+    old = os.umask(0o027)
+    try:
+        with files.staged_dir(str(fresh), "the export") as stage:
+            open(os.path.join(stage, "model.txt"), "w").close()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(fresh).st_mode) == 0o750

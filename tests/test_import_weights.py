@@ -344,6 +344,14 @@ def test_imported_weights_answer_as_their_source_on_photographs(torch_files, tmp
     info = json.load(open(tmp_path / "run" / "export" / "assets" / "client.json"))
     assert info["recipe"] == recorded and info["checkpoint_settings"]["eval_preprocessing"] == \
         recorded
+    # The model card: the weights' source and where it states their terms, the recipe, the
+    # packages; predict evaluated nothing, so nothing scored.
+    card = info["model_card"]
+    assert card["weights"]["from"] == f"{source} weights imported by import_weights.py"
+    assert card["weights"]["file"] == str(src)
+    assert card["weights"]["terms"] == pretrained.TERMS[source]
+    assert card["evaluation_preprocessing"] == recorded and card["scored"] is None
+    assert card["exported_with"]["tensorflow"] == tf.__version__
     if source == "torchvision":  # a given flag wins over the checkpoint's recipe
         from rn50 import recipes
         _, logits = _predict_and_export(ckpt, tmp_path / "v1", "--eval_preprocessing",
@@ -501,6 +509,43 @@ def test_a_keras_hub_preset_of_another_network_is_one_line(keras_hub_preset, tmp
     assert len(err.splitlines()) == 1 and not os.path.exists(tmp_path / "out" / "checkpoint")
 
 
+def test_a_keras_hub_preset_without_its_task_weights_imports_the_backbone_alone(
+        keras_hub_preset, tmp_path, capsys):
+    """task.json without task.weights.h5: keras-hub builds the classifier with a random head,
+    which was imported as the source's (exit 0, no note). Now the backbone alone, the
+    classifier fresh, said in one line; and a config.json whose "config" is a list is one line,
+    not a traceback."""
+    import shutil
+    preset, _ = keras_hub_preset
+    headless = tmp_path / "headless"
+    shutil.copytree(preset, headless, ignore=shutil.ignore_patterns("task.weights.h5"))
+    assert pretrained.main([str(headless), str(tmp_path / "out"), "--from", "keras_hub"]) == 0
+    out = capsys.readouterr().out
+    assert (f"note: {headless} has task.json but no task.weights.h5: the classifier's weights "
+            "are not there, so the backbone alone is imported (the classifier starts fresh)"
+            ) in out
+    full = tmp_path / "full"
+    assert pretrained.main([str(preset), str(full), "--from", "keras_hub"]) == 0
+    capsys.readouterr()
+    a = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(tmp_path / "out")))
+    b = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(full)))
+    shapes = a.get_variable_to_shape_map()
+    differ = [n for n in shapes if n in b.get_variable_to_shape_map() and "VARIABLE_VALUE" in n
+              and shapes[n] and not np.array_equal(a.get_tensor(n), b.get_tensor(n))]
+    # The trunk is the preset's; only the classifier (kernel and bias) is not.
+    assert len(differ) == 2 and {tuple(shapes[n]) for n in differ} == {(2048, 1000), (1000,)}
+    listed = tmp_path / "listed"
+    shutil.copytree(preset, listed)
+    config = json.load(open(listed / "config.json"))
+    config["config"] = [config["config"]]
+    json.dump(config, open(listed / "config.json", "w"))
+    assert pretrained.main([str(listed), str(tmp_path / "out2"), "--from", "keras_hub"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"import_weights.py: error: {listed}/config.json: its \"config\" is a list, "
+                   "not the backbone's settings (a JSON object): not a preset save_to_preset "
+                   "wrote"]
+
+
 # --- refusals ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("fault, expected", [
     ("missing", "has no layer3.2.bn2.running_var: not a ResNet-50 of this architecture"),
@@ -589,6 +634,13 @@ def test_output_and_labels_faults_are_one_line_before_the_import(torch_files, tm
     assert code == 1 and err == [f"import_weights.py: error: cannot write the checkpoint in "
                                  f"{tmp_path / 'full'} (ckpt-0_temp; No space left on device)"]
     assert [n for n in os.listdir(tmp_path / "full") if not n.startswith(".")] == []
+    # A disk too small for the checkpoint: refused before the import, with what it needs.
+    from reliability_helpers import tmpfs
+    with tmpfs(tmp_path / "small", 50 * 1024) as small:
+        code, err = _say(capsys, [src, small, "--from", "torchvision"])
+        assert code == 1 and len(err) == 1 and err[0].startswith(
+            f"import_weights.py: error: out_dir {small} has ") and err[0].endswith(
+            "MiB free; the checkpoint needs about 108.5 MiB"), err
 
 
 def test_a_new_import_does_not_keep_an_earlier_imports_labels(torch_files, tmp_path, capsys):

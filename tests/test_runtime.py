@@ -121,6 +121,11 @@ def test_nan_loss_stops_with_one_line_and_keeps_the_checkpoint(tmp_path, monkeyp
     (["--export_dir", "/tmp/t/e", "--export_triton", "/tmp/t"], 2,
      "--export_dir /tmp/t/e is inside --export_triton /tmp/t: Triton reads every folder there "
      "as a model; give the export a directory beside the repository"),
+    # A recipe of non-finite or overflowing numbers: every image NaN, or all the same.
+    (["--eval_preprocessing", "mean:nan/1/1"], 2, "mean nan/1/1 and std 58.395/57.12/57.375: "
+     "finite numbers within +-1e+06, the std at least 1e-06"),
+    (["--eval_preprocessing", "mean:1e39/0/0"], 2, "mean 1e+39/0/0 and std"),
+    (["--eval_preprocessing", "std:inf/1/1"], 2, "and std inf/1/1: finite numbers"),
 ])
 def test_bad_command_lines_fail_with_one_line(extra, code, message):
     proc = run_cli([sys.executable, MAIN, *extra])
@@ -245,3 +250,15 @@ def test_help_lists_every_flag_and_exits_zero():
     proc = run_cli([sys.executable, MAIN, "--help"])
     assert proc.returncode == 0 and proc.stdout.startswith("usage: main.py")
     assert "--batch_size" in proc.stdout and "--arch" in proc.stdout  # common and ResNet's own
+
+
+def test_a_flagfile_that_is_not_text_is_one_line(tmp_path):
+    """--flagfile naming a binary file was a UnicodeDecodeError traceback (a missing one was
+    already one line)."""
+    binary = tmp_path / "flags.bin"
+    binary.write_bytes(bytes(range(256)) * 4)
+    for args in (["--flagfile", str(binary)], [f"--flagfile={binary}"]):
+        proc = run_cli([sys.executable, MAIN, *args])
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert stderr_last_line(proc) == (f"main.py: error: --flagfile {binary}: not a text "
+                                          "file (one --flag=value a line)")

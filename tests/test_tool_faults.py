@@ -187,6 +187,90 @@ def test_an_export_replaces_the_whole_earlier_one_and_clears_stale_staging(tmp_p
                             "--export_dir", str(export)])
     out = capsys.readouterr().out
     assert sorted(os.listdir(export)) == ["assets", "fingerprint.pb", "notes.txt",
-                                          "saved_model.pb", "variables"]
+                                          "preprocess", "saved_model.pb", "variables"]
     assert f"removed {export / 'model_int8.onnx'}: the previous export's" in out
     assert f"removed {export / '.staging-abc123'}, left by an export that was stopped" in out
+
+
+def test_profile_diff_refuses_a_table_shorter_than_its_run_wrote(tmp_path, capsys):
+    """Ten rows of tiny ops cut from an ops.csv leave its shares adding up to 1: it compared
+    without a note. The run's summary records how many rows it wrote; a table with fewer is
+    refused, given as the run or as the file."""
+    from common.dllogger import Logger
+    a = _profile_run(tmp_path / "a")
+    b = _profile_run(tmp_path / "b")
+    table = next((b / "tensorboard").rglob("ops.csv"))
+    header = table.read_text().splitlines()[0]
+    rows = [f"Op{n},op{n}_1,host,2,{100 if n < 2 else 0.001},1.0,{0.5 if n < 2 else 0.0},"
+            "float32->float32,," for n in range(12)]
+    table.write_text("\n".join([header, *rows[:2]]) + "\n")  # the last ten cut
+    log = Logger(enabled=True, json_path=str(b / "log.json"), tensorboard_dir=None)
+    log.summary({"op_table": str(table), "op_table_rows": 12})
+    log.close()
+    for given in (b, table):
+        code, _, err = _diff(capsys, a, given)
+        assert code == 2 and err == [f"profile_diff: error: {table} has 2 rows; the run wrote "
+                                     "12: the table was cut short or edited since"], err
+
+
+def test_gpu_parity_without_a_gpu_is_refused_not_passed(tmp_path, digits_records):
+    """benchtools.parity --runs gpu-fp32 on a machine where TensorFlow sees no GPU (a driver or
+    CUDA mismatch, the very fault the check exists for) said "gpu-fp32 PASS": its GPU run was a
+    second CPU run. Now the run's own record of its device decides: one line, exit 2."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT, TINY
+    proc = subprocess.run([sys.executable, "-m", "benchtools.parity", "resnet50v1.5", "--out",
+                           str(tmp_path / "parity"), "--runs", "gpu-fp32", "--steps", "1",
+                           "--", *TINY, "--data_dir", digits_records],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2, (proc.stdout[-2000:], proc.stderr[-2000:])
+    assert "PASS" not in proc.stdout
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("parity: error: gpu-fp32: TensorFlow saw no GPU in this run (") and \
+        last.endswith("no GPU): its driver or CUDA does not match TensorFlow's, or "
+                      "CUDA_VISIBLE_DEVICES hides it; nothing was compared"), last
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["benchtools.int8_accuracy", "resnet50v1.5", "--workdir", "FILE"],
+     "--workdir FILE is a file, not a directory"),
+    (["benchtools.dali_compare", "resnet50v1.5", "--data_dir", "DATA", "--batches", "0"],
+     "--batches 0 and --batch_size 8: at least 1 each"),
+    (["benchtools.dali_compare", "resnet50v1.5", "--data_dir", "SHAPES"],
+     "its records are not resnet50v1.5's (no image/class/label feature): give the --data_dir "
+     "that model's prepare_dataset.py wrote"),
+])
+def test_tool_command_lines_that_cannot_run_are_one_line(tmp_path, digits_records,
+                                                         shapes_records, args, expected):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    (tmp_path / "FILE").write_text("not a directory\n")
+    args = [str(tmp_path / "FILE") if a == "FILE" else digits_records if a == "DATA" else
+            shapes_records if a == "SHAPES" else a for a in args]
+    expected = expected.replace("FILE", str(tmp_path / "FILE"))
+    proc = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].endswith(expected), proc.stderr
+
+
+def test_int8_accuracy_without_model_optimizer_stops_before_training(tmp_path):
+    """Model Optimizer missing: the command trained for minutes, then failed with a traceback
+    in the export. Now one line before anything runs."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    env = {**os.environ, "MODELOPT_PYTHON": sys.executable}  # a Python without modelopt
+    proc = subprocess.run([sys.executable, "-m", "benchtools.int8_accuracy", "resnet50v1.5",
+                           "--workdir", str(tmp_path / "w")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        f"int8_accuracy: error: --export_onnx_int8: MODELOPT_PYTHON={sys.executable} cannot "
+        "import modelopt.onnx.quantization"), proc.stderr
+    assert not (tmp_path / "w").exists()

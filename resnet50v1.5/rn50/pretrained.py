@@ -68,6 +68,17 @@ from rn50 import recipes
 STD = (58.395, 57.12, 57.375)
 
 SOURCES = ("torchvision", "timm", "nvidia", "keras", "keras_hub")
+# Where each source states the terms of its weights, recorded beside the checkpoint and in its
+# exports' model card (client.json): the source's own statement, not a summary of it.
+TERMS = {
+    "torchvision": "torchvision's BSD-3-Clause licence (github.com/pytorch/vision/blob/main/"
+                   "LICENSE); its models' documentation says pre-trained weights may carry "
+                   "terms of the data they were trained on (ImageNet)",
+    "timm": "the model's card on the Hugging Face hub (huggingface.co/timm/<model>)",
+    "nvidia": "the checkpoint's page in NVIDIA's NGC catalog (catalog.ngc.nvidia.com)",
+    "keras": "Keras' applications documentation (keras.io/api/applications)",
+    "keras_hub": "the preset's model card on Kaggle (kaggle.com/models/keras/resnetv1)",
+}
 BN = ("gamma", "beta", "moving_mean", "moving_variance")
 
 
@@ -446,6 +457,10 @@ def from_keras_hub(preset: str, arch: str) -> Imported:
         raise DataError(f"{preset}/config.json: not a keras-hub ResNetBackbone preset (its "
                         f"class: {found})")
     cfg = config.get("config", {})
+    if not isinstance(cfg, dict):
+        raise DataError(f"{preset}/config.json: its \"config\" is a {type(cfg).__name__}, not "
+                        "the backbone's settings (a JSON object): not a preset save_to_preset "
+                        "wrote")
     want = {"block_type": "bottleneck_block", "use_pre_activation": False,
             "input_conv_filters": [64], "input_conv_kernel_sizes": [7],
             "stackwise_num_filters": [64, 128, 256, 512],
@@ -466,6 +481,13 @@ def from_keras_hub(preset: str, arch: str) -> Imported:
                         f"keras-hub regex tokenizers (its requirements pin tensorflow-text, which "
                         f"would replace this TensorFlow)") from None
     task = os.path.exists(os.path.join(preset, "task.json"))
+    notes = [] if task else [f"{preset} has no task.json: a backbone preset, without a "
+                             "classifier"]
+    if task and not os.path.exists(os.path.join(preset, "task.weights.h5")):
+        # keras-hub would build the classifier with a random head and call it the preset's.
+        task = False
+        notes = [f"{preset} has task.json but no task.weights.h5: the classifier's weights are "
+                 "not there, so the backbone alone is imported (the classifier starts fresh)"]
     try:
         loaded = (keras_hub.models.ImageClassifier if task else
                   keras_hub.models.ResNetBackbone).from_preset(preset)
@@ -508,8 +530,6 @@ def from_keras_hub(preset: str, arch: str) -> Imported:
         kernel, bias = (np.asarray(w, np.float32) for w in head.get_weights())
         out[("logits", "kernel")], out[("logits", "bias")] = kernel, bias
         classes = bias.shape[0]
-    notes = [] if task else [f"{preset} has no task.json: a backbone preset, without a "
-                             "classifier"]
     return Imported(out, classes, "symmetric", notes)
 
 
@@ -568,12 +588,18 @@ def build(imported: Imported, arch: str, num_classes: int | None, image_size: in
     return model, settings, notes
 
 
-def check_output(out_dir: str) -> None:
-    """Before the import: ``out_dir`` can take the checkpoint (a directory, writable, no
-    checkpoint in it)."""
+# Every weight of each architecture with ImageNet's 1000 classes, batch-norm statistics
+# included: what its weights-only checkpoint holds, 4 bytes each.
+ALL_WEIGHTS = {"resnet50": 25_610_152, "resnet_tiny": 387_808}
+
+
+def check_output(out_dir: str, arch: str = "resnet50") -> None:
+    """Before the import: ``out_dir`` can take the checkpoint (a directory, writable, with room
+    for the architecture's weights, no checkpoint in it)."""
     from common import files
     from common.checkpoint import store
-    files.check_output_dir(out_dir, "out_dir", 1 << 20, "the checkpoint needs")
+    need = int(1.1 * 4 * ALL_WEIGHTS[arch]) + (1 << 20)
+    files.check_output_dir(out_dir, "out_dir", need, "the checkpoint needs")
     if store.on_disk(out_dir):
         raise DataError(f"{out_dir} already holds checkpoints: import into an empty directory")
 
@@ -593,7 +619,8 @@ def read_labels(labels: str) -> list[str]:
     return names
 
 
-def write(model, settings: dict, out_dir: str, names: list[str] | None, log=print) -> str:
+def write(model, settings: dict, out_dir: str, names: list[str] | None, log=print,
+          source: dict | None = None) -> str:
     """The weights-only checkpoint, settings.json and labels.txt (``names``), moved into
     ``out_dir`` once complete; a labels.txt an earlier import left there goes when this one has
     none. Returns the checkpoint's prefix."""
@@ -607,7 +634,7 @@ def write(model, settings: dict, out_dir: str, names: list[str] | None, log=prin
     stage = tempfile.mkdtemp(prefix=".import-", dir=out_dir)
     try:
         prefix = store.write_weights(stage, model, step=0)
-        checkpoint_settings.write(stage, "resnet50v1.5", settings)
+        checkpoint_settings.write(stage, "resnet50v1.5", settings, source)
         if names:
             with open(os.path.join(stage, "labels.txt"), "w", encoding="utf-8") as f:
                 f.write("".join(n + "\n" for n in names))
@@ -655,13 +682,17 @@ def main(argv=None) -> int:
 
 
 def _import(args) -> int:
-    check_output(args.out_dir)  # before the import, not after it
+    check_output(args.out_dir, args.arch)  # before the import, not after it
     names = read_labels(args.labels) if args.labels else None
     recipe, recipe_notes = source_recipe(args.source, args.src, args.recipe)
     imported = read(args.source, args.src, args.arch)
     model, settings, notes = build(imported, args.arch, args.num_classes, args.image_size, recipe)
     notes += recipe_notes
-    prefix = write(model, settings, args.out_dir, names)
+    import datetime
+    source = {"from": f"{args.source} weights imported by import_weights.py",
+              "file": os.path.abspath(args.src), "terms": TERMS[args.source],
+              "imported": datetime.date.today().isoformat()}
+    prefix = write(model, settings, args.out_dir, names, source=source)
     for note in notes:
         print(f"note: {note}")
     print(f"imported {len(imported.weights)} tensors of {args.source}'s ResNet-50 into {prefix} "

@@ -39,6 +39,7 @@ NVIDIA_STD = (58.395, 57.12, 57.375)
 TORCH_MEAN = (123.675, 116.28, 103.53)  # (0.485, 0.456, 0.406) x 255
 TORCH_STD = (58.395, 57.12, 57.375)  # (0.229, 0.224, 0.225) x 255
 INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
+LIMIT = 1e6  # the largest mean or std (and 1 / the smallest std) a recipe takes
 KERAS_MODES = ("aspect", "stretch")  # keras.layers.Resizing with crop_to_aspect_ratio or without
 
 
@@ -122,6 +123,11 @@ def parse(text: str | None, size: int = 224) -> Recipe:
         raise ValueError(f"antialias {fields['antialias']}: 1 or 0")
     if len(mean) != 3 or len(std) != 3 or min(std) <= 0:
         raise ValueError("mean and std take three values, a/b/c, the std above 0")
+    if not all(math.isfinite(v) and abs(v) <= LIMIT for v in mean + std) or min(std) < 1 / LIMIT:
+        raise ValueError(f"mean {'/'.join(map(_num, mean))} and std {'/'.join(map(_num, std))}: "
+                         f"finite numbers within +-{LIMIT:g}, the std at least {1 / LIMIT:g} "
+                         "(on the 0..255 scale; anything else makes every input NaN or the "
+                         "same)")
     if crop < 1 or (resize is not None and resize < crop):
         raise ValueError(f"resize {resize} and crop {crop}: the crop must fit the resize")
     return Recipe(resize, crop, interpolation, fields.get("antialias", "1") == "1", mean, std,
