@@ -181,6 +181,9 @@ def _recipes():
                                                     "antialias": True}).spec()}
 
 
+@pytest.mark.one_stack("pip", "the client runs the export's own function: what it checks is "
+                        "the client's wiring, the same on both stacks (each stack's export is "
+                        "checked against its evaluation pipeline above)")
 def test_the_client_prepares_images_as_the_export_does_for_every_recipe(tmp_path,
                                                                         digits_records):
     """scripts/triton_client.py prepares images for the networks alone (ONNX, TensorRT) with

@@ -213,6 +213,8 @@ def test_profile_diff_refuses_a_table_shorter_than_its_run_wrote(tmp_path, capsy
                                      "12: the table was cut short or edited since"], err
 
 
+@pytest.mark.one_stack("pip", "the check reads the run's record of its device, written the "
+                        "same on both stacks")
 def test_gpu_parity_without_a_gpu_is_refused_not_passed(tmp_path, digits_records):
     """benchtools.parity --runs gpu-fp32 on a machine where TensorFlow sees no GPU (a driver or
     CUDA mismatch, the very fault the check exists for) said "gpu-fp32 PASS": its GPU run was a
