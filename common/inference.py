@@ -56,10 +56,8 @@ def predict(serving, model: keras.Model, paths, dist, log, results_dir: str,
         except (DataError, OSError, tf.errors.OpError) as e:
             why = str(e) if isinstance(e, DataError) else f"{path}: {one_line(str(e))}"
             failed.append(why)
-            found = [{"file": path, "error": why}]
-        for r in found:  # one line a record: the prediction, or why the file was skipped
-            said = serving.describe_prediction(r) if "error" not in r else \
-                f"skipped {path}: {r['error']}"
+            found = [({"file": path, "error": why}, f"skipped {path}: {why}")]
+        for r, said in found:  # one line a record: the prediction, or why the file was skipped
             count = f"[{n}/{len(paths)}] " if len(paths) > 1 else ""
             log.log((epoch, len(records)), r, text=f"{count}{said}" if said else None)
             records.append(r)
@@ -85,8 +83,31 @@ def benchmarked_function(serving, model, inference_model, data, flags, world: in
             raise UsageError("--use_tftrt benchmarks one GPU: run it without mpirun/horovodrun")
         state = task.initial_state(model, "infer")
         return tftrt.benchmark_infer(serving, model, flags.results_dir, flags.use_tftrt,
-                                     serving.inference_inputs(next(data)), state,
+                                     inference_inputs(serving, next(data)), state,
                                      log=log.print), state
     served = inference_model()
     state = task.initial_state(served, "infer")
     return tf.function(lambda x, state: serving.infer(served, x, state), jit_compile=xla), state
+
+
+def inference_inputs(serving, batch):
+    """The model inputs of a data batch (``serving.inference_input``: an index, a key, or None
+    for the whole batch)."""
+    return batch if serving.inference_input is None else batch[serving.inference_input]
+
+
+def inference_dataset(serving):
+    """Batches for the inference benchmark, endless and all of one size (a smaller last batch
+    would be compiled anew inside the timed steps): evaluation data if any, else synthetic;
+    streams that carry a state (``serving.inference_streams``) in order, the short last
+    ones dropped."""
+    task = serving.task
+    if not serving.flags.data_dir:
+        return task.train_dataset()
+    if serving.inference_streams:
+        return task.eval_dataset(drop_short=True).repeat()
+    data = task.eval_dataset()
+    from common import dali
+    if isinstance(data, dali.EvalPass):
+        return data.served  # the padded last batch kept: its rows are as costly
+    return data.unbatch().repeat().batch(serving.flags.batch_size, drop_remainder=True)

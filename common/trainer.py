@@ -274,11 +274,13 @@ class Trainer:
         """``--mode inference_benchmark``: the serving computation (TF-TRT's with
         ``--use_tftrt``) on the inference data, every step timed."""
         f, task, serving = self.flags, self.task, self.serving
-        data = read_batches(self.ctx.capabilities.on_device(serving.inference_dataset()))
+        data = read_batches(self.ctx.capabilities.on_device(
+            inference.inference_dataset(serving)))
         infer, state = inference.benchmarked_function(serving, self.model, self.inference_model,
                                                       data, f, self.dist.size,
                                                       self.ctx.precision.xla, self.log)
-        stepper = InferStepper(infer, data, serving.inference_inputs, task.items_in, state)
+        stepper = InferStepper(infer, data, lambda b: inference.inference_inputs(serving, b),
+                               task.items_in, state)
         return benchmark.inference(stepper, f, self.profiler, self.log, task.config.LOG_NAMES,
                                    self.steps_per_epoch)
 

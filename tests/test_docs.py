@@ -193,3 +193,19 @@ def test_adding_a_model_lists_the_task_interface_as_it_is():
     methods = [n for c in (task.Task, task.RecordTask) for n, v in vars(c).items()
                if n in actual and isinstance(v, (types.FunctionType, classmethod, property))]
     assert len(methods) <= 30, methods  # a narrow interface: at most 30 methods in the two
+
+
+def test_adding_a_model_lists_the_serving_interface_as_it_is():
+    """docs/adding_a_model.md's table names every member of Serving, and Serving has at most
+    ten methods: what is the same for every model is functions that read them (it had grown
+    to sixteen, five of them moved in from the Task)."""
+    from common.export import serving
+    text = open(os.path.join(ROOT, "docs", "adding_a_model.md")).read()
+    table = text.split("### The serving object, member by member")[1].split("\n## ")[0]
+    documented = set(re.findall(r"^\| `(\w+)` \|", table, re.M))
+    actual = {n for n in vars(serving.Serving)
+              if not n.startswith("_") or n == "__init__"}
+    assert documented == actual
+    methods = [n for n, v in vars(serving.Serving).items()
+               if isinstance(v, (types.FunctionType, classmethod, staticmethod, property))]
+    assert len(methods) <= 10, methods

@@ -130,12 +130,33 @@ def quantize(float_path: str, int8_path: str, images: np.ndarray, python: str,
     return int8_path
 
 
+def calibration_batches(serving):
+    """``--calibration_images`` images of ``serving.calibration_dataset``, as numpy batches. A
+    record that cannot be read stops with one line naming its file and number."""
+    import tensorflow as tf
+
+    from common.errors import DataError, one_line
+    from common.task import locate_bad_record
+    left = serving.flags.calibration_images
+    try:
+        for batch in serving.calibration_dataset():
+            if left <= 0:
+                return
+            batch = batch.numpy()[:left]
+            left -= len(batch)
+            yield batch
+    except tf.errors.OpError as e:
+        where = locate_bad_record(serving.task, "train") or one_line(e.message)
+        raise DataError(f"--export_onnx_int8: a calibration image cannot be read ({where})"
+                        ) from None
+
+
 def export_serving(serving, export_dir: str, log) -> list[str]:
     """An INT8 file beside each of the model's ONNX files in ``export_dir``, all calibrated on
     the same ``calibration_batches`` (read once); returns their paths. Model Optimizer's
     environment was checked at start-up (``require``)."""
     python = modelopt_python() or require()
-    images = np.concatenate([np.asarray(b, np.float32) for b in serving.calibration_batches()])
+    images = np.concatenate([np.asarray(b, np.float32) for b in calibration_batches(serving)])
     out = [quantize(os.path.join(export_dir, name), os.path.join(export_dir, int8_name(name)),
                     images, python, serving.flags.results_dir) for name in serving.onnx_files]
     asked = serving.flags.calibration_images

@@ -20,11 +20,9 @@ from collections.abc import Mapping
 import keras
 import tensorflow as tf
 
-from common import errors, files, precision
+from common import files, precision
 from common.checkpoint.settings import settings_of
-from common.errors import DataError
 from common.images import MEAN, STD
-from common.task import locate_bad_record
 
 CLIENT_INFO = "client.json"  # in the SavedModel's assets/
 # The image models' preprocessing alone, a SavedModel of its own (no weights) in the export:
@@ -33,8 +31,11 @@ PREPROCESS = "preprocess"
 
 
 class Serving:
-    """A model's export. Subclasses give ``signatures`` and, where they have them, ``assets``,
-    ``client_info`` and the calibration data of an INT8 export."""
+    """A model's export, and what inference is for it: what each model declares (its class
+    attributes) and the hooks it overrides, at most ten methods (a test holds the count; the
+    rest of the export is this module's functions and ``common.export``'s). Subclasses give
+    ``signatures`` and, where they have them, ``assets``, ``client_info``, the calibration
+    data of an INT8 export and ``predict_file``."""
 
     # What --export_onnx writes beside the SavedModel: file name -> the signature it converts
     # (one whose inputs are tensors TensorRT takes: not encoded images).
@@ -55,6 +56,12 @@ class Serving:
     # float (size, size, 3): what their ``serving_default`` and Triton's ``<name>_preprocess``
     # run before the network (a ``staticmethod`` of the model's pipeline function).
     prepare_image = None
+    # Inference (predict, the inference benchmark): the part of a data batch the model takes
+    # (an index or a key; None: the whole batch), and whether the evaluation batches are
+    # streams that carry a state from batch to batch (Transformer-XL's memory: served in
+    # order, the short last ones dropped, not re-batched).
+    inference_input: int | str | None = 0
+    inference_streams: bool = False
 
     def __init__(self, task):
         self.task, self.flags = task, task.flags
@@ -75,21 +82,6 @@ class Serving:
         """This model's part of ``client.json``: how a client prepares an input and reads an
         output (input size, mean and standard deviation, the class names' file)."""
         return {}
-
-    def preprocess(self):
-        """The image models' preprocessing alone, encoded images (N,) string -> ``images``
-        (N, size, size, 3) float32 and ``valid`` (N,) bool (``prepare_each``), as a
-        ``tf.function``: Triton's ``<name>_preprocess`` runs it before the ONNX network. None
-        for a model whose input is no image."""
-        if self.prepare_image is None:
-            return None
-        prepare, size = self.prepare_image, self.flags.image_size
-
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")])
-        def preprocess(images):
-            batch, valid = prepare_each(images, prepare, size)
-            return {"images": batch, "valid": valid}
-        return preprocess
 
     def tensorrt_onnx(self, export_dir: str, int8: bool, out_path: str) -> bool:
         """Puts at ``out_path`` the ONNX graph that Triton's ``<name>_tensorrt`` engine is built
@@ -115,32 +107,12 @@ class Serving:
         """(outputs, next state) of one inference batch, for the inference benchmark."""
         return model(inputs, training=False), state
 
-    def inference_inputs(self, batch):
-        """The model inputs of a batch, for the inference benchmark."""
-        return batch[0]
-
-    def inference_dataset(self):
-        """Batches for the inference benchmark, endless and all of one size (a smaller last
-        batch would be compiled anew inside the timed steps): evaluation data if any, else
-        synthetic."""
-        task = self.task
-        if not self.flags.data_dir:
-            return task.train_dataset()
-        data = task.eval_dataset()
-        from common import dali
-        if isinstance(data, dali.EvalPass):
-            return data.served  # the padded last batch kept: its rows are as costly
-        return data.unbatch().repeat().batch(self.flags.batch_size, drop_remainder=True)
-
-    def predict_file(self, model: keras.Model, path: str) -> list[dict]:
-        """The prediction records of one ``--to_predict`` file (a ``DataError`` when it cannot
-        be read: the run reports it and goes on with the other files)."""
+    def predict_file(self, model: keras.Model, path: str) -> list[tuple[dict, str | None]]:
+        """The prediction records of one ``--to_predict`` file, each with its readable line
+        (None: the record's fields as they are; the log's JSON line keeps the record whole);
+        a ``DataError`` when it cannot be read: the run reports it and goes on with the other
+        files."""
         raise NotImplementedError(f"{self.task.name} has no predict mode")
-
-    def describe_prediction(self, record: Mapping) -> str | None:
-        """One readable line for a ``predict_file`` record (the log's JSON line keeps it
-        whole), or None for the record's fields as they are."""
-        return None
 
     def serving_call(self, inputs, state) -> tuple[str, object]:
         """The signature that computes what ``Task.infer`` computes, and its arguments (a
@@ -155,97 +127,95 @@ class Serving:
         tf.data on the host, whatever the run's pipeline."""
         raise NotImplementedError(f"{self.task.name} has no INT8 calibration data")
 
-    def calibration_batches(self):
-        """``--calibration_images`` images of ``calibration_dataset``, as numpy batches. A
-        record that cannot be read stops with one line naming its file and number."""
-        left = self.flags.calibration_images
+def preprocess_function(serving):
+    """The image models' preprocessing alone, encoded images (N,) string -> ``images``
+    (N, size, size, 3) float32 and ``valid`` (N,) bool (``prepare_each``), as a
+    ``tf.function``: Triton's ``<name>_preprocess`` runs it before the ONNX network. None
+    for a model whose input is no image."""
+    if serving.prepare_image is None:
+        return None
+    prepare, size = serving.prepare_image, serving.flags.image_size
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")])
+    def preprocess(images):
+        batch, valid = prepare_each(images, prepare, size)
+        return {"images": batch, "valid": valid}
+    return preprocess
+
+
+def describe(serving, signatures: Mapping) -> dict:
+    """``client.json``: each signature's inputs and outputs (dtype, shape; -1 where any
+    size goes), the model's own fields, the precision it was trained in and its
+    checkpoint's settings."""
+    def spec(t):
+        return {"dtype": t.dtype.name, "shape": [-1 if d is None else int(d)
+                                                 for d in t.shape]}
+    described = {}
+    for name, fn in signatures.items():
+        concrete = fn.get_concrete_function()
+        described[name] = {
+            "inputs": {s.name: spec(s) for s in fn.input_signature},
+            "outputs": {k: spec(v) for k, v in concrete.structured_outputs.items()}}
+    p = serving.task.ctx.precision
+    pre = {"preprocess": PREPROCESS} if serving.prepare_image is not None else {}
+    if serving.triton_state:  # the repositories' model that keeps the state in the server
+        pre["sequence_model"] = serving.triton_name
+    return {"model": serving.task.name, "signatures": described, **serving.client_info(), **pre,
+            "triton_model": f"{serving.triton_name}_savedmodel",
+            "trained_precision": p.policy, "exported_weights": "float32"
+            if not p.amp else f"float32 (computed in {p.compute_dtype})",
+            "checkpoint_settings": settings_of(serving.task), "model_card": model_card(serving)}
+
+def model_card(serving) -> dict:
+    """What a reader of the export needs to know of its weights: where they come from
+    (and on what terms, for imported ones), how evaluation prepared an image, what they
+    scored in the run that exported them (``scored``: its evaluation, if it made one) and
+    the packages that exported them."""
+    import importlib.metadata
+    import platform
+
+    from common.checkpoint.start import weights_source
+
+    def version(package):
         try:
-            for batch in self.calibration_dataset():
-                if left <= 0:
-                    return
-                batch = batch.numpy()[:left]
-                left -= len(batch)
-                yield batch
-        except tf.errors.OpError as e:
-            where = locate_bad_record(self.task, "train") or errors.one_line(e.message)
-            raise DataError(f"--export_onnx_int8: a calibration image cannot be read ({where})"
-                            ) from None
+            return importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+    f = serving.flags
+    return {"weights": weights_source(serving.task),
+            "evaluation_preprocessing": getattr(f, "eval_preprocessing", None) or (
+                "nvidia" if serving.prepare_image is not None else None),
+            "scored": serving.scored,
+            "exported_with": {"python": platform.python_version(), **{
+                n: version(n) for n in ("tensorflow", "keras", "numpy", "tf2onnx",
+                                        "onnx")}}}
 
-    # --- writing it -------------------------------------------------------------------------
-
-    def describe(self, signatures: Mapping) -> dict:
-        """``client.json``: each signature's inputs and outputs (dtype, shape; -1 where any
-        size goes), the model's own fields, the precision it was trained in and its
-        checkpoint's settings."""
-        def spec(t):
-            return {"dtype": t.dtype.name, "shape": [-1 if d is None else int(d)
-                                                     for d in t.shape]}
-        described = {}
-        for name, fn in signatures.items():
-            concrete = fn.get_concrete_function()
-            described[name] = {
-                "inputs": {s.name: spec(s) for s in fn.input_signature},
-                "outputs": {k: spec(v) for k, v in concrete.structured_outputs.items()}}
-        p = self.task.ctx.precision
-        pre = {"preprocess": PREPROCESS} if self.prepare_image is not None else {}
-        if self.triton_state:  # the repositories' model that keeps the state in the server
-            pre["sequence_model"] = self.triton_name
-        return {"model": self.task.name, "signatures": described, **self.client_info(), **pre,
-                "triton_model": f"{self.triton_name}_savedmodel",
-                "trained_precision": p.policy, "exported_weights": "float32"
-                if not p.amp else f"float32 (computed in {p.compute_dtype})",
-                "checkpoint_settings": settings_of(self.task), "model_card": self.card()}
-
-    def card(self) -> dict:
-        """What a reader of the export needs to know of its weights: where they come from
-        (and on what terms, for imported ones), how evaluation prepared an image, what they
-        scored in the run that exported them (``scored``: its evaluation, if it made one) and
-        the packages that exported them."""
-        import importlib.metadata
-        import platform
-
-        from common.checkpoint.start import weights_source
-
-        def version(package):
-            try:
-                return importlib.metadata.version(package)
-            except importlib.metadata.PackageNotFoundError:
-                return None
-        f = self.flags
-        return {"weights": weights_source(self.task),
-                "evaluation_preprocessing": getattr(f, "eval_preprocessing", None) or (
-                    "nvidia" if self.prepare_image is not None else None),
-                "scored": self.scored,
-                "exported_with": {"python": platform.python_version(), **{
-                    n: version(n) for n in ("tensorflow", "keras", "numpy", "tf2onnx",
-                                            "onnx")}}}
-
-    def save(self, model: keras.Model, export_dir: str) -> None:
-        """The SavedModel of ``model`` in ``export_dir``: ``signatures``, and ``assets`` with
-        ``client.json`` in its ``assets/``; an image model's preprocessing alone beside them
-        (``preprocess/``, the same function as ``serving_default``'s)."""
-        module = tf.Module()
-        # The variables, not the Keras model: tracking the model would have the SavedModel
-        # trace its own call, which not every model's call can be (memories, targets).
-        module.weights = [v.value for v in model.variables]
-        signatures = self.signatures(model)
-        module.functions = dict(signatures)
-        texts = {**self.assets(), CLIENT_INFO: json.dumps(self.describe(signatures), indent=1)
-                 + "\n"}
-        with tempfile.TemporaryDirectory() as tmp:
-            module.assets = []
-            for name, text in texts.items():
-                path = os.path.join(tmp, name)
-                with open(path, "w", encoding="utf-8") as fh:
-                    fh.write(text)
-                module.assets.append(tf.saved_model.Asset(path))
-            tf.saved_model.save(module, export_dir, signatures=signatures)
-        preprocess = self.preprocess()
-        if preprocess is not None:
-            alone = tf.Module()
-            alone.preprocess = preprocess
-            tf.saved_model.save(alone, os.path.join(export_dir, PREPROCESS),
-                                signatures={"serving_default": preprocess})
+def save(serving, model: keras.Model, export_dir: str) -> None:
+    """The SavedModel of ``model`` in ``export_dir``: ``signatures``, and ``assets`` with
+    ``client.json`` in its ``assets/``; an image model's preprocessing alone beside them
+    (``preprocess/``, the same function as ``serving_default``'s)."""
+    module = tf.Module()
+    # The variables, not the Keras model: tracking the model would have the SavedModel
+    # trace its own call, which not every model's call can be (memories, targets).
+    module.weights = [v.value for v in model.variables]
+    signatures = serving.signatures(model)
+    module.functions = dict(signatures)
+    texts = {**serving.assets(), CLIENT_INFO: json.dumps(describe(serving, signatures), indent=1)
+             + "\n"}
+    with tempfile.TemporaryDirectory() as tmp:
+        module.assets = []
+        for name, text in texts.items():
+            path = os.path.join(tmp, name)
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            module.assets.append(tf.saved_model.Asset(path))
+        tf.saved_model.save(module, export_dir, signatures=signatures)
+    preprocess = preprocess_function(serving)
+    if preprocess is not None:
+        alone = tf.Module()
+        alone.preprocess = preprocess
+        tf.saved_model.save(alone, os.path.join(export_dir, PREPROCESS),
+                            signatures={"serving_default": preprocess})
 
 
 def prepare_each(images, prepare, size: int):
@@ -288,5 +258,5 @@ def float32_saved_model(serving, model: keras.Model, directory: str) -> str:
     """A SavedModel of ``model`` in float32 in ``directory`` (AMP keeps float32 weights; the
     model is rebuilt in float32 with them): what ONNX and TF-TRT convert, so that the graph
     holds no casts and TensorRT picks the engine's precision (``trtexec --fp16``)."""
-    serving.save(precision.float32_model(serving.task.build_model, model), directory)
+    save(serving, precision.float32_model(serving.task.build_model, model), directory)
     return directory

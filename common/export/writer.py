@@ -25,7 +25,7 @@ def export(serving, model: keras.Model, export_dir: str, with_onnx: bool, log,
     new version of each model, or with ``triton_replace`` its only one)."""
     with files.staged_dir(export_dir, "the export", replaces=export_names(serving),
                           log=log.print) as stage:
-        serving.save(model, stage)
+        serving_lib.save(serving, model, stage)
         onnx = onnx_convert.export_serving(serving, model, stage) if with_onnx else []
         if int8:
             onnx += onnx_int8.export_serving(serving, stage, log.print)
@@ -85,7 +85,7 @@ def check_export_dir(serving, model: keras.Model, flags, log) -> None:
         files.check_output_dir(flags.export_triton, "--export_triton", need,
                                "the model repository needs")
     if flags.export_onnx_int8:
-        for _ in serving.calibration_batches():
+        for _ in onnx_int8.calibration_batches(serving):
             pass
 
 
@@ -107,7 +107,7 @@ def export_bytes(serving, model: keras.Model, export_dir: str, with_onnx: bool,
     try:
         files.clear_stale(export_dir, log)
         with tempfile.TemporaryDirectory(prefix=files.PROBE, dir=export_dir) as tmp:
-            serving.save(model, tmp)
+            serving_lib.save(serving, model, tmp)
             size = files.tree_bytes(tmp)
     except (OSError, tf.errors.OpError) as e:
         why = one_line(getattr(e, "message", None) or e.strerror or str(e))

@@ -90,9 +90,6 @@ class ResNetServing(Serving):
                "top5_probs": [round(float(probs[c]), 5) for c in top]}
         if self.task.class_names:
             rec["top5_names"] = [self.task.class_names[c] for c in top]
-        return [rec]
-
-    def describe_prediction(self, record):
-        names = record.get("top5_names") or [f"class {c}" for c in record["top5_classes"]]
-        return f"{record['file']}: " + ", ".join(
-            f"{name} {p:.3f}" for name, p in zip(names, record["top5_probs"]))
+        names = rec.get("top5_names") or [f"class {c}" for c in rec["top5_classes"]]
+        return [(rec, f"{path}: " + ", ".join(f"{name} {p:.3f}" for name, p in
+                                              zip(names, rec["top5_probs"])))]

@@ -36,6 +36,7 @@ class SSDServing(Serving):
     triton_name = "ssd320"
     onnx_for_triton = True
     triton_max_batch_size = 32
+    inference_input = "images"
     onnx_files = {"model.onnx": "preprocessed", "model_before_nms.onnx": "decoded"}
     int8 = True
     prepare_image = staticmethod(tfdata_pipeline.eval_image)
@@ -103,9 +104,6 @@ class SSDServing(Serving):
     _detect = None  # predict's compiled detection, made at its first file
 
     # --- what inference is --------------------------------------------------------------
-    def inference_inputs(self, batch):
-        return batch["images"]
-
     def predict_file(self, model, path):
         """Detections above --score_threshold in the image's pixels, and a PNG drawing of them
         in ``<results_dir>/predictions/``, named after the file (``a.jpg`` -> ``a.jpg.png``;
@@ -135,10 +133,6 @@ class SSDServing(Serving):
         self._drawn.add(drawn)
         rec["drawn"] = os.path.join(out_dir, drawn)
         draw_detections(image.numpy(), rec, rec["drawn"])
-        return [rec]
-
-    def describe_prediction(self, record):
-        found = ", ".join(f"{n} {s:.2f}" for n, s in zip(record["names"], record["scores"]))
-        return (f"{record['file']}: {len(record['scores'])} detection(s) above "
-                f"{self.flags.score_threshold}{': ' + found if found else ''} "
-                f"(drawn: {record['drawn']})")
+        found = ", ".join(f"{n} {s:.2f}" for n, s in zip(rec["names"], rec["scores"]))
+        return [(rec, f"{path}: {len(rec['scores'])} detection(s) above {f.score_threshold}"
+                      f"{': ' + found if found else ''} (drawn: {rec['drawn']})")]

@@ -25,6 +25,8 @@ class TXLServing(Serving):
     triton_name = "transformerxl"
     triton_state = ("mems", "new_mems", 1)  # Triton keeps the memory per sequence
     triton_max_batch_size = 16  # sequences run together
+    inference_input = None  # the whole batch: tokens and targets
+    inference_streams = True  # the memory runs from batch to batch
 
     def engine_shapes(self, inputs, rows, least):
         """Segments of one token with no memory up to --tgt_len tokens with the model's whole
@@ -75,12 +77,6 @@ class TXLServing(Serving):
     def infer(self, model, inputs, state=None):
         return self.task.forward_segment(model, inputs, state)
 
-    def inference_dataset(self):
-        return self.task.eval_dataset(drop_short=True).repeat()
-
-    def inference_inputs(self, batch):
-        return batch
-
     def predict_file(self, model, path):
         """One record per prompt (a line of the file), continued by --gen_len words."""
         f = self.flags
@@ -88,7 +84,7 @@ class TXLServing(Serving):
         if not prompts:
             raise DataError(f"{path} has no prompt (one prompt a line)")
         records = []
-        unk = self.task._index.get("<unk>")
+        unk = self.task.word_index.get("<unk>")
         for n, prompt in enumerate(prompts, 1):
             if unk is not None and all(i == unk for i in self.task.encode(prompt)):
                 self.task.ctx.logger.print(
@@ -99,7 +95,7 @@ class TXLServing(Serving):
                            progress=lambda done, total, rate, n=n: self.task.ctx.logger.print(
                                f"{os.path.basename(path)}, prompt {n}/{len(prompts)}: "
                                f"{done}/{total} words ({rate:.1f}/s)"))
-            records.append({"file": path, "prompt": prompt,
-                            "continuation": " ".join(self.task.vocab[i] for i in ids),
-                            "token_ids": ids, "sampled": f.sample})
+            records.append(({"file": path, "prompt": prompt,
+                             "continuation": " ".join(self.task.vocab[i] for i in ids),
+                             "token_ids": ids, "sampled": f.sample}, None))
         return records

@@ -267,11 +267,11 @@ class TransformerXLTask(Task):
 
     # --- inference ----------------------------------------------------------------------
     @functools.cached_property
-    def _index(self) -> dict:
+    def word_index(self) -> dict:
         return {w: i for i, w in enumerate(self.vocab)}
 
     def encode(self, text: str) -> list[int]:
-        index = self._index
+        index = self.word_index
         unk = index.get("<unk>")
         ids = []
         for word in text.split():

@@ -1,0 +1,62 @@
+"""``pip wheel .`` builds a package that installs and runs: every module of the checkout's
+packages is in it (sub-packages and the Triton Python-backend models included; it once lacked
+``common/export/`` and ``common/checkpoint/``, which the editable install and ``entry.py``'s
+path hid), it imports in a fresh environment outside the checkout, and ``python -m rn50``,
+``ssd`` and ``txl`` answer ``--help`` from it."""
+import os
+import subprocess
+import sys
+import sysconfig
+import zipfile
+
+import pytest
+from conftest import ROOT
+from test_layout import PACKAGES, _modules
+
+pytestmark = pytest.mark.one_stack("pip", "packaging is setuptools', the same for both stacks")
+
+
+def test_the_wheel_holds_every_module_and_runs_outside_the_checkout(tmp_path):
+    out = tmp_path / "wheel"
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", ROOT, "--no-deps",
+                           "--no-build-isolation", "-q", "-w", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (wheel,) = out.glob("*.whl")
+    held = set(zipfile.ZipFile(wheel).namelist())
+    modules = _modules(ROOT, PACKAGES)
+    want = {m.replace(".", "/") + ("/__init__.py" if f.endswith("__init__.py") else ".py")
+            for m, f in modules.items()}
+    python_models = sorted(os.listdir(os.path.join(ROOT, "common", "export", "triton_python")))
+    want |= {f"common/export/triton_python/{f}" for f in python_models if f.endswith(".py")}
+    assert sorted(want - held) == []
+    # A fresh environment: the wheel installed into it, the stack's packages (TensorFlow ...)
+    # reached through a path file, not through the site this checkout is installed in.
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = str(venv / "bin" / "python")
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()"
+                           "['purelib'])"], capture_output=True, text=True, check=True).stdout
+    with open(os.path.join(site.strip(), "stack.pth"), "w") as fh:
+        fh.write(sysconfig.get_paths()["purelib"] + "\n")
+    proc = subprocess.run([python, "-m", "pip", "install", "--no-deps", "-q", str(wheel)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    code = ("import importlib, json, sys\n"
+            "out = {m: importlib.import_module(m).__file__ for m in sys.argv[1:]}\n"
+            "print(json.dumps(out))\n")
+    proc = subprocess.run([python, "-c", code, *sorted(modules)], capture_output=True,
+                          text=True, timeout=600, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": ""})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import json
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    outside = {m: f for m, f in found.items() if not f.startswith(site.strip())}
+    assert outside == {}  # every module from the wheel, none from the checkout
+    for package, flag in (("rn50", "--eval_preprocessing"), ("ssd", "--score_threshold"),
+                          ("txl", "--mem_len")):
+        proc = subprocess.run([python, "-m", package, "--help"], capture_output=True,
+                              text=True, timeout=120, cwd=tmp_path,
+                              env={**os.environ, "PYTHONPATH": ""})
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert proc.stdout.startswith(f"usage: python -m {package} ") and flag in proc.stdout
