@@ -23,7 +23,7 @@ import tempfile
 
 from benchtools import failure
 from common import models
-from common.dllogger import last_summary, read_records
+from common.runtime.dllogger import last_summary, read_records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Where each package of pyproject.toml lives in a tree (besides the root: common, benchtools).

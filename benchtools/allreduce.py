@@ -17,7 +17,7 @@ import json
 import sys
 import time
 
-from common import quiet_start
+from common.runtime import quiet_start
 
 SIZES_MIB = (1, 4, 16, 64, 256)
 
@@ -37,7 +37,7 @@ def main(argv=None) -> int:
     with quiet_start.filtered_stderr():
         import tensorflow as tf
 
-        from common import distributed
+        from common.runtime import distributed
         dist = distributed.init()
     if not dist.enabled:
         print("allreduce: error: one process: start it under a launcher with 2 or more ranks "

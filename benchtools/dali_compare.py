@@ -36,7 +36,8 @@ import tempfile
 
 import numpy as np
 
-from common import dali_graph, models, tfrecord_index
+from common import models
+from common.data import dali_graph, tfrecord_index
 
 # Mean absolute difference allowed between GPU and CPU evaluation images (normalised units).
 IMAGE_BOUNDS = {"resnet50v1.5": 0.013, "ssd320": 0.076}

@@ -32,8 +32,9 @@ import time
 
 import numpy as np
 
-from common import machine, main_py, models
-from common.dllogger import read_records
+from common import main_py, models
+from common.runtime import machine
+from common.runtime.dllogger import read_records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROUNDS = 5

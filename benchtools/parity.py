@@ -49,8 +49,8 @@ import numpy as np
 
 from benchtools import failure
 from common import models
-from common.dllogger import read_records, step_logs
 from common.errors import reported
+from common.runtime.dllogger import read_records, step_logs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOSS_SCALE = 128

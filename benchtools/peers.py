@@ -16,7 +16,7 @@ round measures every precision's matmul ceiling, then ours and the peer alternat
 precision. keras-hub is installed for this script only (benchtools/peer_env.sh; the project's
 stack is untouched).
 
-FLOPs: ``common.mfu.graph_flops`` counts the matmuls and convolutions of one forward pass
+FLOPs: ``common.tools.mfu.graph_flops`` counts the matmuls and convolutions of one forward pass
 from the graph TensorFlow traces, for ours and the peer alike; training is 3x forward. MFU is
 that over the ceiling of the compute dtype (float32; bfloat16 for AMP on a CPU).
 """
@@ -38,8 +38,8 @@ PEER_ENV = os.path.join(ROOT, "benchtools", "peer_env.sh")
 
 # --- the peers (run in a process of their own, under the peer environment's python) -----------
 def _policy(precision: str) -> str:
-    from common import devices
-    from common.precisions import compute_dtype
+    from common.runtime import devices
+    from common.tools.precisions import compute_dtype
     dtype = compute_dtype(precision, gpu=bool(devices.physical_gpus()))
     return "float32" if dtype == "float32" else f"mixed_{dtype}"
 
@@ -48,7 +48,7 @@ def peer_child(model: str, precision: str, batch: int, steps: int, warmup: int) 
     import keras
     import tensorflow as tf
 
-    from common.mfu import graph_flops
+    from common.tools.mfu import graph_flops
     keras.mixed_precision.set_dtype_policy(_policy(precision))
     net, data, items, spec, items_per_spec = models.benchmarks(model).build_peer(batch)
     per_item = graph_flops(lambda x: net(x, training=False), spec) / items_per_spec
@@ -79,8 +79,8 @@ def _WindowClock(warmup: int, last: int):
 
 # --- ours ------------------------------------------------------------------------------------
 def ours(model: str, precision: str, batch: int, steps: int, warmup: int) -> float:
-    from common.dllogger import last_summary
     from common.main_py import run_main_py
+    from common.runtime.dllogger import last_summary
     with tempfile.TemporaryDirectory() as tmp:
         summary = last_summary(run_main_py(os.path.join(ROOT, model, "main.py"), [
             "--mode", "training_benchmark", *models.benchmarks(model).OUR_FLAGS,
@@ -102,7 +102,7 @@ def peer(python: str, model: str, precision: str, batch: int, steps: int, warmup
 def ceiling_in_process(precision: str) -> float:
     import tensorflow as tf
 
-    from common.mfu import matmul_ceiling
+    from common.tools.mfu import matmul_ceiling
     return matmul_ceiling(tf.float32 if precision == "fp32" else tf.bfloat16)
 
 
@@ -111,8 +111,8 @@ def table(model: str, rates: dict, ceilings: dict, flops: dict, our_batch: int,
     """The README's table: each side's median rate over its rounds, FLOPs, MFU against the
     precision's matmul ceiling, AMP's speed-up and ours against the peer in FLOP/s; the machine
     as this process sees it heads it. ``rates``: (who, precision) -> per-round rates."""
-    from common import devices
-    from common.machine import describe
+    from common.runtime import devices
+    from common.runtime.machine import describe
     name, unit = models.benchmarks(model).PEER, models.MODELS[model].item_unit
     precisions = list(ceilings)
     rounds = len(next(iter(rates.values())))

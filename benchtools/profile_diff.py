@@ -3,7 +3,7 @@
     python -m benchtools.profile_diff results/rn50_fp32 results/rn50_amp [--by type|name]
 
 Each argument is a run directory (its log.json names the per-op table the profiler wrote) or an
-``ops.csv`` itself (``common/op_table.py``). Times are self times in milliseconds per profiled
+``ops.csv`` itself (``common/tools/op_table.py``). Times are self times in milliseconds per profiled
 step, so runs that profiled different numbers of steps compare; the rows are sorted by what B
 spends more than A, and the last lines name the biggest losers with their part of the total
 difference. Profile both runs with the same batch size (the page says when they differ) and, on
@@ -16,9 +16,9 @@ import glob
 import os
 import sys
 
-from common import op_table
-from common.dllogger import read_records
 from common.errors import reported
+from common.runtime.dllogger import read_records
+from common.tools import op_table
 
 
 class DiffError(Exception):

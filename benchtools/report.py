@@ -13,7 +13,7 @@ setting, a bar per precision at the median of its rounds (runs of the same setti
 whisker from the slowest to the fastest round, each labelled with its speed-up against FP32 at
 the same setting; beside it, where the runs measured each step's latency, the latency's mean,
 p90, p95 and p99 per setting and precision. Figures are read under the model's own names
-(NVIDIA's DLLogger keys: ``common/log_names.py``). A run resumed in its results directory is
+(NVIDIA's DLLogger keys: ``common/runtime/log_names.py``). A run resumed in its results directory is
 labelled by the precision of every job it took ("FP32, then AMP (bfloat16)" where they
 differ). Every title, axis and table names the device the runs were measured on as their logs
 record it ("CPU: 2 x AMD EPYC ..." or "8 x NVIDIA A100 ..."): a CPU figure is never labelled
@@ -38,8 +38,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 
 from common import models  # noqa: E402
-from common.dllogger import read_records, step_logs  # noqa: E402
 from common.errors import reported  # noqa: E402
+from common.runtime.dllogger import read_records, step_logs  # noqa: E402
 
 BENCHMARK_MODES = ("training_benchmark", "inference_benchmark")
 # Settings that name files, say where output goes or how often it is written, or where a value
@@ -87,7 +87,7 @@ class Run:
 
     @property
     def names(self):
-        """The model's names in its logs (``common/log_names.py``)."""
+        """The model's names in its logs (``common/runtime/log_names.py``)."""
         return models.log_names(self.model)
 
     @property

@@ -20,11 +20,12 @@ import re
 import sys
 
 from common import models
-from common.dllogger import last_summary, read_records
+from common.runtime.dllogger import last_summary, read_records
 
 
 def _figures(model: str) -> tuple:
-    """(summary key, how the table shows it), under the model's names (common/log_names.py)."""
+    """(summary key, how the table shows it), under the model's names
+    (common/runtime/log_names.py)."""
     n = models.log_names(model)
     unit = n.unit.replace("images/s", "img/s").replace("tokens/s", "tok/s")
     rates = dict.fromkeys((n.train_throughput, n.infer_throughput))

@@ -24,8 +24,8 @@ import sys
 
 from benchtools import failure
 from common import models
-from common.dllogger import read_records
-from common.precisions import PRECISION_FLAGS
+from common.runtime.dllogger import read_records
+from common.tools.precisions import PRECISION_FLAGS
 
 LAUNCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
                       "launch.sh")
@@ -43,8 +43,8 @@ def _summary(results_dir: str) -> dict:
 
 
 def run_one(main_py, mode, batch, precision, xla, gpus, results_dir, extra) -> dict:
-    # Through the launchers' own script: the precisions (common/precisions.py), and mpirun with
-    # each rank bound to its GPU's NUMA node (scripts/bind.sh) when there are several GPUs.
+    # Through the launchers' own script: the precisions (common/tools/precisions.py), and mpirun
+    # with each rank bound to its GPU's NUMA node (scripts/bind.sh) when there are several GPUs.
     cmd = ["bash", LAUNCH, os.path.abspath(main_py), precision, str(gpus),
            "xla" if xla else "noxla", "--mode", mode, "--batch_size", str(batch),
            "--results_dir", results_dir, *extra]
@@ -59,7 +59,7 @@ def run_one(main_py, mode, batch, precision, xla, gpus, results_dir, extra) -> d
 def table(rows, mode: str) -> str:
     """One line per configuration: the median of its rounds, their range, the speed-up of the
     medians against FP32, and the medians of the latencies (mean, p90, p95, p99), under the
-    model's names (``common/log_names.py``)."""
+    model's names (``common/runtime/log_names.py``)."""
     names = models.log_names(next((r["model"] for r in rows if r.get("model")), ""))
     phase = "train" if mode == "training_benchmark" else "eval"
     key = names.train_throughput if phase == "train" else names.infer_throughput

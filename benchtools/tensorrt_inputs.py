@@ -46,7 +46,7 @@ def write(data_dir: str, triton_dir: str, out: str, images: int,
           request_dir: str | None = None) -> str:
     import tensorflow as tf
 
-    from common import tfrecord_index
+    from common.data import tfrecord_index
     files = tfrecord_index.shard_files(data_dir, "validation", "prepare them first")
     feature = {"image/encoded": tf.io.FixedLenFeature([], tf.string)}
     encoded = [tf.io.parse_single_example(r, feature)["image/encoded"]

@@ -11,8 +11,8 @@ Task's ``config`` is: its ``define_flags`` and ``FLAG_DEFAULTS``) without import
 TensorFlow, and a command line the flags refuse (``common.flags.parse``: an unknown flag, a
 value out of range, flags that contradict each other) gets its one line and exit 2 from there
 too, in a second rather than after TensorFlow's start-up. Otherwise TensorFlow is imported and
-its devices found with its start-up lines filtered (``common.quiet_start``): a line that means
-nothing on a healthy machine is not shown, any other is.
+its devices found with its start-up lines filtered (``common.runtime.quiet_start``): a line that
+means nothing on a healthy machine is not shown, any other is.
 """
 import importlib
 import os
@@ -27,19 +27,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def run(script: str, target: str) -> int:
     if sys.path[:2] != [sys.path[0], ROOT]:
         sys.path.insert(1, ROOT)  # after the script's own folder (its model package)
-    from common import quiet_start, versions
+    from common import versions
+    from common.runtime import quiet_start
     module = target.split(":")[0]
     if module.endswith(".task"):  # --help, or a command line the flags refuse: no TensorFlow
         answered = _parse_early(module.removesuffix(".task") + ".config")
         if answered is not None:
             return answered
-    from common import graceful_stop
+    from common.runtime import graceful_stop
     graceful_stop.install()  # a stop signal from here on ends the process cleanly, one line
     try:
         with quiet_start.filtered_stderr():
             versions.require(script)  # one line, exit 2, on a stack it cannot use
             obj = getattr(importlib.import_module(module), target.split(":")[1])
-            from common import devices
+            from common.runtime import devices
             devices.physical_gpus()  # where CUDA is initialised, and says so
     except graceful_stop.Interrupted as e:
         print(f"{os.path.basename(script)}: {e.signame} while starting: stopped before "

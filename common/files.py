@@ -87,7 +87,7 @@ def staged_dir(target: str, what: str, replaces=(), log=None):
     For exports: SavedModel, ONNX, TF-TRT, the Triton model repository."""
     import tensorflow as tf  # its errors (a failed SavedModel write) are caught below
 
-    from common import graceful_stop
+    from common.runtime import graceful_stop
 
     target = swap_target(target, what)
     parent, base = os.path.split(target)

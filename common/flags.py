@@ -94,7 +94,7 @@ def _define_common(fv: flags.FlagValues) -> None:
     flags.DEFINE_integer("hang_timeout", 600, "Under Horovod: a rank that waits this many "
                          "seconds for a training step while another rank has stopped answering "
                          "(or every rank waits) ends the job with a line naming it "
-                         "(common/watchdog.py); 0: no watch.", lower_bound=0, **d)
+                         "(common/runtime/watchdog.py); 0: no watch.", lower_bound=0, **d)
     flags.DEFINE_integer("keep_checkpoints", 5, "Keep the last N checkpoints.", lower_bound=1, **d)
     # Precision (common/precision.py decides; None means "not given on the command line").
     flags.DEFINE_boolean("amp", None, "Automatic mixed precision (also "

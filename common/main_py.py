@@ -9,8 +9,8 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-from common.dllogger import last_summary, read_records
 from common.errors import UsageError
+from common.runtime.dllogger import last_summary, read_records
 
 
 def fresh_results_dir(path: str) -> str:

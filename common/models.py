@@ -39,10 +39,11 @@ def benchmarks(model: str):
 
 
 def log_names(model: str):
-    """The model's names in its logs (``<package>.config.LOG_NAMES``, ``common/log_names.py``;
-    no TensorFlow), or those of the ResNet-50 pattern for a run of no model of this table."""
+    """The model's names in its logs (``<package>.config.LOG_NAMES``,
+    ``common/runtime/log_names.py``; no TensorFlow), or those of the ResNet-50 pattern for a run of
+    no model of this table."""
     if model not in MODELS:
-        from common.log_names import resnet_pattern
+        from common.runtime.log_names import resnet_pattern
         return resnet_pattern("items/s", {})
     return importlib.import_module(f"{MODELS[model].package}.config").LOG_NAMES
 

@@ -13,22 +13,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from common import (
-    devices,
-    distributed,
-    files,
-    flags,
-    graceful_stop,
-    machine,
-    precision,
-    profiling,
-)
+from common import files, flags, precision
 from common.checkpoint import settings as checkpoint_settings
-from common.dllogger import Logger
+from common.core.inference import INFERENCE_MODES
 from common.errors import DataError, TrainingError, UsageError
 from common.export import onnx_convert, onnx_int8, tftrt, writes_onnx
-from common.inference import INFERENCE_MODES
+from common.runtime import devices, distributed, graceful_stop, machine
+from common.runtime.dllogger import Logger
 from common.task import RunContext, Task
+from common.tools import profiling
 from common.trainer import Trainer
 
 
@@ -123,7 +116,7 @@ def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
         f"{prec.loss_scale or 'none'}, tf32 {'on' if prec.tf32 else 'off'} "
         f"({prec.sources['tf32']}), xla {'on' if prec.xla else 'off'}"
         + (f", {precision.XLA_ENV}={prec.xla_env_flags}" if prec.xla_env_flags else ""))
-    # TensorFlow's own start-up lines about CUDA are not shown (common/quiet_start.py): this
+    # TensorFlow's own start-up lines about CUDA are not shown (common/runtime/quiet_start.py): this
     # line says what the process computes on.
     logger.print(f"device: {machine.describe(dist.devices)}")
     if adopted and adopted[0]:

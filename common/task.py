@@ -16,14 +16,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from common import devices, input_errors, tfrecord_index
 from common.checkpoint.settings import CheckpointSpec
-from common.distributed import Distributed, rank_seed
-from common.dllogger import Logger
+from common.data import input_errors, tfrecord_index
 from common.errors import UsageError
 from common.flags import Settings
-from common.log_names import LogNames, resnet_pattern
 from common.precision import Precision
+from common.runtime import devices
+from common.runtime.distributed import Distributed, rank_seed
+from common.runtime.dllogger import Logger
+from common.runtime.log_names import LogNames, resnet_pattern
 
 
 @dataclasses.dataclass
@@ -53,9 +54,9 @@ class Task(abc.ABC):
     headline_metric: str | None = None  # the evaluation metric results quote (charts plot it)
     # The model's config module, TensorFlow-free (``<package>/config.py``; ``main.py --help``
     # reads it alone): ``define_flags`` (its own flags), ``FLAG_DEFAULTS`` (its defaults for the
-    # common ones), ``PRESETS`` (--preset's named values, resolved by common.flags
-    # .preset_values before derive_settings) and ``LOG_NAMES`` (NVIDIA's names of its figures,
-    # common/log_names.py).
+    # common ones), ``PRESETS`` (--preset's named values, resolved by
+    # common.flags.preset_values before derive_settings) and ``LOG_NAMES`` (NVIDIA's names of
+    # its figures, common/runtime/log_names.py).
     config = model_config()
 
     @classmethod
@@ -116,7 +117,7 @@ class Task(abc.ABC):
     def prepare_train_batch(self, batch):
         """A training micro-batch as ``train_loss`` takes it, made inside the step on the
         device the batch is on (the GPU, for DALI's): one-hot targets, mixup, box targets.
-        Nothing is chained after a GPU-placed DALI dataset (``common/dali.py``), so this is
+        Nothing is chained after a GPU-placed DALI dataset (``common/data/dali.py``), so this is
         where such work goes. Runs outside XLA (random draws such as mixup's gamma have no XLA
         kernel); the default hands the batch on."""
         return batch
@@ -303,7 +304,7 @@ def num_train_examples(task: RecordTask) -> int:
 
 def locate_bad_record(task: Task, split: str) -> str | None:
     """After the ``split`` ("train" or "eval") pipeline failed: "<file>, record <n>: <why>"
-    for the first bad record of a record task (``common.input_errors.locate_bad_record``),
+    for the first bad record of a record task (``common.data.input_errors.locate_bad_record``),
     else None."""
     if not isinstance(task, RecordTask) or task.flags.data_dir is None:
         return None

@@ -1,4 +1,4 @@
-"""The Trainer every mode runs on: ``train`` is the step loop (``common/loop.py``) with the
+"""The Trainer every mode runs on: ``train`` is the step loop (``common/core/loop.py``) with the
 training run's actions hung off its sync points (log, save, evaluate, stop)."""
 from __future__ import annotations
 
@@ -11,35 +11,27 @@ import time
 import keras
 import tensorflow as tf
 
-from common import (
-    benchmark,
-    export,
-    files,
-    inference,
-    job_time,
-    loop,
-    precision,
-    profiling,
-    train_step,
-    watchdog,
-)
+from common import export, files, precision
 from common import task as task_lib
 from common.checkpoint import start, store
+from common.core import benchmark, inference, loop, train_step
+from common.core.evaluation import Evaluator
+from common.core.nonfinite import NonFiniteGuard, first_non_finite
+from common.core.steppers import InferStepper, TrainStepper
+from common.data.input_errors import read_batches
 from common.errors import DataError, TrainingError
-from common.evaluation import Evaluator
-from common.graceful_stop import GracefulStop
-from common.input_errors import read_batches
-from common.nonfinite import NonFiniteGuard, first_non_finite
-from common.steppers import InferStepper, TrainStepper
+from common.runtime import job_time, watchdog
+from common.runtime.graceful_stop import GracefulStop
 from common.task import RunContext, Task
+from common.tools import profiling
 
 
 class Trainer:
     """Every mode of one run on one task: it builds the task's model and optimizer (with loss
     scaling for float16) and their checkpoint store, restores (or fine-tunes from another
-    checkpoint), trains on the step loop (``common/loop.py``) and saves, evaluates
-    (``common/evaluation.py``), benchmarks (``common/benchmark.py``, given a stepper),
-    predicts (``common/inference.py``) and exports (``common/export/``)."""
+    checkpoint), trains on the step loop (``common/core/loop.py``) and saves, evaluates
+    (``common/core/evaluation.py``), benchmarks (``common/core/benchmark.py``, given a stepper),
+    predicts (``common/core/inference.py``) and exports (``common/export/``)."""
 
     def __init__(self, task: Task, ctx: RunContext):
         self.task, self.ctx = task, ctx
@@ -155,7 +147,7 @@ class Trainer:
         return f.num_iter * self.steps_per_epoch if f.iter_unit == "epoch" else f.num_iter
 
     def training_stepper(self, data, steps_per_epoch: int | None) -> TrainStepper:
-        """The loop's stepper of the compiled train step (``common/train_step.py``) over
+        """The loop's stepper of the compiled train step (``common/core/train_step.py``) over
         ``data`` (tf.data, DALI or synthetic batches): what training and its benchmark run."""
         guard_last = not self.loss_scaled  # under float16 loss scaling a skipped last step is
         #                                    how the scale finds its level, not an error
@@ -173,7 +165,7 @@ class Trainer:
 
     def train(self, total_steps: int, evaluate: bool = False) -> dict:
         """Trains until ``global_step == total_steps``, resuming from the latest checkpoint:
-        the loop (``common/loop.py``) dispatches steps and stops at sync points, where this
+        the loop (``common/core/loop.py``) dispatches steps and stops at sync points, where this
         logs, saves (before an evaluation, so that a failing one never costs the steps before
         it), evaluates, and stops on a signal with a checkpoint. Throughput counts the steps
         after the warm-up (a run no longer than it is timed whole, compilation included)."""
@@ -250,7 +242,7 @@ class Trainer:
 
     # --- the other modes ------------------------------------------------------------------
     def evaluate(self, epoch: int | None = None) -> dict:
-        """One pass over every rank's evaluation data (``common/evaluation.py``), logged under
+        """One pass over every rank's evaluation data (``common/core/evaluation.py``), logged under
         the epoch of the checkpoint's step as training numbers them."""
         if epoch is None:
             epoch = loop.epoch_of(self.step, self.steps_per_epoch)

@@ -122,9 +122,9 @@ def quiet_interrupts(prog: str) -> None:
             previous(kind, value, tb)
 
     def unraisable(info):
-        from common.graceful_stop import Interrupted, phase
+        from common.runtime.graceful_stop import Interrupted, phase
         if issubclass(info.exc_type, Interrupted):  # a stop signal where Python ignores it
-            from common import quiet_start  # (TensorFlow's imports, a finalizer mid-export)
+            from common.runtime import quiet_start  # (TensorFlow's imports, a finalizer mid-export)
             where = phase()
             if where == "while starting (nothing written)":
                 where = "while starting: stopped before anything was written"
@@ -306,7 +306,7 @@ def _main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    from common import quiet_start  # standard library only, as this module
+    from common.runtime import quiet_start  # standard library only, as this module
     with quiet_start.filtered_stderr():  # TensorFlow's start-up lines, when it is imported
         code = _main(sys.argv)
     sys.exit(code)

@@ -3,7 +3,7 @@
 # bind.sh does: on a two-socket DGX, local ranks 0-3 on socket 0 and 4-7 on socket 1, each
 # next to its GPU, instead of wherever the launcher put them.
 #   bash scripts/bind.sh COMMAND [ARGS...]
-# The rank's GPU is the one main.py pins (common/devices.py): local rank modulo the GPUs the
+# The rank's GPU is the one main.py pins (common/runtime/devices.py): local rank modulo the GPUs the
 # process sees, counted through CUDA_VISIBLE_DEVICES when set. Its NUMA node comes from the
 # GPU's PCI address (nvidia-smi) in sysfs. Without a GPU, nvidia-smi, numactl, or a NUMA node
 # for the GPU, the command runs unbound (a note on stderr says why, except with no GPU at all).

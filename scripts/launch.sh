@@ -29,7 +29,7 @@ XLA=${4:-noxla}
 shift $(( $# < 4 ? $# : 4 ))
 [[ "$GPUS" =~ ^[1-9][0-9]*$ ]] || die "GPUS must be a positive number, not $GPUS"
 
-# The precisions of common/precisions.py (PRECISION_FLAGS), copied: this script runs where Python may
+# The precisions of common/tools/precisions.py (PRECISION_FLAGS), copied: this script runs where Python may
 # not (the batch host of a pyxis job); tests/test_launchers.py checks that the two agree.
 case "$PRECISION" in
   amp) flags=(--amp) ;;
@@ -148,7 +148,7 @@ esac
 # exits 1 whatever they did; horovodrun runs mpirun under a shell in a session of its own, so a
 # signal to it or to that shell leaves mpirun and the ranks running unseen. SIGUSR1 mpirun
 # forwards to every rank, which main.py takes as a request to stop at a step they agree on,
-# with a checkpoint (common/graceful_stop.py; a rank that is still starting stops at once).
+# with a checkpoint (common/runtime/graceful_stop.py; a rank that is still starting stops at once).
 # So the job runs in a session of its own (a terminal's Ctrl-C reaches only this script), and
 # a SIGTERM or Ctrl-C here becomes SIGUSR1 to this job's mpirun (which forwards it to every
 # rank, on every host) and to its ranks on this machine (horovodrun's Gloo has no mpirun);

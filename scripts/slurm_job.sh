@@ -5,7 +5,7 @@
 #
 # * Time limit: the sbatch files ask Slurm for SIGUSR1 to this shell some minutes before the
 #   limit (#SBATCH --signal=B:USR1@300). It is passed on to the ranks (srun forwards it), which
-#   stop at a step they agree on with a checkpoint (common/graceful_stop.py); then, unless the run
+#   stop at a step they agree on with a checkpoint (common/runtime/graceful_stop.py); then, unless the run
 #   completed meanwhile, the job requeues itself (scontrol requeue: same job id, so the same
 #   RESULTS_DIR) and its next start resumes from that checkpoint, appending to the same log.
 # * Preemption: Slurm sends SIGTERM to every task, and the ranks stop with a checkpoint within
@@ -20,7 +20,7 @@
 #   MAX_REQUEUES     optional: requeue at most this many times (Slurm's SLURM_RESTART_COUNT)
 #   DRY_RUN=1        print the command line (the launchers' DRY_RUN) instead of running it
 # To the ranks it exports JOB_END_TIME and JOB_TIME_LIMIT (seconds), with which main.py says at
-# its first measured rate how many jobs the run will take (common/job_time.py).
+# its first measured rate how many jobs the run will take (common/runtime/job_time.py).
 set -uo pipefail
 me="slurm_job.sh"
 [ $# -gt 0 ] || { echo "$me: error: usage: slurm_job.sh COMMAND..." >&2; exit 2; }

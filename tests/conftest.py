@@ -95,9 +95,9 @@ def run_cli(args, timeout=300, env=None, **kw):
 
 def step_losses(records) -> list[float]:
     """Each logged training step's loss, under the run's model's name for it (NVIDIA's:
-    ``total_loss``, ``train_loss``; common/log_names.py)."""
+    ``total_loss``, ``train_loss``; common/runtime/log_names.py)."""
     from common import models
-    from common.dllogger import step_logs
+    from common.runtime.dllogger import step_logs
     model = next((r["data"].get("model") for r in records if r.get("step") == "PARAMETER"), "")
     loss = models.log_names(model).loss
     return [r["data"][loss] for r in step_logs(records) if loss in r["data"]]

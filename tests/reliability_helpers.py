@@ -59,7 +59,7 @@ def main_in_process(task_cls, capsys, argv) -> tuple[int, str]:
 
 def trained_steps(results_dir) -> int:
     """Training steps logged in ``results_dir/log.json`` (0 when there is none)."""
-    from common import dllogger
+    from common.runtime import dllogger
     path = os.path.join(results_dir, "log.json")
     if not os.path.exists(path):
         return 0

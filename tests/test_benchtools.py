@@ -10,7 +10,7 @@ import tensorflow as tf
 from conftest import ROOT, TINY
 
 from benchtools import onednn
-from common.mfu import forward_flops, graph_flops
+from common.tools.mfu import forward_flops, graph_flops
 from rn50.model import build_resnet
 from ssd.model import build_ssd
 

@@ -1,14 +1,14 @@
-"""common.bias: bias gradients in bfloat16 are the float32 ones rounded, over many rows (Keras'
-own ``bias_add`` stops summing at 256 on a CPU), and the layers built on it keep Keras'
+"""common.layers.bias: bias gradients in bfloat16 are the float32 ones rounded, over many rows
+(Keras' own ``bias_add`` stops summing at 256 on a CPU), and the layers built on it keep Keras'
 results and weights."""
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from common import devices
-from common.bias import Dense, add_bias
-from common.conv2d import Conv2D
+from common.layers.bias import Dense, add_bias
+from common.layers.conv2d import Conv2D
+from common.runtime import devices
 
 
 def _bias_gradient(layer_cls, shape, kwargs, dtype):

@@ -8,7 +8,8 @@ import sys
 import pytest
 from conftest import ROOT, TINY, run_cli
 
-from common import quiet_start, runner
+from common import runner
+from common.runtime import quiet_start
 from rn50.task import ResNetTask
 
 MAINS = {"resnet50v1.5": "--arch", "ssd320": "--backbone_checkpoint",

@@ -1,12 +1,12 @@
-"""common.conv2d.Conv2D: Keras' convolution, with bfloat16 weight gradients that are right where
-oneDNN's bfloat16 kernel is not (an input narrower than the stride, ``same`` padding)."""
+"""common.layers.conv2d.Conv2D: Keras' convolution, with bfloat16 weight gradients that are right
+where oneDNN's bfloat16 kernel is not (an input narrower than the stride, ``same`` padding)."""
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from common import devices
-from common.conv2d import Conv2D, pointwise_conv, same_padding, subsample
+from common.layers.conv2d import Conv2D, pointwise_conv, same_padding, subsample
+from common.runtime import devices
 
 # (height, width, stride, kernel): output one column wide, kernel reaching into the padding.
 DEGENERATE = [(1, 1, 2, 3), (2, 1, 2, 3), (2, 2, 3, 3), (3, 1, 2, 5), (1, 1, 4, 7), (4, 1, 4, 3)]

@@ -14,7 +14,8 @@ import tensorflow as tf
 from conftest import RN50, TINY, run_cli, stderr_last_line
 from reliability_helpers import digests, tmpfs
 
-from common import runner, tfrecord_index
+from common import runner
+from common.data import tfrecord_index
 from rn50 import dali_pipeline, digits, prepare, tfdata_pipeline
 from rn50.task import ResNetTask
 
@@ -246,7 +247,7 @@ while executing: daliPipelinePopOutputs(pipeline_handle_, &outputs_h)
 
 
 def test_the_reason_is_pulled_out_of_dali_and_tensorflow_messages():
-    from common.input_errors import reason
+    from common.data.input_errors import reason
     assert reason(DALI_MESSAGE) == "DALI fn.decoders.image_random_crop: nvImageCodec failure: '#3'"
     tf_message = ("{{function_node __wrapped__IteratorGetNext_output_types_2_device_/job:localhost"
                   "/replica:0/task:0/device:CPU:0}} assertion failed: [label 11 is outside 1..10]"
@@ -255,7 +256,7 @@ def test_the_reason_is_pulled_out_of_dali_and_tensorflow_messages():
 
 
 def test_checked_range_accepts_no_values_and_reports_the_first_bad_one():
-    from common.input_errors import checked_range, reason
+    from common.data.input_errors import checked_range, reason
     assert checked_range(tf.zeros([0], tf.int32), 1, 7, "class").shape == (0,)
     np.testing.assert_array_equal(checked_range([1, 7], 1, 7, "class"), [1, 7])
     ds = tf.data.Dataset.from_tensors([3, 0, 9]).map(lambda v: checked_range(v, 1, 7, "class"))
@@ -269,7 +270,7 @@ def test_16_bit_images_are_prepared_as_tensorflow_decodes_them(tmp_path, kind):
     """Scaled to 8 bits (value / 257), not clipped to white as PIL's convert('RGB') did."""
     from PIL import Image
 
-    from common.images import jpeg_bytes
+    from common.data.images import jpeg_bytes
     ramp = (np.arange(32 * 32).reshape(32, 32) * 60).astype(np.uint16)  # 0 .. 61,380
     if kind == "tiff32 grey":  # TensorFlow cannot decode TIFF: the PIL path
         path = tmp_path / "x.tif"
@@ -288,8 +289,8 @@ def test_16_bit_images_are_prepared_as_tensorflow_decodes_them(tmp_path, kind):
 def test_the_device_range_check_counts_in_the_step_and_stops_at_the_sync_point():
     """DALI's batches stay on the GPU, so their labels are checked inside the compiled step and
     read by the host at its next sync point; masked values (SSD's padding) are not checked."""
+    from common.data.input_errors import DeviceRangeCheck
     from common.errors import DataError
-    from common.input_errors import DeviceRangeCheck
     check = DeviceRangeCheck("label", 1, 10, shift=1)  # 0-based values, named 1-based
     step = tf.function(lambda v, valid=None: check(v, valid))
     step(tf.constant([0, 9, 3], tf.int32))

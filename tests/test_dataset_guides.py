@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 from conftest import ROOT, run_cli, stderr_last_line
 
-from common import tfrecord_index
+from common.data import tfrecord_index
 
 pytestmark = pytest.mark.one_stack(
     "pip", "the guides unpack the archives with the shell; the preparation they end in is "

@@ -15,7 +15,7 @@ from conftest import TINY, step_losses
 
 from common import runner
 from common.checkpoint import settings as checkpoint_settings
-from common.dllogger import read_records
+from common.runtime.dllogger import read_records
 from rn50.task import ResNetTask
 from ssd.task import SSDTask
 from txl.prepare import vocab_hash

@@ -1,10 +1,10 @@
-"""common/fused_batch_norm.py gives Keras' results with TensorFlow's fused kernel."""
+"""common/layers/fused_batch_norm.py gives Keras' results with TensorFlow's fused kernel."""
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from common.fused_batch_norm import FusedBatchNormalization
+from common.layers.fused_batch_norm import FusedBatchNormalization
 
 
 def _pair(axis, **kw):

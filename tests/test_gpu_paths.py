@@ -1,6 +1,7 @@
-"""The GPU branches, tested on a CPU by what they build: a GPU stands in (``common.devices``),
-and each test inspects the input pipeline, the step's graph or the launch decision a GPU run
-would get. None of these computes on a GPU; ``scripts/gpu_smoke.sh`` is what does."""
+"""The GPU branches, tested on a CPU by what they build: a GPU stands in
+(``common.runtime.devices``), and each test inspects the input pipeline, the step's graph or the
+launch decision a GPU run would get. None of these computes on a GPU; ``scripts/gpu_smoke.sh`` is
+what does."""
 import contextlib
 import os
 
@@ -9,8 +10,10 @@ import pytest
 import tensorflow as tf
 from conftest import TINY
 
-from common import dali, dali_graph, devices, distributed, runner
-from common.devices import Devices
+from common import runner
+from common.data import dali, dali_graph
+from common.runtime import devices, distributed
+from common.runtime.devices import Devices
 from common.task import Repeated
 
 STAND_IN = Devices(1, "stand-in GPU", 2)  # the second of two GPUs: DALI's device must follow
@@ -249,7 +252,7 @@ def test_launch_detection_takes_srun_steps_not_batch_scripts(environ, world):
 
 
 def test_machine_names_the_gpu_this_process_uses():
-    from common import machine
+    from common.runtime import machine
     assert machine.describe(Devices(3, "NVIDIA H100 80GB HBM3", 8)) == \
         "NVIDIA H100 80GB HBM3 (GPU 3 of 8)"
     assert machine.describe(devices.CPU_ONLY).endswith(", no GPU")
@@ -259,7 +262,7 @@ def test_checksums_are_not_read_again_when_the_index_directory_is_read_only(
         tmp_path, monkeypatch, digits_records):
     """P9: the stamp that a file's records passed their CRCs goes to the user's cache when the
     index directory cannot take it, so the next run skips the file."""
-    from common import tfrecord_index
+    from common.data import tfrecord_index
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     files = tfrecord_index.shard_files(digits_records, "validation", "t")
     blocker = tmp_path / "file"

@@ -186,7 +186,7 @@ def test_without_a_gpu_the_real_run_is_refused_with_one_line(tmp_path, data_root
 
 def test_the_table_shows_each_stage_with_its_figures_or_its_error(tmp_path):
     from benchtools import smoke
-    from common.dllogger import Logger
+    from common.runtime.dllogger import Logger
     ok = tmp_path / "dali-8gpu-ssd320"
     (ok / "run").mkdir(parents=True)
     (ok / "exit_code").write_text("0\n")

@@ -12,8 +12,8 @@ import pytest
 from conftest import ROOT, TINY, run_cli
 from linear_task import expected_params
 
-from common import quiet_start
-from common.dllogger import read_records
+from common.runtime import quiet_start
+from common.runtime.dllogger import read_records
 
 WORKER = os.path.join(ROOT, "tests", "hvd_worker.py")
 pytestmark = pytest.mark.skipif(
@@ -241,7 +241,7 @@ def test_a_sigterm_while_the_ranks_start_stops_them_cleanly(tmp_path):
 
 
 def _rank_pid(results_dir, rank):
-    """A rank's pid, from its heartbeat (common/watchdog.py)."""
+    """A rank's pid, from its heartbeat (common/runtime/watchdog.py)."""
     import json
     return json.load(open(results_dir / ".heartbeat" / f"rank-{rank}.json"))["pid"]
 

@@ -17,8 +17,9 @@ from conftest import ROOT, photographs, run_cli
 from PIL import Image
 from safetensors.numpy import load_file, save_file
 
-from common import images, runner
+from common import runner
 from common.checkpoint import settings as checkpoint_settings
+from common.data import images
 from common.errors import UsageError
 from rn50 import pretrained
 from rn50.model import build_resnet

@@ -16,7 +16,8 @@ import pytest
 import tensorflow as tf
 from conftest import ROOT, TINY, step_losses
 
-from common import dllogger, main_py, runner
+from common import main_py, runner
+from common.runtime import dllogger
 from rn50.model import build_resnet
 from rn50.task import ResNetTask
 from ssd.model import build_ssd

@@ -1,7 +1,7 @@
 """The import structure: no circle among the repository's modules, sub-packages included
 (``common.export``'s modules) and counting the imports inside functions (which hid the circles
-there were: common.profiling <-> common.op_table, txl.config <-> txl.model, and the export
-package's ``__init__`` <-> ``onnx_convert`` and ``tftrt``)."""
+there were: common.tools.profiling <-> common.tools.op_table, txl.config <-> txl.model, and the
+export package's ``__init__`` <-> ``onnx_convert`` and ``tftrt``)."""
 import ast
 import os
 
@@ -82,7 +82,7 @@ def _cycles(edges):
 
 def test_no_import_circles():
     edges = _imports()
-    assert "common.op_table" in edges["common.profiling"]  # the checker sees imports
+    assert "common.tools.op_table" in edges["common.tools.profiling"]  # the checker sees imports
     assert "common.export.serving" in edges["common.export.onnx_convert"]  # in a function,
     assert "common.export.writer" in edges["common.export"]  # in a sub-package
     assert _cycles(edges) == []
@@ -135,3 +135,62 @@ def test_benchtools_stands_above_the_models():
     scripts = _script_imports()
     assert {p: "benchtools" for p, found in scripts.items() if "benchtools" in found} == {}
     assert len(scripts) > 30  # every model file was read
+
+
+# common/'s rooms, lowest first: a module imports only from its own room or a lower one.
+# Errors at the bottom; the runtime around a run; the flat modules everything uses (files,
+# flags, precision, the stack's versions, the models' table); the building blocks (layers,
+# data, measurement tools, checkpoints); the Task, the contract a model fills; the export;
+# the step and loop core; then the Trainer, the runner and the entry point, where the models
+# meet them.
+LEVELS = [["common.errors"], ["common.runtime"],
+          ["common.files", "common.flags", "common.precision", "common.versions",
+           "common.models", "common.main_py", "common.ranks"],
+          ["common.layers", "common.data", "common.tools", "common.checkpoint"],
+          ["common.task"], ["common.export"], ["common.core"], ["common.trainer"],
+          ["common.runner"], ["common.entry"]]
+FLAT_LIMIT = 15  # modules directly in common/ (its __init__ counted)
+
+
+def _room(module: str) -> str:
+    """The room of a common module: its sub-package, else itself."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def test_common_is_grouped_into_rooms_whose_imports_run_one_way():
+    """common/ holds at most FLAT_LIMIT modules of its own (it was a flat floor of 47); every
+    other module is in a sub-package (core, runtime, layers, data, tools, checkpoint, export),
+    and no module imports a higher room: the sub-packages never reach the trainer or the
+    runner, the runtime never the loop."""
+    flat = [f for f in os.listdir(os.path.join(ROOT, "common")) if f.endswith(".py")]
+    assert len(flat) <= FLAT_LIMIT, sorted(flat)
+    rank = {room: n for n, rooms in enumerate(LEVELS) for room in rooms}
+    edges = _imports()
+    rooms = {_room(m) for m in edges if m.startswith("common.")}
+    assert rooms == set(rank), sorted(rooms ^ set(rank))  # every room placed, none stale
+    upward = sorted(f"{m} -> {d}" for m, deps in edges.items() if m.startswith("common.")
+                    for d in deps if d.startswith("common.") and _room(d) != _room(m)
+                    and rank[_room(d)] > rank[_room(m)])
+    assert upward == []
+    # The check sees an upward import where there is one.
+    assert rank[_room("common.core.loop")] > rank[_room("common.runtime.devices")]
+
+
+def test_imagenets_statistics_are_defined_once():
+    """ImageNet's mean and standard deviation were written out in common/imagenet_stats.py,
+    common/images.py's users and twice more in rn50/: one definition, imported."""
+    import re
+    found = []
+    for d, _, names in os.walk(ROOT):
+        if "/." in d or "/tests" in d:
+            continue
+        for f in names:
+            if f.endswith(".py"):
+                path = os.path.join(d, f)
+                text = open(path, encoding="utf-8").read()
+                if re.search(r"58\.395,\s*57\.12,\s*57\.375", text):
+                    found.append(os.path.relpath(path, ROOT))
+    # torchvision's standard deviation is the same three numbers (0.229, 0.224, 0.225 x 255):
+    # rn50/recipes.py names it TORCH_STD, the one other place they are written.
+    assert sorted(found) == ["common/data/imagenet_stats.py", "resnet50v1.5/rn50/recipes.py"]

@@ -8,7 +8,8 @@ import tensorflow as tf
 from linear_task import LinearTask
 from reliability_helpers import tmpfs
 
-from common import dllogger, runner
+from common import runner
+from common.runtime import dllogger
 
 # DLLogger 1.1.0's JSONStreamBackend: these keys, in this order, json.dumps' default separators.
 DLLOGGER_KEYS = {"METADATA": ["timestamp", "elapsedtime", "datetime", "type", "metric", "metadata"],

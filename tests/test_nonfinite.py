@@ -2,7 +2,7 @@
 
 The linear task's exact update shows that a step with a non-finite gradient is skipped, not
 applied, in float32, bfloat16 and float16 alike; SSD's configuration that once blew up under
-bfloat16 (the oneDNN weight-gradient defect, common/conv2d.py) trains as float32 does.
+bfloat16 (the oneDNN weight-gradient defect, common/layers/conv2d.py) trains as float32 does.
 """
 import os
 import sys
@@ -13,8 +13,9 @@ import tensorflow as tf
 from conftest import ROOT, run_cli, stderr_last_line, step_losses
 from linear_task import LinearTask, expected_params
 
-from common import dllogger, runner
-from common.nonfinite import NonFiniteGuard
+from common import runner
+from common.core.nonfinite import NonFiniteGuard
+from common.runtime import dllogger
 
 PRECISIONS = {"fp32": [], "bf16": ["--amp", "--amp_dtype", "bfloat16"],
               "fp16": ["--amp", "--amp_dtype", "float16"]}
@@ -196,7 +197,7 @@ def test_the_host_reads_the_counters_only_at_sync_points_and_a_nan_still_stops_i
 def test_benchmark_windows_give_throughput_and_per_step_latency():
     """Throughput over the timed windows; latencies only where each window is one step (a
     mean over a window of several steps is no step's latency: p90 = p95 = p99 it gave)."""
-    from common import loop
+    from common.core import loop
     clock = loop.Clock(timed_from=0)
     clock.windows = [loop.Window(1.0, 2, 20, True), loop.Window(3.0, 3, 30, True),
                      loop.Window(9.0, 1, 10, False)]  # the last: the warm-up's, or profiled

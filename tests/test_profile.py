@@ -8,7 +8,8 @@ import pytest
 from conftest import TINY
 
 from benchtools import profile_diff
-from common import op_table, profiling, runner
+from common import runner
+from common.tools import op_table, profiling
 from rn50.task import ResNetTask
 from txl.task import TransformerXLTask
 

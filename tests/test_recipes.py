@@ -9,10 +9,11 @@ import subprocess
 import pytest
 from conftest import ROOT
 
-from common import distributed, flags, runner
-from common.distributed import Distributed
-from common.dllogger import read_records
+from common import flags, runner
 from common.errors import UsageError
+from common.runtime import distributed
+from common.runtime.distributed import Distributed
+from common.runtime.dllogger import read_records
 
 
 def _settings(task_cls, *args):

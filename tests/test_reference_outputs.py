@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 from conftest import step_losses
 
-from common import dllogger, runner
+from common import runner
+from common.runtime import dllogger
 from rn50.task import ResNetTask
 from ssd.task import SSDTask
 from txl.task import TransformerXLTask

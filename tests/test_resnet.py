@@ -10,7 +10,8 @@ import pytest
 import tensorflow as tf
 from conftest import RN50, TINY, dtype_policy, run_cli
 
-from common import runner, tfrecord_index
+from common import runner
+from common.data import tfrecord_index
 from rn50 import dali_pipeline, digits, prepare, tfdata_pipeline
 from rn50.model import build_resnet
 from rn50.task import ResNetTask

@@ -11,8 +11,9 @@ import pytest
 from conftest import RN50, TINY, run_cli, stderr_last_line
 from linear_task import LinearTask
 
-from common import dllogger, main_py, runner
+from common import main_py, runner
 from common.errors import UsageError
+from common.runtime import dllogger
 from rn50.task import ResNetTask
 
 MAIN = os.path.join(RN50, "main.py")
@@ -170,7 +171,7 @@ def test_corrupt_image_inside_a_valid_record_fails_with_one_line(tmp_path):
 
 
 def test_benchmark_rounds_alternate_and_keep_the_highest_ceiling():
-    from common.rounds import alternating_rounds, mfu_rows
+    from common.tools.rounds import alternating_rounds, mfu_rows
 
     calls, ceilings_seen = [], iter([100.0, 10.0, 80.0, 40.0])  # fp32, amp per round
     rates, ceilings = alternating_rounds(

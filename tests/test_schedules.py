@@ -1,10 +1,10 @@
-"""The one warm-up schedule (common/schedules.py) gives each recipe's formula at every step."""
+"""The one warm-up schedule (common/core/schedules.py) gives each recipe's formula at every step."""
 import math
 
 import numpy as np
 import pytest
 
-from common import schedules
+from common.core import schedules
 
 
 def _values(schedule, n):

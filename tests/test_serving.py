@@ -148,7 +148,7 @@ def test_client_json_names_every_signature_and_the_assets_are_the_data(model, re
         assert json.loads((export / "assets" / "config.json").read_text())["n_layer"] == \
             trainer.task.cfg.n_layer
         return
-    from common.images import MEAN, STD
+    from common.data.images import MEAN, STD
     assert info["mean"] == list(MEAN) and info["std"] == list(STD)
     assert info["input_size"] == [f.image_size, f.image_size]
     if model == "resnet":

@@ -13,7 +13,7 @@ import tensorflow as tf
 from conftest import ROOT
 
 from common import runner
-from common.images import STD
+from common.data.images import STD
 from ssd import backbone
 from ssd.model import build_ssd
 from ssd.task import SSDTask

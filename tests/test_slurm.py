@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT, run_cli
 from slurm_cluster import UNFINISHED, SlurmCluster, missing
 
-from common.dllogger import read_records
+from common.runtime.dllogger import read_records
 
 pytestmark = pytest.mark.skipif(
     bool(missing()) or shutil.which("mpirun") is None,
@@ -169,7 +169,7 @@ def test_srun_without_pmix_is_refused_instead_of_training_twice(slurm, tmp_path)
         "Open MPI was built for: srun --mpi=list)") for e in errors), proc.stderr[-2000:]
 
 
-# --- long runs: a time limit, a lost rank (scripts/slurm_job.sh, common/watchdog.py) ---------
+# --- long runs: a time limit, a lost rank (scripts/slurm_job.sh, common/runtime/watchdog.py) --
 def _submit(slurm, tmp_path, args, results, log, **env):
     return slurm.sbatch([*NODE, "-o", str(log),
                          os.path.join(ROOT, "resnet50v1.5/scripts/slurm.sbatch"), "fp32", "noxla",

@@ -10,7 +10,9 @@ import pytest
 import tensorflow as tf
 from conftest import ROOT, dtype_policy, run_cli
 
-from common import devices, dllogger, runner, tfrecord_index
+from common import runner
+from common.data import tfrecord_index
+from common.runtime import devices, dllogger
 from ssd import anchors, coco_eval, dali_pipeline, shapes, targets, tfdata_pipeline
 from ssd.model import build_ssd
 from ssd.task import SSDTask
@@ -217,7 +219,7 @@ def test_two_process_evaluation_gives_the_same_ap_as_one(tmp_path, shapes_record
                     sys.executable, MAIN, *base, "--mode", "evaluate", "--log_filename",
                     "two.json"])
     assert proc.returncode == 0, proc.stderr[-3000:]
-    from common.dllogger import read_records
+    from common.runtime.dllogger import read_records
     two = [r for r in read_records(os.path.join(out, "two.json")) if r.get("step") == []][-1]
     assert two["data"]["world_size"] == 2 and two["data"]["eval_images"] == 8
     for k in map(SSDTask.config.LOG_NAMES.metric, coco_eval.STATS):

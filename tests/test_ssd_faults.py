@@ -20,7 +20,8 @@ from reliability_helpers import (
     trained_steps,
 )
 
-from common import runner, tfrecord_index
+from common import runner
+from common.data import tfrecord_index
 from ssd import prepare, shapes
 from ssd.task import SSDTask
 

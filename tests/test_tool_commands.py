@@ -75,7 +75,7 @@ def test_peers_table_names_the_machine_and_every_rate():
              ("ours", "amp"): [20.0, 22.0], ("peer", "amp"): [12.0, 13.0]}
     table = peers.table("resnet50v1.5", rates, {"fp32": 4e11, "amp": 8e11},
                         {"ours": 4e9, "peer": 4e9}, 16, 16, "auto").splitlines()
-    from common import devices, machine
+    from common.runtime import devices, machine
     assert table[0].startswith(machine.describe(devices.current().devices))
     assert table[1].startswith("| model | precision | batch | images/s (median of 2) |")
     assert table[3].startswith("| this repository | fp32 | 16 | 11.00 | 10.00, 12.00 |")
@@ -105,7 +105,7 @@ def test_benchmark_sh_sweeps_batch_sizes_and_precisions_to_one_table(tmp_path):
     rows = [ln for ln in proc.stdout.splitlines() if ln.startswith("| fp32 |")]
     assert [r.split(" | ")[2] for r in rows] == ["2", "4"], proc.stdout
     assert all(r.split(" | ")[-2] != "-" for r in rows)  # latency p50: timed per step
-    from common.dllogger import read_records
+    from common.runtime.dllogger import read_records
     (params,) = [r["data"] for r in read_records(str(tmp_path / "inference_benchmark" /
                                                      "fp32_bs4_gpu1" / "log.json"))
                  if r.get("step") == "PARAMETER"]

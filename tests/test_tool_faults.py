@@ -90,7 +90,7 @@ def test_efficient_nms_on_a_full_disk_leaves_no_truncated_file(before_nms, tmp_p
 # --- benchtools.profile_diff ------------------------------------------------------------------
 def _profile_run(root, model="resnet50v1.5", rows=(("Conv2D", "100.0"), ("MatMul", "50.5"))):
     """A run's directory as --profile leaves it: log.json (its PARAMETER record) and ops.csv."""
-    from common.dllogger import Logger
+    from common.runtime.dllogger import Logger
     root.mkdir(parents=True)
     log = Logger(enabled=True, json_path=str(root / "log.json"), tensorboard_dir=None)
     log.parameters({"model": model, "results_dir": str(root), "profile": "3:4",
@@ -156,7 +156,7 @@ def test_profile_diff_bad_tables_and_logs_are_one_line_naming_the_file(tmp_path,
 def test_profile_diff_finds_the_table_of_a_run_recorded_from_another_directory(tmp_path, capsys,
                                                                              monkeypatch):
     """A summary records its op_table path as the run saw it (relative to its directory)."""
-    from common.dllogger import Logger
+    from common.runtime.dllogger import Logger
     a, b = _profile_run(tmp_path / "a"), _profile_run(tmp_path / "b")
     log = Logger(enabled=True, json_path=str(b / "log.json"), tensorboard_dir=None)
     log.summary({"op_table": "results/b/tensorboard/plugins/profile/2026_11_26/ops.csv"})
@@ -196,7 +196,7 @@ def test_profile_diff_refuses_a_table_shorter_than_its_run_wrote(tmp_path, capsy
     """Ten rows of tiny ops cut from an ops.csv leave its shares adding up to 1: it compared
     without a note. The run's summary records how many rows it wrote; a table with fewer is
     refused, given as the run or as the file."""
-    from common.dllogger import Logger
+    from common.runtime.dllogger import Logger
     a = _profile_run(tmp_path / "a")
     b = _profile_run(tmp_path / "b")
     table = next((b / "tensorboard").rglob("ops.csv"))

@@ -169,7 +169,7 @@ def test_attention_softmax_in_float32_for_other_dtypes(dtype):
 def test_the_bfloat16_softmax_path_follows_the_device(bf16_softmax_in_float32, monkeypatch):
     """TensorFlow's bfloat16 softmax where it computes in float32 inside (a GPU, a CPU with
     bfloat16 instructions); float32's, cast, on a CPU without them (AVX2)."""
-    from common import devices
+    from common.runtime import devices
     monkeypatch.setattr(devices.Capabilities, "bfloat16_softmax_in_float32",
                         property(lambda self: bf16_softmax_in_float32))
     scores, mask, _ = _softmax_case(5)

@@ -12,7 +12,7 @@ import tensorflow as tf
 from conftest import ROOT, run_cli, stderr_last_line, step_losses
 
 from common import runner
-from common.dllogger import last_summary, read_records
+from common.runtime.dllogger import last_summary, read_records
 from txl.task import TransformerXLTask
 
 MAIN = os.path.join(ROOT, "transformerxl", "main.py")
@@ -156,7 +156,7 @@ def test_batch_chunk_with_memory_equals_one_batch_k_times_larger(tmp_path, corpu
 
 def _stop_after(monkeypatch, steps):
     """The run stops after ``steps`` steps, as SIGTERM would make it (checkpoint, exit 0)."""
-    from common.graceful_stop import GracefulStop
+    from common.runtime.graceful_stop import GracefulStop
     calls = itertools.count(1)
     monkeypatch.setattr(GracefulStop, "should_stop", lambda self, dist: next(calls) >= steps)
 

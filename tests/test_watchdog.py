@@ -1,4 +1,4 @@
-"""The hang watch's decisions (common/watchdog.py) on heartbeat files written by hand: which
+"""The hang watch's decisions (common/runtime/watchdog.py) on heartbeat files written by hand: which
 rank it names, when it waits, and that it never fires before the first step. The real thing, a
 rank stopped with SIGSTOP under mpirun, horovodrun and srun, is in test_horovod.py and
 test_slurm.py."""
@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from common import job_time, watchdog
-from common.dllogger import run_jobs
+from common.runtime import job_time, watchdog
+from common.runtime.dllogger import run_jobs
 
 
 def _peer(directory, rank, beat, idle=0.0, pid=100):
@@ -168,7 +168,7 @@ def test_off_for_one_process_or_a_zero_timeout(tmp_path):
     assert isinstance(watchdog.for_run(str(tmp_path), 0, 2, 600), watchdog.Watchdog)
 
 
-# --- how many jobs a run takes (common/job_time.py) -----------------------------------------
+# --- how many jobs a run takes (common/runtime/job_time.py) --------------------------------------
 def test_the_job_estimate_says_how_many_requeues_and_where_a_cap_stops_the_run():
     env = {"JOB_END_TIME": "14400", "JOB_TIME_LIMIT": "14400"}  # a 4-hour job, just started
     assert job_time.estimate(1000, 1.0, 0, env, now=0).endswith("the run ends in this job")

@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from common import files, precision
 from common.checkpoint.settings import settings_of
-from common.images import MEAN, STD
+from common.data.images import MEAN, STD
 
 CLIENT_INFO = "client.json"  # in the SavedModel's assets/
 # The image models' preprocessing alone, a SavedModel of its own (no weights) in the export:

@@ -36,7 +36,7 @@ def forward_flops(batch: int) -> float:
     """Forward FLOPs per image of ours (the graph count ``build_peer``'s are counted by)."""
     import tensorflow as tf
 
-    from common.mfu import graph_flops
+    from common.tools.mfu import graph_flops
     from rn50.model import build_resnet
     net = build_resnet("resnet50")
     return graph_flops(lambda x: net(x, training=False), tf.TensorSpec((1, 224, 224, 3)))

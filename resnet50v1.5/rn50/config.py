@@ -5,7 +5,7 @@ from __future__ import annotations
 from absl import flags
 
 from common import flags as common_flags
-from common.log_names import resnet_pattern
+from common.runtime.log_names import resnet_pattern
 from rn50 import recipes
 
 ARCH_NAMES = ("resnet50", "resnet_tiny")  # rn50.model.ARCHS: resnet_tiny is for tests

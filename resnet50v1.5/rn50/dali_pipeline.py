@@ -3,14 +3,14 @@
 On a GPU the JPEGs are decoded by nvJPEG (``mixed``; the CPU with ``--dali_cpu``) and everything
 after runs on the GPU, images in float16 under float16 AMP; with no GPU the whole pipeline runs
 on the CPU (``device_id=None``), which is how it is tested here. Served to TensorFlow through
-``nvidia.dali.plugin.tf.DALIDataset`` with nothing chained after it (``common/dali.py``): the
+``nvidia.dali.plugin.tf.DALIDataset`` with nothing chained after it (``common/data/dali.py``): the
 labels leave DALI 0-based, and their range check and one-hot encoding happen in the compiled
 step (``ResNetTask.train_loss``). The graph (``build_pipeline``) needs no TensorFlow:
 ``benchtools/dali_compare.py`` runs it on a GPU and on the CPU and compares the two.
 """
 from __future__ import annotations
 
-from common import dali_graph, tfrecord_index
+from common.data import dali_graph, tfrecord_index
 from rn50 import recipes
 
 NAMES = ("images", "labels")  # the pipeline's outputs, in order
@@ -74,8 +74,8 @@ def dataset(files, idx_dir: str, batch_size: int, image_size: int, training: boo
     (``dali.EvalPass``)."""
     import tensorflow as tf
 
-    from common import dali
-    from common.distributed import rank_seed
+    from common.data import dali
+    from common.runtime.distributed import rank_seed
     pipe = build_pipeline(files, idx_dir, training, image_size, rank, world, where, min_area,
                           recipe)
     ds = dali.serve(pipe, where, batch_size,

@@ -41,8 +41,8 @@ def prepare(root: str, size: int = 32, limit: int | None = None, train_shards: i
             val_shards: int = 2, records: str | None = None, log=lambda *_: None) -> str:
     """The digits as prepared records: ``export``'s folder in ``root/folder``, then
     prepare_dataset.py's TFRecords and DALI indexes in ``records`` (default ``root/records``;
-    returned), made once for these arguments (``common.prepare_cli.generated``)."""
-    from common.prepare_cli import generated
+    returned), made once for these arguments (``common.data.prepare_cli.generated``)."""
+    from common.data.prepare_cli import generated
     from rn50.prepare import prepare as write_records
     return generated(root, "folder", records, {"size": size, "limit": limit,
                                                 "shards": [train_shards, val_shards]},

@@ -3,8 +3,8 @@
 v1.5 differs from the original v1 in one place: a downsampling bottleneck puts its stride on the
 3x3 convolution instead of the first 1x1, which costs a little speed and gains ~0.5% top-1.
 Convolutions have no bias (batch norm follows each one); batch norm uses epsilon 1e-5 and
-momentum 0.9 as in NVIDIA's scripts, on TensorFlow's fused kernel (common/fused_batch_norm.py).
-The classifier runs in float32 under any precision policy.
+momentum 0.9 as in NVIDIA's scripts, on TensorFlow's fused kernel
+(common/layers/fused_batch_norm.py). The classifier runs in float32 under any precision policy.
 
 Strided convolutions and the stem's max-pool pad as TensorFlow's ``same`` does (NVIDIA's
 TensorFlow scripts: the extra row and column after the image), or, with ``padding="symmetric"``,
@@ -19,8 +19,8 @@ import dataclasses
 import keras
 from keras import layers
 
-from common.conv2d import Conv2D
-from common.fused_batch_norm import FusedBatchNormalization
+from common.layers.conv2d import Conv2D
+from common.layers.fused_batch_norm import FusedBatchNormalization
 
 
 @dataclasses.dataclass(frozen=True)

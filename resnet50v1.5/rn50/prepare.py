@@ -21,9 +21,9 @@ import os
 import random
 from collections.abc import Iterable, Sequence
 
-from common import prepare_cli, tfrecord_writer
+from common.data import prepare_cli, tfrecord_writer
+from common.data.images import jpeg_bytes
 from common.errors import DataError
-from common.images import jpeg_bytes
 from rn50 import imagenet_labels
 
 IMAGE_EXTENSIONS = (".jpeg", ".jpg", ".png", ".bmp")

@@ -60,12 +60,9 @@ import tempfile
 import numpy as np
 
 from common.checkpoint import settings as checkpoint_settings
+from common.data.imagenet_stats import STD  # TensorFlow-free, as the state-dict reader is
 from common.errors import DataError, UsageError, one_line, reported
 from rn50 import recipes
-
-# NVIDIA's ImageNet standard deviations (common/images.py), here so that the state-dict reader
-# imports without TensorFlow (the tests run it beside PyTorch alone).
-STD = (58.395, 57.12, 57.375)
 
 SOURCES = ("torchvision", "timm", "nvidia", "keras", "keras_hub")
 # Where each source states the terms of its weights, recorded beside the checkpoint and in its

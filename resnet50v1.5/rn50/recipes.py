@@ -32,10 +32,11 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from common.data.imagenet_stats import MEAN, STD
+
 NVIDIA = "nvidia"
 NVIDIA_CROP_FRACTION = 0.875  # 224 of 256
-NVIDIA_MEAN = (123.68, 116.78, 103.94)  # common/imagenet_stats.py
-NVIDIA_STD = (58.395, 57.12, 57.375)
+NVIDIA_MEAN, NVIDIA_STD = MEAN, STD  # NVIDIA's recipe's: ImageNet's, defined once
 TORCH_MEAN = (123.675, 116.28, 103.53)  # (0.485, 0.456, 0.406) x 255
 TORCH_STD = (58.395, 57.12, 57.375)  # (0.229, 0.224, 0.225) x 255
 INTERPOLATIONS = ("bilinear", "bicubic", "nearest")

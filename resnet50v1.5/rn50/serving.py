@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from common.data.images import read_image
 from common.export.serving import Serving, image_input_info, prepare_each
-from common.images import read_image
 from common.task import record_files
 from rn50 import recipes, tfdata_pipeline
 

@@ -12,10 +12,11 @@ import os
 import keras
 import tensorflow as tf
 
-from common import dali, schedules
 from common.checkpoint.settings import CheckpointSpec
+from common.core import schedules
+from common.data import dali
+from common.data.input_errors import DeviceRangeCheck
 from common.errors import UsageError
-from common.input_errors import DeviceRangeCheck
 from common.task import RecordTask, Repeated, l2_regularization
 from rn50 import config, tfdata_pipeline
 from rn50.model import build_resnet, decayed_kernels

@@ -3,15 +3,15 @@
 Records: ``image/encoded`` (JPEG, or PNG/BMP/GIF, which DALI decodes too) and
 ``image/class/label`` (1..num_classes), in files named ``train-NNNNN-of-MMMMM`` and
 ``validation-NNNNN-of-MMMMM``. Labels come out 0-based; a label outside 1..num_classes stops the
-run (common/input_errors.py then names the file) instead of becoming an all-zero target.
+run (common/data/input_errors.py then names the file) instead of becoming an all-zero target.
 """
 from __future__ import annotations
 
 import tensorflow as tf
 
-from common import record_reader
-from common.images import decode, decode_exact, normalize
-from common.input_errors import checked_range
+from common.data import record_reader
+from common.data.images import decode, decode_exact, normalize
+from common.data.input_errors import checked_range
 from rn50 import recipes
 
 
@@ -35,7 +35,7 @@ def record_check(num_classes: int):
 
 def train_image(encoded, size: int, seed, min_area: float = 0.08, recipe: str | None = None):
     """Random crop (area min_area-100%, aspect 3/4-4/3), resize to size x size, random flip;
-    ``seed`` ((2,) int64) decides both (stateless ops: see common/record_reader.py); normalised
+    ``seed`` ((2,) int64) decides both (stateless ops: see common/data/record_reader.py); normalised
     by the recipe's mean and std (``--eval_preprocessing``: what the weights expect)."""
     crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
 

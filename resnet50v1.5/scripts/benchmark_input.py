@@ -12,12 +12,12 @@ import time
 
 import numpy as np
 
-from common import quiet_start
+from common.runtime import quiet_start
 
 with quiet_start.filtered_stderr():  # TensorFlow's start-up lines, as main.py's
     import tensorflow as tf
 
-from common import tfrecord_index  # noqa: E402
+from common.data import tfrecord_index  # noqa: E402
 from rn50 import dali_pipeline, prepare, tfdata_pipeline  # noqa: E402
 
 

@@ -22,11 +22,13 @@ _model_dir = os.path.dirname(_here)
 
 import numpy as np  # noqa: E402
 
-from common import dllogger, main_py, precisions, runner  # noqa: E402
+from common import main_py, runner  # noqa: E402
+from common.runtime import dllogger  # noqa: E402
+from common.tools import precisions  # noqa: E402
 from rn50 import config, digits  # noqa: E402
 from rn50.task import ResNetTask  # noqa: E402
 
-PRECISIONS = {p: precisions.precision_flags(p) for p in ("fp32", "amp")}  # common/precisions.py
+PRECISIONS = {p: precisions.precision_flags(p) for p in ("fp32", "amp")}  # tools/precisions.py
 
 
 def train(records: str, results: str, precision: str, epochs: int, seed: int) -> dict:

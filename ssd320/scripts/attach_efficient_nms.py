@@ -36,8 +36,8 @@ import argparse
 import os
 import sys
 
-from common import quiet_start
 from common.errors import DataError, reported
+from common.runtime import quiet_start
 
 with quiet_start.filtered_stderr():  # TensorFlow's start-up lines (ssd.postprocess imports it)
     from ssd import postprocess

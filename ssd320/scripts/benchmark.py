@@ -9,18 +9,20 @@ precisions, so drift on a noisy machine hits both alike; the median round is rep
 import argparse
 import tempfile
 
-from common import quiet_start
+from common.runtime import quiet_start
 
 with quiet_start.filtered_stderr():  # TensorFlow's start-up lines, as main.py's
     import tensorflow as tf
 
-from common import precisions, runner  # noqa: E402
-from common.mfu import forward_flops, matmul_ceiling  # noqa: E402
-from common.rounds import alternating_rounds, mfu_rows  # noqa: E402
+from common import runner  # noqa: E402
+from common.tools import precisions  # noqa: E402
+from common.tools.mfu import forward_flops, matmul_ceiling  # noqa: E402
+from common.tools.rounds import alternating_rounds, mfu_rows  # noqa: E402
 from ssd.model import build_ssd  # noqa: E402
 from ssd.task import SSDTask  # noqa: E402
 
-# The precisions every tool shares (common/precisions.py), and the type their matmuls run in here.
+# The precisions every tool shares (common/tools/precisions.py), and the type their matmuls run in
+# here.
 PRECISIONS = {p: (precisions.precision_flags(p),
                   tf.as_dtype(precisions.compute_dtype(p, gpu=False))) for p in ("fp32", "amp")}
 

@@ -34,13 +34,15 @@ import tempfile
 _here = os.path.dirname(os.path.abspath(__file__))
 _model_dir = os.path.dirname(_here)
 
-from common import dllogger, main_py, precisions  # noqa: E402
+from common import main_py  # noqa: E402
+from common.runtime import dllogger  # noqa: E402
+from common.tools import precisions  # noqa: E402
 from ssd import shapes  # noqa: E402
 from ssd.config import LOG_NAMES  # noqa: E402
 
 AP, AP50, AP75 = (LOG_NAMES.metric(k) for k in ("AP", "AP50", "AP75"))
 
-PRECISIONS = {p: precisions.precision_flags(p) for p in ("fp32", "amp")}  # common/precisions.py
+PRECISIONS = {p: precisions.precision_flags(p) for p in ("fp32", "amp")}  # tools/precisions.py
 RECIPE = ["--preset", "shapes"]  # ssd/config.py: a curve (an evaluation every epoch)
 
 

@@ -26,8 +26,8 @@ import tensorflow as tf
 
 from common.checkpoint import settings as checkpoint_settings
 from common.checkpoint import store
+from common.data.images import STD
 from common.errors import DataError, one_line
-from common.images import STD
 from rn50.model import build_resnet
 from ssd.slim_trunk import blocks, unit_name
 

@@ -50,7 +50,7 @@ def forward_flops(batch: int) -> float:
     """Forward FLOPs per image of ours (the graph count ``build_peer``'s are counted by)."""
     import tensorflow as tf
 
-    from common.mfu import graph_flops
+    from common.tools.mfu import graph_flops
     from ssd.model import build_ssd
     net = build_ssd("resnet50", 90, 320)
     return graph_flops(lambda x: net(x, training=False), tf.TensorSpec((1, 320, 320, 3)))

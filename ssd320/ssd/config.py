@@ -7,7 +7,7 @@ import dataclasses
 from absl import flags
 
 from common import flags as common_flags
-from common.log_names import resnet_pattern
+from common.runtime.log_names import resnet_pattern
 
 ARCH_NAMES = ("resnet50", "resnet_tiny")  # ssd.model.ARCHS: resnet_tiny is for tests and demos
 TRUNKS = ("resnet_v1", "resnet_v1.5")  # ssd.model.TRUNKS

@@ -4,7 +4,7 @@ DALI reads, decodes (nvJPEG, ``mixed``, on a GPU unless ``--dali_cpu``; the CPU 
 flips and crops with the boxes kept consistent (``bb_flip``, ``random_bbox_crop``), resizes
 bilinearly without antialiasing (as TF-OD and the tf.data pipeline do) and normalises. Boxes
 (left, top, right, bottom) and labels leave DALI padded to 100, with their count, on the device
-the DALIDataset serves from, and nothing is chained after it (``common/dali.py``): the
+the DALIDataset serves from, and nothing is chained after it (``common/data/dali.py``): the
 per-anchor targets are encoded in the compiled step (``SSDTask.prepare_train_batch``), for the
 whole batch at once, by the very function the tf.data pipeline applies to each image, so
 evaluation inputs agree to decoder rounding and targets exactly. The graph (``build_pipeline``)
@@ -16,8 +16,8 @@ a box whose centre falls outside the window, where TF-OD keeps any box that over
 """
 from __future__ import annotations
 
-from common import dali_graph, tfrecord_index
-from common.imagenet_stats import MEAN, STD
+from common.data import dali_graph, tfrecord_index
+from common.data.imagenet_stats import MEAN, STD
 from ssd.config import MAX_BOXES
 
 # The batch's parts, in the pipeline's output order.
@@ -81,8 +81,8 @@ def dataset(files, idx_dir: str, batch_size: int, image_size: int, training: boo
     per iteration for evaluation (``dali.EvalPass``)."""
     import tensorflow as tf
 
-    from common import dali
-    from common.distributed import rank_seed
+    from common.data import dali
+    from common.runtime.distributed import rank_seed
     pipe = build_pipeline(files, idx_dir, training, image_size, rank, world, where)
     ds = dali.serve(pipe, where, batch_size,
                     ((batch_size, image_size, image_size, 3), (batch_size, MAX_BOXES, 4),

@@ -29,8 +29,8 @@ import math
 import keras
 from keras import layers
 
-from common.conv2d import Conv2D
-from common.fused_batch_norm import FusedBatchNormalization
+from common.layers.conv2d import Conv2D
+from common.layers.fused_batch_norm import FusedBatchNormalization
 from rn50.model import resnet_trunk
 from ssd import anchors, config
 from ssd.slim_trunk import slim_trunk

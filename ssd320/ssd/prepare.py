@@ -18,7 +18,7 @@ Refused with one line naming the file and field: annotations that are not COCO i
 (``ssd/coco_json.py``: binary, truncated, missing or mistyped fields, duplicate ids), a split
 with no images, a box outside its image, an image that does not decode or whose size disagrees
 with its annotation. The new files replace an earlier preparation in ``out_dir`` only once all
-are written (``common.prepare_cli.staged``).
+are written (``common.data.prepare_cli.staged``).
 """
 from __future__ import annotations
 
@@ -27,9 +27,9 @@ import os
 import shutil
 from collections.abc import Iterable
 
-from common import prepare_cli, tfrecord_writer
+from common.data import prepare_cli, tfrecord_writer
+from common.data.images import jpeg_bytes
 from common.errors import DataError
-from common.images import jpeg_bytes
 from ssd import coco_json
 from ssd.config import MAX_BOXES
 

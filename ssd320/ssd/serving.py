@@ -22,8 +22,8 @@ import os
 
 import tensorflow as tf
 
+from common.data.images import read_image
 from common.export.serving import Serving, image_input_info, prepare_each
-from common.images import read_image
 from common.task import record_files
 from ssd import postprocess, tfdata_pipeline
 

@@ -121,8 +121,8 @@ def prepare(root: str, train: int = 600, val: int = 100, seed: int = 0, train_sh
             val_shards: int = 1, records: str | None = None, log=lambda *_: None) -> str:
     """The shapes as prepared records: ``export``'s COCO layout in ``root/coco``, then
     prepare_dataset.py's TFRecords and DALI indexes in ``records`` (default ``root/records``;
-    returned), made once for these arguments (``common.prepare_cli.generated``)."""
-    from common.prepare_cli import generated
+    returned), made once for these arguments (``common.data.prepare_cli.generated``)."""
+    from common.data.prepare_cli import generated
     from ssd.prepare import prepare as write_records
     return generated(root, "coco", records, {"images": [train, val], "seed": seed,
                                               "shards": [train_shards, val_shards]},

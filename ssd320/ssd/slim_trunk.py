@@ -28,8 +28,8 @@ import dataclasses
 
 from keras import layers
 
-from common.conv2d import Conv2D
-from common.fused_batch_norm import FusedBatchNormalization
+from common.layers.conv2d import Conv2D
+from common.layers.fused_batch_norm import FusedBatchNormalization
 
 _BN = dict(momentum=0.997, epsilon=1e-5)
 ROOT_DEPTH = 64  # slim's resnet_v1 builds its root with 64 filters whatever its blocks are

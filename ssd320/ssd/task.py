@@ -13,12 +13,13 @@ import os
 import keras
 import tensorflow as tf
 
-from common import dali, schedules
 from common.checkpoint import settings as checkpoint_settings
 from common.checkpoint import start, store
 from common.checkpoint.settings import CheckpointSpec
+from common.core import schedules
+from common.data import dali
+from common.data.input_errors import DeviceRangeCheck
 from common.errors import DataError, UsageError
-from common.input_errors import DeviceRangeCheck
 from common.task import RecordTask, Repeated, l2_regularization
 from ssd import anchors as anchor_gen
 from ssd import coco_eval, coco_json, config, losses, postprocess, targets, tfdata_pipeline

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from common import record_reader
-from common.images import decode, normalize
-from common.input_errors import checked_range
+from common.data import record_reader
+from common.data.images import decode, normalize
+from common.data.input_errors import checked_range
 from ssd import targets
 from ssd.config import MAX_BOXES
 
@@ -50,7 +50,7 @@ def parse(record, num_classes: int) -> dict:
 
 
 def record_check(num_classes: int):
-    """What a record must pass (for common.input_errors): it parses and its image decodes."""
+    """What a record must pass (for common.data.input_errors): it parses and its image decodes."""
     def check(record):
         ex = parse(record, num_classes)
         return tf.shape(decode(ex["encoded"])), ex["classes"]
@@ -87,7 +87,7 @@ def finish(image, boxes, classes, ex, anchors) -> dict:
 
 
 def preprocess(ex, image_size: int, anchors, seed=None):
-    """Training with ``seed`` ((2,) int64, the stateless ops' seed: common/record_reader.py),
+    """Training with ``seed`` ((2,) int64, the stateless ops' seed: common/data/record_reader.py),
     evaluation without."""
     image, boxes, classes = decode(ex["encoded"]), ex["boxes"], ex["classes"]
     if seed is not None:

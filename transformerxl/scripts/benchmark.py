@@ -17,18 +17,21 @@ import tempfile
 _here = os.path.dirname(os.path.abspath(__file__))
 _model_dir = os.path.dirname(_here)
 
-from common import quiet_start  # noqa: E402
+from common.runtime import quiet_start  # noqa: E402
 
 with quiet_start.filtered_stderr():  # TensorFlow's start-up lines, as main.py's
     import keras
     import tensorflow as tf
 
-from common import dllogger, main_py, models, precisions  # noqa: E402
-from common.mfu import matmul_ceiling  # noqa: E402
-from common.rounds import alternating_rounds, mfu_rows  # noqa: E402
+from common import main_py, models  # noqa: E402
+from common.runtime import dllogger  # noqa: E402
+from common.tools import precisions  # noqa: E402
+from common.tools.mfu import matmul_ceiling  # noqa: E402
+from common.tools.rounds import alternating_rounds, mfu_rows  # noqa: E402
 from txl.flops import run_flops_per_token  # noqa: E402
 
-# The precisions every tool shares (common/precisions.py), and the type their matmuls run in here.
+# The precisions every tool shares (common/tools/precisions.py), and the type their matmuls run in
+# here.
 PRECISIONS = {p: (precisions.precision_flags(p),
                   tf.as_dtype(precisions.compute_dtype(p, gpu=False))) for p in ("fp32", "amp")}
 MODES = ("training_benchmark", "inference_benchmark")

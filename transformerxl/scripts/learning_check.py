@@ -39,11 +39,13 @@ import numpy as np
 _here = os.path.dirname(os.path.abspath(__file__))
 _model_dir = os.path.dirname(_here)
 
-from common import dllogger, main_py, precisions  # noqa: E402
+from common import main_py  # noqa: E402
+from common.runtime import dllogger  # noqa: E402
+from common.tools import precisions  # noqa: E402
 from txl.config import LOG_NAMES  # noqa: E402
 from txl.plays import fetch, write_corpus  # noqa: E402
 
-PRECISIONS = {p: precisions.precision_flags(p) for p in ("fp32", "amp")}  # common/precisions.py
+PRECISIONS = {p: precisions.precision_flags(p) for p in ("fp32", "amp")}  # tools/precisions.py
 RECIPE = ["--preset", "small", "--display_every", "50"]  # txl/config.py's PRESETS["small"]
 
 

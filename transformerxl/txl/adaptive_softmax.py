@@ -19,7 +19,7 @@ from __future__ import annotations
 import tensorflow as tf
 from keras import layers
 
-from common.bias import add_bias
+from common.layers.bias import add_bias
 
 TAIL_ROWS = 64  # the smallest number of rows a tail cluster's softmax is computed for
 

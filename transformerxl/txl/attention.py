@@ -31,8 +31,8 @@ import keras
 import tensorflow as tf
 from keras import layers
 
-from common import devices
-from common.bias import add_bias
+from common.layers.bias import add_bias
+from common.runtime import devices
 from txl.dropout import Dropout
 
 

@@ -15,7 +15,7 @@ from absl import flags
 
 from common import flags as common_flags
 from common.errors import UsageError
-from common.log_names import LogNames
+from common.runtime.log_names import LogNames
 
 WT103_VOCAB = 267_735
 WT103_CUTOFFS = (19997, 39997, 199997)  # NVIDIA's adaptive softmax clusters on WikiText-103

@@ -7,14 +7,14 @@ every sample its start: row g of the global batch is the g-th of ``rows`` equal 
 streams, and step t reads its tokens [t * tgt_len, (t + 1) * tgt_len + 1). Nothing is shuffled;
 each rank reads only its own rows. Inputs and targets are the segment without its last and
 without its first token, cut in DALI: nothing is chained after the DALIDataset
-(``common/dali.py``), which on a GPU serves both from the GPU. The graph (``build_pipeline``)
+(``common/data/dali.py``), which on a GPU serves both from the GPU. The graph (``build_pipeline``)
 needs no TensorFlow (``benchtools/dali_compare.py`` runs it on a GPU and on the CPU).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from common import dali_graph
+from common.data import dali_graph
 from common.errors import DataError
 from txl.streams import layout
 
@@ -66,7 +66,7 @@ def dataset(path: str, batch_size: int, tgt_len: int, rank: int = 0, world: int 
     (a ``dali.Served``)."""
     import tensorflow as tf
 
-    from common import dali
+    from common.data import dali
     pipeline = build_pipeline(path, batch_size, tgt_len, rank, world, batch_chunk, first_step,
                               where)
     return dali.serve(pipeline, where, batch_size, ((batch_size, tgt_len),) * 2,

@@ -15,7 +15,7 @@ import keras
 import tensorflow as tf
 from keras import layers
 
-from common.bias import Dense
+from common.layers.bias import Dense
 from txl.adaptive_softmax import AdaptiveSoftmax
 from txl.attention import RelPartialLearnableAttention, attention_mask, positional_embedding
 from txl.config import TXLConfig

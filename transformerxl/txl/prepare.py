@@ -23,7 +23,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from common import prepare_cli
+from common.data import prepare_cli
 from common.errors import DataError
 
 SPLITS = ("train", "valid", "test")

@@ -20,8 +20,9 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from common import dali, schedules
 from common.checkpoint.settings import CheckpointSpec
+from common.core import schedules
+from common.data import dali
 from common.errors import DataError, UsageError
 from common.task import Task
 from txl import config, streams, tfdata_pipeline

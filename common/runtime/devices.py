@@ -69,20 +69,20 @@ class Capabilities:
     @property
     def bias_gradient_by_sum(self) -> bool:
         """16-bit bias gradients summed by ``Sum`` (float32 accumulation), around a CPU's
-        ``BiasAddGrad``, which sums in 16 bits (common/bias.py). A GPU's accumulates in float32,
-        and its plain BiasAdd fuses into the matmul before it."""
+        ``BiasAddGrad``, which sums in 16 bits (common/layers/bias.py). A GPU's accumulates in
+        float32, and its plain BiasAdd fuses into the matmul before it."""
         return not self.gpu
 
     @property
     def pointwise_gradient_as_matmul(self) -> bool:
         """bfloat16 1x1 weight gradients (a layer computing in bfloat16) as one matmul, around
-        oneDNN's slow AMX weight-gradient kernel (common/conv2d.py); a GPU keeps cuDNN's."""
+        oneDNN's slow AMX weight-gradient kernel (common/layers/conv2d.py); a GPU keeps cuDNN's."""
         return not self.gpu
 
     @property
     def update_compiled(self) -> bool:
         """The optimizer update and its non-finite skip compiled by XLA in every run
-        (common/train_step.py): on a GPU, a TensorFlow cond would wait on the host."""
+        (common/core/train_step.py): on a GPU, a TensorFlow cond would wait on the host."""
         return self.gpu
 
     @property

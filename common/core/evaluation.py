@@ -7,7 +7,7 @@ AP): each rank's per-example outputs are gathered from every rank, in order, and
 summarises the whole split once (``Task.gathers_eval_outputs``).
 
 One evaluation input pipeline serves every evaluation of a run (a DALI pipeline is not rebuilt
-each time: ``common/dali.py``'s ``EvalPass``).
+each time: ``common/data/dali.py``'s ``EvalPass``).
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ import numpy as np
 import tensorflow as tf
 
 from common import task as task_lib
+from common.data.input_errors import read_batches
 from common.errors import DataError
-from common.input_errors import read_batches
 
 
 class Evaluator:

@@ -1,6 +1,6 @@
 """The step loop, once: training and both benchmark modes run it.
 
-Each step is dispatched without waiting for the device. ``common/sync.py`` decides which steps
+Each step is dispatched without waiting for the device. ``common/core/sync.py`` decides which steps
 are sync points (a logged step, the end of the warm-up, a save, an evaluation, the profiler's
 edges, the last step; every step for an inference benchmark, whose latency is a step's). At a
 sync point the loop waits for the device once, closes the clock's window, runs the profiler,
@@ -8,7 +8,7 @@ lets the stepper check what the device found (bad inputs, non-finite steps), and
 sync point to its caller, whose actions (display, save, evaluate, stop) hang off it: the next
 window opens after them, so their time is never counted as the steps'.
 
-A caller gives a ``Stepper`` (what one step is: ``common/steppers.py``) and reads the
+A caller gives a ``Stepper`` (what one step is: ``common/core/steppers.py``) and reads the
 ``Clock`` for throughput and latency. This is the loop of Orbit's ``Controller.train`` and
 nanoGPT's ``bench.py``: the same dispatch, wait and clock for a training run and a benchmark.
 """
@@ -20,9 +20,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from common import sync
-from common.log_names import PERCENTILES, LogNames
-from common.watchdog import OFF as _NO_WATCH
+from common.core import sync
+from common.runtime.log_names import PERCENTILES, LogNames
+from common.runtime.watchdog import OFF as _NO_WATCH
 
 
 class Stepper:
@@ -148,8 +148,8 @@ def run(stepper: Stepper, flags, profiler, clock: Clock, *, start: int, total: i
     """Steps ``start + 1`` .. ``total``; yields each sync point after the wait, the profiler
     and the stepper's checks. ``stop`` (a ``GracefulStop``) is asked at the steps every rank
     agrees to vote at (``sync.Events.vote``); a stopping point is the last. ``watchdog``
-    (``common/watchdog.py``) hears a beat at every step and after the caller's work at a sync
-    point."""
+    (``common/runtime/watchdog.py``) hears a beat at every step and after the caller's work at a
+    sync point."""
     watchdog = watchdog or _NO_WATCH
     clock.begin(start + 1)
     profiled = False  # the open window holds a profiled step

@@ -11,7 +11,7 @@ the step); a silent one is nobody's.
 How: under Horovod each rank runs a thread that writes a heartbeat file,
 ``<results_dir>/.heartbeat/rank-N.json`` (a counter, its host and pid, how long it has waited
 for a step), every ``timeout / 10`` seconds (1 to 30), and reads the others'. The training loop
-beats at every step and after its work at a sync point (``common/loop.py``); the first beat,
+beats at every step and after its work at a sync point (``common/core/loop.py``); the first beat,
 after the first step, arms the watch (tracing and compiling are not a hang). When this rank has
 not beaten for longer than the timeout:
 

@@ -107,7 +107,7 @@ def inference_dataset(serving):
     if serving.inference_streams:
         return task.eval_dataset(drop_short=True).repeat()
     data = task.eval_dataset()
-    from common import dali
+    from common.data import dali
     if isinstance(data, dali.EvalPass):
         return data.served  # the padded last batch kept: its rows are as costly
     return data.unbatch().repeat().batch(serving.flags.batch_size, drop_remainder=True)

@@ -20,7 +20,7 @@ import csv
 import json
 import re
 
-from common import quiet_start
+from common.runtime import quiet_start
 
 FILE = "ops.csv"
 COLUMNS = ("op_type", "op_name", "where", "occurrences", "self_us", "ms_per_step", "share",

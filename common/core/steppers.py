@@ -1,4 +1,4 @@
-"""What one step of the loop is (``common/loop.py``): a training step and an inference step.
+"""What one step of the loop is (``common/core/loop.py``): a training step and an inference step.
 Each holds only what its step needs, handed to it by the Trainer: the compiled function, the
 data, the per-micro-batch states, and the checks of what the device found."""
 from __future__ import annotations
@@ -7,13 +7,13 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
+from common.core.loop import Stepper
 from common.errors import DataError
-from common.loop import Stepper
 
 
 class TrainStepper(Stepper):
     """One optimizer step: ``batch_chunk`` consecutive micro-batches through the compiled train
-    step (``common/train_step.py``), each micro-batch's state carried to the next step's and
+    step (``common/core/train_step.py``), each micro-batch's state carried to the next step's and
     reset at an epoch's first step. ``check`` reads the device's counters at a sync point: bad
     inputs (``check_inputs``) and non-finite steps (``guard_check``: the skipped steps are
     kept). ``items``: what the step processed over all ``world`` ranks (``items_in`` each)."""

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from common.devices import Devices, cpu_flags
+from common.runtime.devices import Devices, cpu_flags
 
 
 def cpu_name() -> str:

@@ -26,9 +26,9 @@ import re
 
 import tensorflow as tf
 
-from common import op_table
 from common.errors import UsageError
-from common.op_table import dtype_of
+from common.tools import op_table
+from common.tools.op_table import dtype_of
 
 # An op's event in the host trace: "<node name>:<op type>" (wrappers such as
 # "ExecutorState::Process" have "::" and no node name).

@@ -15,9 +15,9 @@ from typing import TypeVar
 
 import tensorflow as tf
 
-from common import devices
-from common.devices import CPU_ONLY, Devices
 from common.errors import DataError, TrainingError, UsageError
+from common.runtime import devices
+from common.runtime.devices import CPU_ONLY, Devices
 
 T = TypeVar("T")
 

@@ -13,8 +13,8 @@ function (TensorFlow's ``same`` padding: total // 2 zeros before, the rest after
 padding inside the kernel, which oneDNN gets right. Only those degenerate convolutions take
 the detour, on tensors a few pixels wide; every other one is Keras' own.
 
-The bias is added by ``common.bias.add_bias``: Keras' ``bias_add`` has a bfloat16 gradient that
-stops summing at 256 on a CPU (see there).
+The bias is added by ``common.layers.bias.add_bias``: Keras' ``bias_add`` has a bfloat16 gradient
+that stops summing at 256 on a CPU (see there).
 
 In bfloat16 training on a CPU, a 1x1 convolution's weight gradient is computed as the matrix
 product it is (the input's pixels, subsampled by the stride, against the output gradient's)
@@ -30,8 +30,8 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from common import devices
-from common.bias import add_bias
+from common.layers.bias import add_bias
+from common.runtime import devices
 
 
 def same_padding(size: int, kernel: int, stride: int, dilation: int = 1) -> tuple[int, int]:

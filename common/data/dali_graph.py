@@ -1,7 +1,7 @@
 """Where a DALI pipeline runs and what it emits, without TensorFlow: each model's DALI graph
 (``*/dali_pipeline.build_pipeline``) reads only this module, so the same graph is built by the
-training run (``common/dali.py`` serves it to TensorFlow) and by tools on machines that have DALI
-but no TensorFlow (``benchtools/dali_compare.py``, which runs it on a GPU and on the CPU).
+training run (``common/data/dali.py`` serves it to TensorFlow) and by tools on machines that have
+DALI but no TensorFlow (``benchtools/dali_compare.py``, which runs it on a GPU and on the CPU).
 
 ``nvidia.dali`` is imported only when a pipeline is built.
 """

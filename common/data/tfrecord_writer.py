@@ -13,7 +13,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 
-from common import tfrecord_index
+from common.data import tfrecord_index
 
 
 def remove_stale(out_dir: str, prefix: str, log) -> None:

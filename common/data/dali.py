@@ -9,7 +9,7 @@ back, or fail. What a model does to a batch after DALI happens either in the DAL
 the compiled step (``Task.train_loss``, ``Task.eval_update``), and an evaluation pass is cut by
 ``EvalPass``, which slices the last batch on the device. With no GPU the same pipeline runs on
 the CPU (``device_id=None``), which is how the tests run it. The pipelines themselves
-(``*/dali_pipeline.build_pipeline``) and their placement (``common/dali_graph.py``) need no
+(``*/dali_pipeline.build_pipeline``) and their placement (``common/data/dali_graph.py``) need no
 TensorFlow.
 
 ``nvidia.dali`` is imported only when a pipeline is built, so ``--dali`` is the only path that
@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator, Sequence
 
 import tensorflow as tf
 
-from common import tfrecord_index
-from common.dali_graph import Placement
+from common.data import tfrecord_index
+from common.data.dali_graph import Placement
 
 
 def placement(capabilities, cpu_decode: bool = False) -> Placement:

@@ -1,5 +1,5 @@
 """The benchmark modes (``training_benchmark``, ``inference_benchmark``) on the one step loop
-(``common/loop.py``), each given its stepper (``common/steppers.py``), not the Trainer.
+(``common/core/loop.py``), each given its stepper (``common/core/steppers.py``), not the Trainer.
 
 Throughput is items over the wall time of the timed windows (after ``--warmup_steps``,
 profiled steps left out). Latency is a step's own time, measured only where the host waits for
@@ -9,8 +9,8 @@ otherwise the summary says that it was not measured per step.
 """
 from __future__ import annotations
 
-from common import loop
-from common.log_names import LogNames
+from common.core import loop
+from common.runtime.log_names import LogNames
 
 
 def _summary(clock: loop.Clock, names: LogNames, phase: str, profile: str | None) -> dict:

@@ -9,8 +9,8 @@ import numpy as np
 import tensorflow as tf
 from PIL import Image
 
+from common.data.imagenet_stats import MEAN, STD
 from common.errors import DataError
-from common.imagenet_stats import MEAN, STD
 
 
 def decode(encoded):

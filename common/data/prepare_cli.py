@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable, Iterator
 
 import tensorflow as tf
 
-from common import files, tfrecord_writer
+from common import files
+from common.data import tfrecord_writer
 from common.errors import DataError, one_line
 
 STAGE = ".preparing"  # inside the output directory: the same file system, so renames are atomic

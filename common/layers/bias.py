@@ -15,15 +15,15 @@ On a CPU, ``add_bias`` adds a 16-bit bias with ``bias_add`` and takes its gradie
 right and faster. A GPU's ``BiasAddGrad`` accumulates 16-bit inputs in float32, and there the
 plain ``bias_add`` is what Grappler fuses with the matmul or convolution before it (cuBLASLt's
 bias epilogue, ``_FusedMatMul``), which the custom gradient's ``IdentityN`` would block; so the
-workaround is for a CPU only (``common.devices.current``). ``Dense`` is Keras' layer adding its
-bias so; the convolutions do the same (``common.conv2d.Conv2D``).
+workaround is for a CPU only (``common.runtime.devices.current``). ``Dense`` is Keras' layer adding
+its bias so; the convolutions do the same (``common.layers.conv2d.Conv2D``).
 """
 from __future__ import annotations
 
 import keras
 import tensorflow as tf
 
-from common import devices
+from common.runtime import devices
 
 
 def add_bias(x, bias, data_format: str = "channels_last"):

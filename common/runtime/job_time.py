@@ -63,7 +63,7 @@ def jobs_so_far(records, seconds: float) -> dict:
     """The summary's part about jobs: this job's training time (``seconds``) and, for a run
     resumed over several jobs (a time limit, a preemption), how many it took and their
     training time in all, from its log's ``records`` (``dllogger.run_jobs``)."""
-    from common import dllogger
+    from common.runtime import dllogger
     out = {"train_seconds": round(seconds, 1)}
     try:
         earlier = dllogger.run_jobs(records)[:-1]  # the last is this job's
