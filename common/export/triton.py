@@ -41,7 +41,6 @@ to), or with ``--triton_replace`` replaces them; other models there are kept.
 """
 from __future__ import annotations
 
-import functools
 import os
 import shutil
 import struct
@@ -49,14 +48,16 @@ import tempfile
 
 from common import files
 from common.export import serving as serving_lib
+from common.export import tensorrt
 from common.export.triton_config import (
-    ONNX_TYPES,
     batched,
     config,
     ensemble,
+    onnx_tensors,
     sequence,
     to_text,
     warmup,
+    write_text,
 )
 
 PYTHON_MODELS = os.path.join(os.path.dirname(__file__), "triton_python")
@@ -82,22 +83,6 @@ def _saved_model_tensors(export_dir: str, signature: str = "serving_default"):
         return {k: (v["dtype"], [None if d == -1 else d for d in v["shape"]])
                 for k, v in tensors.items()}
     return read(described["inputs"]), read(described["outputs"])
-
-
-def _onnx_tensors(path: str):
-    """(inputs, outputs) of an ONNX file, as ``_saved_model_tensors`` gives them."""
-    import onnx
-    graph = onnx.load(path, load_external_data=False).graph
-
-    def read(values):
-        out = {}
-        for v in values:
-            t = v.type.tensor_type
-            out[v.name] = (ONNX_TYPES[t.elem_type],
-                           [d.dim_value if d.HasField("dim_value") else None
-                            for d in t.shape.dim])
-        return out
-    return read(graph.input), read(graph.output)
 
 
 class _Repository:
@@ -173,7 +158,7 @@ def write_repository(serving, export_dir: str, triton_dir: str, replace: bool = 
     labels = {"probabilities": "labels.txt"} if os.path.isfile(labels_file) else None
     label_files = {"labels.txt": labels_file} if labels else {}
     onnx_path = os.path.join(export_dir, "model.onnx")
-    net = _onnx_tensors(onnx_path) if os.path.exists(onnx_path) else None
+    net = onnx_tensors(onnx_path) if os.path.exists(onnx_path) else None
     preprocess = os.path.join(export_dir, serving_lib.PREPROCESS)
     image = os.path.isdir(preprocess)
     if image and not net:
@@ -209,8 +194,8 @@ def write_repository(serving, export_dir: str, triton_dir: str, replace: bool = 
     lines = [f"wrote Triton model repositories to {triton_dir}: " + "; ".join(
         f"{t}/ ({', '.join(m)}) {TARGETS[t]}" for t, m in written.items() if m)]
     if net:
-        lines += write_tensorrt(serving, export_dir, triton_dir, net, labels_file if labels
-                                else None, image, log)
+        lines += tensorrt.write(serving, export_dir, triton_dir, labels_file if labels else None,
+                                image, log)
     return lines
 
 
@@ -281,111 +266,3 @@ def _warmup_image(tmp: str, size: int) -> str:
     with open(path, "wb") as fh:
         fh.write(struct.pack("<I", len(jpeg)) + jpeg)
     return path
-
-
-def engine_command(onnx_path: str, plan_path: str, shapes, max_batch_size: int,
-                   int8: bool = False) -> str:
-    """The trtexec line that builds an engine: ``shapes(rows, least)`` the ONNX inputs' shapes
-    (``Serving.engine_shapes``) from one row (``least``) to ``max_batch_size`` rows, FP16
-    allowed (as NVIDIA's deployments build), with ``int8`` the Q/DQ graph's INT8 layers too."""
-    def profile(rows, least=False):
-        return ",".join(f"{n}:" + "x".join(str(d) for d in shape)
-                        for n, shape in sorted(shapes(rows, least).items()))
-    return (f"trtexec --onnx={onnx_path} --saveEngine={plan_path} "
-            f"{'--int8 ' if int8 else ''}--fp16 "
-            f"--minShapes={profile(1, True)} --optShapes={profile(max_batch_size)} "
-            f"--maxShapes={profile(max_batch_size)}")
-
-
-def write_tensorrt(serving, export_dir: str, triton_dir: str, net, labels_file, image: bool,
-                   log=None) -> list[str]:
-    """``triton_dir.tensorrt``: each TensorRT model's config and the ONNX graph its engine is
-    built from (``Serving.tensorrt_onnx``), an ensemble over the FP16 one, and
-    ``build_engines.sh``."""
-    name, batch = serving.triton_name, serving.triton_max_batch_size
-    pending = triton_dir.rstrip(os.sep) + ".tensorrt"
-    built = []
-    with files.staged_dir(pending, "the TensorRT models to build", replaces={
-            name, f"{name}_tensorrt", f"{name}_tensorrt_int8", "build_engines.sh"},
-            log=log) as stage:
-        for suffix, int8 in (("_tensorrt", False), ("_tensorrt_int8", True)):
-            model = os.path.join(stage, f"{name}{suffix}")
-            os.makedirs(model)
-            source = os.path.join(model, "model.onnx")
-            if not serving.tensorrt_onnx(export_dir, int8, source):
-                os.rmdir(model)
-                continue
-            tensors = _onnx_tensors(source)
-            labels = {"probabilities": "labels.txt"} if labels_file else None
-            if labels_file:
-                files.link_or_copy(labels_file, os.path.join(model, "labels.txt"))
-            write_text(os.path.join(model, "config.pbtxt"), to_text(config(
-                f"{name}{suffix}", {"platform": "tensorrt_plan"}, *tensors, batch,
-                labels=labels, warmup=warmup(tensors[0], batched(*tensors)))))
-            built.append((f"{name}{suffix}", int8, tensors[0]))
-        if image and built:
-            pre = ({"images": ("string", [None])},
-                   {"valid": ("bool", [None])})
-            os.makedirs(os.path.join(stage, name))
-            c = ensemble(name, f"{name}_preprocess", pre, built[0][0], _onnx_tensors(
-                os.path.join(stage, built[0][0], "model.onnx")), batch,
-                {"probabilities": "labels.txt"} if labels_file else None)
-            write_text(os.path.join(stage, name, "config.pbtxt"), to_text(c))
-        script = os.path.join(stage, "build_engines.sh")
-        write_text(script, _engine_script(serving, built, image))
-        os.chmod(script, 0o755)
-    return [f"TensorRT: bash {os.path.join(pending, 'build_engines.sh')} on the serving GPU "
-            f"builds {' and '.join(m for m, _, _ in built)} and adds them to "
-            f"{os.path.join(triton_dir, 'triton')}"]
-
-
-def _engine_script(serving, built, image: bool) -> str:
-    name, batch = serving.triton_name, serving.triton_max_batch_size
-    lines = [
-        "#!/usr/bin/env bash",
-        "# Builds this export's TensorRT engines on the GPU that will serve them (an engine is",
-        "# tied to its GPU and TensorRT version; NVIDIA's TensorRT container has trtexec), then",
-        "# moves each model, config and plan, into the repository whole"
-        + (f" and points the {name} ensemble at the FP16 engine." if image else "."),
-        "#   bash build_engines.sh [--dry-run]      (REPO=... for a repository moved elsewhere)",
-        "set -euo pipefail",
-        'HERE=$(cd "$(dirname "$0")" && pwd)',
-        'REPO=${REPO:-${HERE%.tensorrt}/triton}',
-        'DRY=0; [ "${1:-}" = --dry-run ] && DRY=1',
-        'run() { echo "+ $*"; [ "$DRY" = 1 ] || "$@"; }',
-        'if [ "$DRY" = 0 ] && ! command -v trtexec >/dev/null; then',
-        '  echo "build_engines.sh: trtexec is not on PATH: run this in NVIDIA\'s TensorRT '
-        'container (nvcr.io/nvidia/tensorrt:<yy.mm>-py3) on the serving GPU" >&2',
-        "  exit 2",
-        "fi",
-        '[ -d "$REPO" ] || { echo "build_engines.sh: no repository at $REPO (set REPO)" >&2; '
-        "exit 2; }",
-        "install() {  # MODEL: its config and plan into \"$REPO/MODEL\", whole",
-        '  local m=$1 staged="$HERE/.$1.installing"',
-        '  run rm -rf "$staged"',
-        '  run mkdir -p "$staged/1"',
-        '  run cp "$HERE/$m/config.pbtxt" "$staged/"',
-        '  [ ! -f "$HERE/$m/labels.txt" ] || run cp "$HERE/$m/labels.txt" "$staged/"',
-        '  run mv "$HERE/$m/model.plan" "$staged/1/model.plan"',
-        '  run rm -rf "$REPO/$m"',
-        '  run mv "$staged" "$REPO/$m"',
-        "}"]
-    for model, int8, inputs in built:
-        shapes = functools.partial(serving.engine_shapes, inputs)
-        lines.append(f'run {engine_command(f"$HERE/{model}/model.onnx", f"$HERE/{model}/model.plan", shapes, batch, int8)}')  # noqa: E501
-        lines.append(f"install {model}")
-    if image and built:
-        lines.append(f'run cp "$HERE/{name}/config.pbtxt" "$REPO/{name}/config.pbtxt"')
-    models = " ".join(m for m, _, _ in built)
-    lines.append('if [ "$DRY" = 1 ]; then echo "dry run: nothing was built or installed (the '
-                 f'commands above would build and install {models} in $REPO)"; exit 0; fi')
-    lines.append(f'echo "installed in $REPO: {models}'
-                 + ('; the ensemble ' + name + ' now runs ' + built[0][0] if image and built
-                    else "") + ' (a running server picks them up with --model-control-mode='
-                 'poll, or at its next start)"')
-    return "\n".join(lines) + "\n"
-
-
-def write_text(path: str, text: str) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(text)

@@ -174,3 +174,25 @@ def sequence(name: str, inputs, outputs, state: tuple[str, str], optional, max_b
     c["parameters"] = [{"key": "state_input", "value": {"string_value": state_in}},
                        {"key": "state_output", "value": {"string_value": state_out}}]
     return c
+
+
+def onnx_tensors(path: str):
+    """(inputs, outputs) of an ONNX file: name -> (dtype name, shape, None = any), as
+    ``client.json``'s signatures give them."""
+    import onnx
+    graph = onnx.load(path, load_external_data=False).graph
+
+    def read(values):
+        out = {}
+        for v in values:
+            t = v.type.tensor_type
+            out[v.name] = (ONNX_TYPES[t.elem_type],
+                           [d.dim_value if d.HasField("dim_value") else None
+                            for d in t.shape.dim])
+        return out
+    return read(graph.input), read(graph.output)
+
+
+def write_text(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)

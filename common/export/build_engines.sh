@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Builds this export's TensorRT engines on the GPU that will serve them (an engine is tied to its
+# GPU and TensorRT version; NVIDIA's TensorRT container has trtexec), then moves each model, its
+# config and plan, into the triton/ repository whole and, for an image model, points its
+# ensemble at the FP16 engine. Written beside the repositories by --export_triton from
+# common/export/build_engines.sh, its values filled in: the engines and the ensemble.
+#   bash build_engines.sh [--dry-run]      (REPO=... for a repository moved elsewhere)
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=${REPO:-${HERE%.tensorrt}/triton}
+# Each engine: its model | trtexec's precision flags beside --fp16 | its smallest, optimal and
+# largest input shapes.
+ENGINES=(
+@ENGINES@
+)
+ENSEMBLE=@ENSEMBLE@  # the ensemble the FP16 engine serves, or none
+DRY=0; [ "${1:-}" = --dry-run ] && DRY=1
+run() { echo "+ $*"; [ "$DRY" = 1 ] || "$@"; }
+if [ "$DRY" = 0 ] && ! command -v trtexec >/dev/null; then
+  echo "build_engines.sh: trtexec is not on PATH: run this in NVIDIA's TensorRT container (nvcr.io/nvidia/tensorrt:<yy.mm>-py3) on the serving GPU" >&2
+  exit 2
+fi
+[ -d "$REPO" ] || { echo "build_engines.sh: no repository at $REPO (set REPO)" >&2; exit 2; }
+install() {  # MODEL: its config and plan into "$REPO/MODEL", whole
+  local m=$1 staged="$HERE/.$1.installing"
+  run rm -rf "$staged"
+  run mkdir -p "$staged/1"
+  run cp "$HERE/$m/config.pbtxt" "$staged/"
+  [ ! -f "$HERE/$m/labels.txt" ] || run cp "$HERE/$m/labels.txt" "$staged/"
+  run mv "$HERE/$m/model.plan" "$staged/1/model.plan"
+  run rm -rf "${REPO:?}/$m"
+  run mv "$staged" "$REPO/$m"
+}
+built=()
+for engine in "${ENGINES[@]}"; do
+  IFS='|' read -r model flags min opt max <<<"$engine"
+  # shellcheck disable=SC2086  # flags: none, or --int8
+  run trtexec --onnx="$HERE/$model/model.onnx" --saveEngine="$HERE/$model/model.plan" $flags \
+    --fp16 --minShapes="$min" --optShapes="$opt" --maxShapes="$max"
+  install "$model"
+  built+=("$model")
+done
+[ -z "$ENSEMBLE" ] || run cp "$HERE/$ENSEMBLE/config.pbtxt" "$REPO/$ENSEMBLE/config.pbtxt"
+if [ "$DRY" = 1 ]; then
+  echo "dry run: nothing was built or installed (the commands above would build and install ${built[*]} in $REPO)"
+  exit 0
+fi
+echo "installed in $REPO: ${built[*]}${ENSEMBLE:+; the ensemble $ENSEMBLE now runs ${built[0]}} (a running server picks them up with --model-control-mode=poll, or at its next start)"

@@ -1,0 +1,88 @@
+"""The TensorRT models of ``--export_triton DIR``, waiting for their engines in
+``DIR.tensorrt/``: each model's config and the ONNX graph its engine is built from
+(``Serving.tensorrt_onnx``: ``<name>_tensorrt`` FP16 from ``model.onnx``, SSD320's from the
+EfficientNMS graph; ``<name>_tensorrt_int8`` from ``model_int8.onnx``), the image models'
+ensemble over the FP16 one, and ``build_engines.sh``: ``build_engines.sh`` beside this module
+with its values filled in (the engines, their optimisation profiles, the ensemble), which builds
+each plan with ``trtexec`` on the serving GPU and moves the model whole into ``DIR/triton``.
+Nothing is in a repository before its plan exists: Triton refuses to start with a model that
+has no version."""
+from __future__ import annotations
+
+import os
+import shlex
+
+from common import files
+from common.export.triton_config import (
+    batched,
+    config,
+    ensemble,
+    onnx_tensors,
+    to_text,
+    warmup,
+    write_text,
+)
+
+TEMPLATE = os.path.join(os.path.dirname(__file__), "build_engines.sh")
+
+
+def profile(serving, inputs, max_batch_size: int) -> tuple[str, str, str]:
+    """trtexec's ``--minShapes``, ``--optShapes`` and ``--maxShapes`` of an engine over the ONNX
+    ``inputs``: from one row (``Serving.engine_shapes``' smallest) to ``max_batch_size``."""
+    def shapes(rows, least=False):
+        return ",".join(f"{n}:" + "x".join(str(d) for d in shape) for n, shape in
+                        sorted(serving.engine_shapes(inputs, rows, least).items()))
+    return shapes(1, True), shapes(max_batch_size), shapes(max_batch_size)
+
+
+def script(engines: list[tuple[str, bool, tuple[str, str, str]]], ensemble_name: str | None
+           ) -> str:
+    """``build_engines.sh`` for ``engines`` ((model, INT8, profile) each) and the ensemble that
+    the FP16 engine serves."""
+    with open(TEMPLATE, encoding="utf-8") as fh:
+        text = fh.read()
+    rows = "\n".join("  " + shlex.quote("|".join([model, "--int8" if int8 else "", *shapes]))
+                     for model, int8, shapes in engines)
+    return text.replace("@ENGINES@", rows).replace(
+        "@ENSEMBLE@", shlex.quote(ensemble_name) if ensemble_name else '""')
+
+
+def write(serving, export_dir: str, triton_dir: str, labels_file, image: bool, log=None
+          ) -> list[str]:
+    """``triton_dir.tensorrt``: the TensorRT models to build and their script; the line that
+    says how."""
+    name, batch = serving.triton_name, serving.triton_max_batch_size
+    pending = triton_dir.rstrip(os.sep) + ".tensorrt"
+    built = []
+    with files.staged_dir(pending, "the TensorRT models to build", replaces={
+            name, f"{name}_tensorrt", f"{name}_tensorrt_int8", "build_engines.sh"},
+            log=log) as stage:
+        for suffix, int8 in (("_tensorrt", False), ("_tensorrt_int8", True)):
+            model = os.path.join(stage, f"{name}{suffix}")
+            os.makedirs(model)
+            source = os.path.join(model, "model.onnx")
+            if not serving.tensorrt_onnx(export_dir, int8, source):
+                os.rmdir(model)
+                continue
+            tensors = onnx_tensors(source)
+            labels = {"probabilities": "labels.txt"} if labels_file else None
+            if labels_file:
+                files.link_or_copy(labels_file, os.path.join(model, "labels.txt"))
+            write_text(os.path.join(model, "config.pbtxt"), to_text(config(
+                f"{name}{suffix}", {"platform": "tensorrt_plan"}, *tensors, batch,
+                labels=labels, warmup=warmup(tensors[0], batched(*tensors)))))
+            built.append((f"{name}{suffix}", int8, profile(serving, tensors[0], batch)))
+        if image and built:
+            pre = ({"images": ("string", [None])},
+                   {"valid": ("bool", [None])})
+            os.makedirs(os.path.join(stage, name))
+            c = ensemble(name, f"{name}_preprocess", pre, built[0][0], onnx_tensors(
+                os.path.join(stage, built[0][0], "model.onnx")), batch,
+                {"probabilities": "labels.txt"} if labels_file else None)
+            write_text(os.path.join(stage, name, "config.pbtxt"), to_text(c))
+        path = os.path.join(stage, "build_engines.sh")
+        write_text(path, script(built, name if image and built else None))
+        os.chmod(path, 0o755)
+    return [f"TensorRT: bash {os.path.join(pending, 'build_engines.sh')} on the serving GPU "
+            f"builds {' and '.join(m for m, _, _ in built)} and adds them to "
+            f"{os.path.join(triton_dir, 'triton')}"]
