@@ -161,26 +161,28 @@ def load_resnet_trunk(model: keras.Model, prefix: str, arch: str, padding: str) 
     return loaded
 
 
-def load_trunk(model: keras.Model, path: str, arch: str, trunk: str, padding: str) -> str:
-    """Initialises ``model``'s trunk from the checkpoint at ``path``; returns a line saying
-    what was loaded."""
-    if trunk == "resnet_v1":
-        prefix, reader = _reader(path)
-        scope = is_slim(reader)
-        if scope is None:
-            hint = (" (a checkpoint of this repository's ResNet-50 v1.5: add --trunk resnet_v1.5)"
-                    if "_CHECKPOINTABLE_OBJECT_GRAPH" in reader.get_variable_to_shape_map()
-                    else "")
-            raise DataError(f"{FLAG} {path} holds no TF-slim resnet_v1 (no .../resnet_v1_50/"
-                            f"conv1/weights){hint}")
-        damaged = store.unreadable(prefix)  # every tensor read: a cut or flipped .data
-        if damaged:
-            raise DataError(f"{FLAG} {path}: the checkpoint is damaged ({damaged}): download "
-                            "or unpack it again")
-        n = load_slim_trunk(model, reader, scope, arch, path)
-        left = " (its classifier left out)" if any(
-            k.startswith(f"{scope}/logits/") for k in reader.get_variable_to_shape_map()) else ""
-        return f"initialised {n} trunk layers from {prefix}: TF-slim {scope}{left}"
+def _from_slim(model: keras.Model, path: str, arch: str, padding: str) -> str:
+    """TF-slim's ``resnet_v1_50`` (``--trunk resnet_v1``), by slim's names."""
+    prefix, reader = _reader(path)
+    scope = is_slim(reader)
+    if scope is None:
+        hint = (" (a checkpoint of this repository's ResNet-50 v1.5: add --trunk resnet_v1.5)"
+                if "_CHECKPOINTABLE_OBJECT_GRAPH" in reader.get_variable_to_shape_map()
+                else "")
+        raise DataError(f"{FLAG} {path} holds no TF-slim resnet_v1 (no .../resnet_v1_50/"
+                        f"conv1/weights){hint}")
+    damaged = store.unreadable(prefix)  # every tensor read: a cut or flipped .data
+    if damaged:
+        raise DataError(f"{FLAG} {path}: the checkpoint is damaged ({damaged}): download "
+                        "or unpack it again")
+    n = load_slim_trunk(model, reader, scope, arch, path)
+    left = " (its classifier left out)" if any(
+        k.startswith(f"{scope}/logits/") for k in reader.get_variable_to_shape_map()) else ""
+    return f"initialised {n} trunk layers from {prefix}: TF-slim {scope}{left}"
+
+
+def _from_resnet(model: keras.Model, path: str, arch: str, padding: str) -> str:
+    """A checkpoint of this repository's ResNet-50 v1.5 (``--trunk resnet_v1.5``)."""
     if os.path.isfile(path) and not os.path.exists(path + ".index"):  # a V1 single-file one
         _, reader = _reader(path)
         if is_slim(reader):
@@ -195,3 +197,13 @@ def load_trunk(model: keras.Model, path: str, arch: str, trunk: str, padding: st
                         "resnet50v1.5/import_weights.py first)")
     n = load_resnet_trunk(model, prefix, arch, padding)
     return f"initialised {n} trunk layers from {prefix}: ResNet-50 v1.5 (padding {padding})"
+
+
+# The trunk's weight sources, one entry each (--trunk): its reader, by its own names.
+TRUNK_SOURCES = {"resnet_v1": _from_slim, "resnet_v1.5": _from_resnet}
+
+
+def load_trunk(model: keras.Model, path: str, arch: str, trunk: str, padding: str) -> str:
+    """Initialises ``model``'s trunk from the checkpoint at ``path`` (``--trunk``'s source);
+    returns a line saying what was loaded."""
+    return TRUNK_SOURCES[trunk](model, path, arch, padding)
