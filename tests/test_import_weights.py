@@ -121,8 +121,9 @@ def test_the_imported_checkpoint_predicts_with_names_and_says_what_it_is(torch_f
     # What the model computes on the evaluation crop, named from labels.txt.
     from rn50 import tfdata_pipeline
     model, _, _ = _imported("torchvision", torch_files / "torchvision.safetensors")
-    x = tfdata_pipeline.eval_crop(tf.constant(pixels), 224,
-                                  found["settings"]["eval_preprocessing"])[None]
+    from rn50 import eval_preprocessing
+    x = tfdata_pipeline.eval_crop(tf.constant(pixels), 224, eval_preprocessing.parse(
+        found["settings"]["eval_preprocessing"], 224))[None]
     top = np.argsort(-_logits(model, x)[0])[:5]
     assert record["top5_classes"] == [int(c) for c in top]
     assert record["top5_names"] == [f"class {c}" for c in top]
@@ -263,7 +264,7 @@ def test_keras_applications_weights_initialise_the_v15_network(tmp_path, capsys)
 
 # --- each source's own evaluation recipe -----------------------------------------------------
 def test_each_source_records_its_own_recipe(tmp_path):
-    from rn50 import recipes
+    from rn50 import eval_preprocessing as recipes
     v1, v2 = recipes.torchvision("V1").spec(), recipes.torchvision("V2").spec()
     assert v1.startswith("resize:256,crop:224,interpolation:bilinear,antialias:1,")
     assert v2.startswith("resize:232,crop:224,interpolation:bilinear,antialias:1,")
@@ -354,7 +355,7 @@ def test_imported_weights_answer_as_their_source_on_photographs(torch_files, tmp
     assert card["evaluation_preprocessing"] == recorded and card["scored"] is None
     assert card["exported_with"]["tensorflow"] == tf.__version__
     if source == "torchvision":  # a given flag wins over the checkpoint's recipe
-        from rn50 import recipes
+        from rn50 import eval_preprocessing as recipes
         _, logits = _predict_and_export(ckpt, tmp_path / "v1", "--eval_preprocessing",
                                         recipes.torchvision("V1").spec())
         _same_answer(logits, np.load(torch_files / "photos_torchvision_v1.npy"))
@@ -366,10 +367,12 @@ def test_keras_applications_recipe_prepares_images_as_keras_does(tmp_path):
     first convolution folds the channel order and NVIDIA's standard deviation, so the recipe's
     input times that deviation, channels reversed, is Keras' input, exactly. (The network is
     v1's weights in v1.5: its logits are not Keras', test_keras_applications_weights_...)."""
-    from rn50 import recipes, tfdata_pipeline
+    from rn50 import eval_preprocessing as recipes
+    from rn50 import tfdata_pipeline
     spec = recipes.keras_applications().spec()
     for photo in PHOTOS:
-        ours = tfdata_pipeline.eval_image(tf.io.read_file(photo), 224, spec).numpy()
+        ours = tfdata_pipeline.eval_image(tf.io.read_file(photo), 224,
+                                          recipes.parse(spec, 224)).numpy()
         theirs = keras.applications.resnet50.preprocess_input(keras.utils.img_to_array(
             keras.utils.load_img(photo, target_size=(224, 224))))
         np.testing.assert_allclose((ours * np.float32(images.STD))[..., ::-1], theirs,
@@ -383,7 +386,7 @@ def test_keras_applications_import_predicts_and_serves_on_keras_own_input(tmp_pa
     mean), turned to this network's (RGB, over NVIDIA's standard deviation, which the importer
     folded into the first convolution) and fed to the export's ``preprocessed``. (The logits are
     not keras.applications' own: v1's weights in v1.5, test above.)"""
-    from rn50 import recipes
+    from rn50 import eval_preprocessing as recipes
     h5 = str(tmp_path / "resnet50_weights_tf_dim_ordering_tf_kernels.h5")
     _save_legacy_h5(_keras_resnet50(), h5)
     ckpt = tmp_path / "ckpt"
@@ -452,7 +455,8 @@ def test_keras_hub_recipe_prepares_images_as_its_converter_does():
     a stretching, bilinear, antialiased one."""
     import keras_hub
 
-    from rn50 import recipes, tfdata_pipeline
+    from rn50 import eval_preprocessing as recipes
+    from rn50 import tfdata_pipeline
     stretch = {**weights_keras.KERAS_HUB_DEFAULT_CONVERTER, "image_size": [160, 160],
                "crop_to_aspect_ratio": False, "interpolation": "bilinear", "antialias": True}
     for config in (weights_keras.KERAS_HUB_DEFAULT_CONVERTER, stretch):
@@ -460,7 +464,8 @@ def test_keras_hub_recipe_prepares_images_as_its_converter_does():
         spec = recipes.keras_hub(config).spec()
         size = config["image_size"][0]
         for photo in PHOTOS:
-            ours = tfdata_pipeline.eval_image(tf.io.read_file(photo), size, spec).numpy()
+            ours = tfdata_pipeline.eval_image(tf.io.read_file(photo), size,
+                                              recipes.parse(spec, size)).numpy()
             theirs = np.asarray(converter(np.asarray(keras.utils.load_img(photo), np.float32)[
                 None]))[0]
             np.testing.assert_allclose(ours, theirs, atol=1e-4, err_msg=f"{spec} {photo}")

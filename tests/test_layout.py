@@ -192,5 +192,6 @@ def test_imagenets_statistics_are_defined_once():
                 if re.search(r"58\.395,\s*57\.12,\s*57\.375", text):
                     found.append(os.path.relpath(path, ROOT))
     # torchvision's standard deviation is the same three numbers (0.229, 0.224, 0.225 x 255):
-    # rn50/recipes.py names it TORCH_STD, the one other place they are written.
-    assert sorted(found) == ["common/data/imagenet_stats.py", "resnet50v1.5/rn50/recipes.py"]
+    # rn50/eval_preprocessing.py names it TORCH_STD, the one other place they are written.
+    assert sorted(found) == ["common/data/imagenet_stats.py",
+    "resnet50v1.5/rn50/eval_preprocessing.py"]

@@ -160,10 +160,10 @@ def test_client_json_names_every_signature_and_the_assets_are_the_data(model, re
 
 
 def _recipes():
-    """Every recorded evaluation recipe (rn50/recipes.py), as ``--eval_preprocessing`` gives
-    it: NVIDIA's, torchvision's V1 and V2, timm's resnet50.a1_in1k, keras.applications', and
+    """Every recorded evaluation recipe (rn50/eval_preprocessing.py), as ``--eval_preprocessing``
+    gives it: NVIDIA's, torchvision's V1 and V2, timm's resnet50.a1_in1k, keras.applications', and
     keras-hub's resnet_50_imagenet converter and a stretching antialiased one."""
-    from rn50 import recipes
+    from rn50 import eval_preprocessing as recipes
     hub = {"image_size": [224, 224], "interpolation": "bicubic", "antialias": False,
            "scale": [1 / (0.229 * 255), 1 / (0.224 * 255), 1 / (0.225 * 255)],
            "offset": [-0.485 / 0.229, -0.456 / 0.224, -0.406 / 0.225]}

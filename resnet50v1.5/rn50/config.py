@@ -6,7 +6,7 @@ from absl import flags
 
 from common import flags as common_flags
 from common.runtime.log_names import resnet_pattern
-from rn50 import recipes
+from rn50 import eval_preprocessing
 
 ARCH_NAMES = ("resnet50", "resnet_tiny")  # rn50.model.ARCHS: resnet_tiny is for tests
 # NVIDIA's recipe: 90 epochs at 256 images per GPU.
@@ -16,10 +16,17 @@ FLAG_DEFAULTS = {"batch_size": 256, "num_iter": 90, "iter_unit": "epoch"}
 # top1_accuracy, top5_accuracy (fractions), and per step total_loss, learning_rate, imgs_per_sec.
 LOG_NAMES = resnet_pattern("images/s", {"top1": ("top1_accuracy", None),
                                         "top5": ("top5_accuracy", None)})
-def eval_resize(size: int, recipe: str | None = None) -> int | None:
-    """The shorter side evaluation resizes an image to before its central ``size`` crop
-    (``--eval_preprocessing``'s recipe; None where it squashes the image instead)."""
-    return recipes.parse(recipe, size).resize_for(size)
+def eval_resize(size: int) -> int | None:
+    """The shorter side NVIDIA's evaluation resizes an image to before its central ``size``
+    crop."""
+    return eval_preprocessing.nvidia(size).resize_for(size)
+
+
+def parse_eval_preprocessing(text: str | None) -> eval_preprocessing.EvalPreprocessing:
+    """A command line's evaluation preprocessing (``--eval_preprocessing``, and
+    ``import_weights.py --recipe``) checked: ``ValueError`` naming what is wrong. The run's own
+    object is the task's ``eval_prep``, at its image size."""
+    return eval_preprocessing.parse(text)
 
 
 # --preset (common/flags.py): nvidia is the flags' own defaults; digits is `make demo`'s, the
@@ -38,7 +45,7 @@ PRESETS = {
 
 def _valid_recipe(value) -> bool:
     try:
-        recipes.parse(value)
+        parse_eval_preprocessing(value)
     except ValueError as e:
         raise flags.ValidationError(f"--eval_preprocessing {value}: {e}") from None
     return True
@@ -64,11 +71,11 @@ def define_flags(fv: flags.FlagValues) -> None:
                         "prepare an image: nvidia (the shorter side to size / 0.875, the central "
                         "crop, NVIDIA's mean and std) or a recipe, "
                         "resize:R,crop:C,interpolation:I,antialias:A,mean:a/b/c,std:a/b/c "
-                        "(rn50/recipes.py). Default: the checkpoint's (import_weights.py records "
-                        "the source's own), else nvidia.", **d)
+                        "(rn50/eval_preprocessing.py). Default: the checkpoint's "
+                        "(import_weights.py records the source's own), else nvidia.", **d)
     flags.register_validator("eval_preprocessing", _valid_recipe,
-                             "--eval_preprocessing: nvidia or a recipe (rn50/recipes.py)",
-                             flag_values=fv)
+                             "--eval_preprocessing: nvidia or a recipe "
+                             "(rn50/eval_preprocessing.py)", flag_values=fv)
     flags.DEFINE_enum("data_format", "NHWC", ("NHWC", "NCHW"), "Layout inside the model; NCHW "
                       "needs a GPU.", **d)
     flags.DEFINE_float("lr_init", 0.256, "Peak learning rate per 256 images of global batch.", **d)

@@ -35,8 +35,8 @@ Sources, each by its own names and layouts:
   layer by layer by its names (``conv1_conv``, ``stack0_block0_1_conv``, ``predictions`` ...);
   its other ResNets (v2's pre-activation, ``_vd``, 18/34's basic blocks) are refused.
 
-Each source's evaluation recipe (``rn50/recipes.py``) is recorded in the checkpoint's settings
-(``eval_preprocessing``), so that evaluation, predict, the exports and fine-tuning prepare
+Each source's evaluation recipe (``rn50/eval_preprocessing.py``) is recorded in the checkpoint's
+settings (``eval_preprocessing``), so that evaluation, predict, the exports and fine-tuning prepare
 images as the source does: torchvision's ``IMAGENET1K_V1`` or ``V2`` (told by ``--recipe``, or
 by the file name torchvision downloads, ``resnet50-0676ba61`` / ``resnet50-11ad3fa6``; else V2,
 torchvision's default, with a note), timm's ``pretrained_cfg`` (the ``config.json`` that the
@@ -62,7 +62,7 @@ import numpy as np
 
 from common.checkpoint import settings as checkpoint_settings
 from common.errors import DataError, UsageError, one_line, reported
-from rn50 import recipes, weights_keras, weights_nvidia, weights_torch
+from rn50 import config, eval_preprocessing, weights_keras, weights_nvidia, weights_torch
 from rn50.imported import Imported
 
 
@@ -86,7 +86,7 @@ SOURCES = {
         "trained on (ImageNet)"),
     "timm": Source(weights_torch.read, weights_torch.timm_recipe,
                    "the model's card on the Hugging Face hub (huggingface.co/timm/<model>)"),
-    "nvidia": Source(weights_nvidia.from_nvidia, lambda path: (recipes.NVIDIA, []),
+    "nvidia": Source(weights_nvidia.from_nvidia, lambda path: (eval_preprocessing.NVIDIA, []),
                      "the checkpoint's page in NVIDIA's NGC catalog (catalog.ngc.nvidia.com)"),
     "keras": Source(weights_keras.from_keras, weights_keras.keras_recipe,
                     "Keras' applications documentation (keras.io/api/applications)"),
@@ -98,11 +98,12 @@ SOURCES = {
 def source_recipe(source: str, path: str, asked: str | None) -> tuple[str, list[str]]:
     """(the recipe to record, notes): ``asked`` (``--recipe``), else the source's own."""
     if asked:
-        named = {"torchvision_v1": recipes.torchvision("V1"),
-                 "torchvision_v2": recipes.torchvision("V2"),
-                 "keras": recipes.keras_applications()}
+        named = {"torchvision_v1": eval_preprocessing.torchvision("V1"),
+                 "torchvision_v2": eval_preprocessing.torchvision("V2"),
+                 "keras": eval_preprocessing.keras_applications()}
         try:
-            return (named[asked].spec() if asked in named else recipes.parse(asked).spec()), []
+            return (named[asked] if asked in named else
+                    config.parse_eval_preprocessing(asked)).spec(), []
         except ValueError as e:
             raise UsageError(f"--recipe {asked}: {e}") from None
     return SOURCES[source].recipe(path)
@@ -115,7 +116,7 @@ def read(source: str, path: str, arch: str) -> Imported:
 
 
 def build(imported: Imported, arch: str, num_classes: int | None, image_size: int,
-          recipe: str = recipes.NVIDIA):
+          recipe: str = eval_preprocessing.NVIDIA):
     """Our model with the imported weights (``num_classes``: the source's when None); returns
     (model, its settings, notes)."""
     from rn50.model import build_resnet
@@ -243,8 +244,8 @@ def main(argv=None) -> int:
     p.add_argument("--labels", help="a file of class names, one a line, kept beside the "
                    "checkpoint as labels.txt (predict names its classes)")
     p.add_argument("--recipe", help="the evaluation recipe to record: torchvision_v1, "
-                   "torchvision_v2, keras, nvidia, or key:value pairs (rn50/recipes.py); "
-                   "default: the source's own")
+                   "torchvision_v2, keras, nvidia, or key:value pairs "
+                   "(rn50/eval_preprocessing.py); default: the source's own")
     args = p.parse_args(argv)
     return reported("import_weights.py", lambda: _import(args), {UsageError: 2, DataError: 1})
 

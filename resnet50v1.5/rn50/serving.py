@@ -18,7 +18,7 @@ import tensorflow as tf
 from common.data.images import read_image
 from common.export.serving import Serving, image_input_info, prepare_each
 from common.task import record_files
-from rn50 import recipes, tfdata_pipeline
+from rn50 import tfdata_pipeline
 
 
 class ResNetServing(Serving):
@@ -31,8 +31,8 @@ class ResNetServing(Serving):
     def prepare_image(self):
         """Evaluation's preparation (``--eval_preprocessing``: NVIDIA's or the imported
         weights' own recipe)."""
-        recipe = self.flags.eval_preprocessing
-        return lambda encoded, size: tfdata_pipeline.eval_image(encoded, size, recipe)
+        prep = self.task.eval_prep
+        return lambda encoded, size: tfdata_pipeline.eval_image(encoded, size, prep)
 
     def signatures(self, model):
         size = self.flags.image_size
@@ -63,9 +63,9 @@ class ResNetServing(Serving):
 
     def client_info(self):
         f = self.flags
-        recipe = recipes.parse(f.eval_preprocessing, f.image_size)
-        described = recipe.describe()
-        described["resize_shorter_side"] = recipe.resize_for(f.image_size)
+        prep = self.task.eval_prep
+        described = prep.describe()
+        described["resize_shorter_side"] = prep.resize_for(f.image_size)
         return {**image_input_info(f.image_size), **described, "num_classes": f.num_classes,
                 "labels": "labels.txt" if self.task.class_names else None}
 
@@ -83,7 +83,7 @@ class ResNetServing(Serving):
         f = self.flags
         read_image(path)  # a file that is no image: one line naming it
         x = tfdata_pipeline.eval_image(tf.io.read_file(path), f.image_size,
-                                       f.eval_preprocessing)[None]
+                                       self.task.eval_prep)[None]
         probs = tf.nn.softmax(model(x, training=False)[0]).numpy()
         top = np.argsort(-probs)[:5]
         rec = {"file": path, "top5_classes": [int(c) for c in top],

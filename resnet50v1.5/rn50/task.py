@@ -7,6 +7,7 @@ parameters or biases), 90 epochs.
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import keras
@@ -18,7 +19,7 @@ from common.data import dali
 from common.data.input_errors import DeviceRangeCheck
 from common.errors import UsageError
 from common.task import RecordTask, Repeated, l2_regularization
-from rn50 import config, tfdata_pipeline
+from rn50 import config, eval_preprocessing, tfdata_pipeline
 from rn50.model import build_resnet, decayed_kernels
 from rn50.serving import ResNetServing
 
@@ -142,6 +143,13 @@ class ResNetTask(RecordTask):
         return state
 
     # --- data ---------------------------------------------------------------------------
+    @functools.cached_property
+    def eval_prep(self) -> eval_preprocessing.EvalPreprocessing:
+        """How evaluation prepares an image (``--eval_preprocessing``, or the checkpoint's
+        record of it): parsed here, once, and handed as this object to the pipelines,
+        predict and the exports."""
+        return eval_preprocessing.parse(self.flags.eval_preprocessing, self.flags.image_size)
+
     def record_check(self):
         return tfdata_pipeline.record_check(self.flags.num_classes)
 
@@ -151,14 +159,13 @@ class ResNetTask(RecordTask):
         return dali_pipeline.dataset(files, f.data_idx_dir, f.batch_size, f.image_size,
                                      training, dist.rank, dist.size,
                                      dali.placement(self.ctx.capabilities, f.dali_cpu),
-                                     f.seed, f.dali_threads, f.crop_area_min,
-                                     f.eval_preprocessing)
+                                     f.seed, f.dali_threads, f.crop_area_min, self.eval_prep)
 
     def tfdata_dataset(self, files, training, seed):
         f, dist = self.flags, self.ctx.dist
         return tfdata_pipeline.dataset(files, f.batch_size, f.image_size, training, dist.rank,
                                        dist.size, seed, f.crop_area_min, f.num_classes,
-                                       f.eval_preprocessing)
+                                       self.eval_prep)
 
     def synthetic_dataset(self):
         f = self.flags

@@ -12,7 +12,7 @@ import tensorflow as tf
 from common.data import record_reader
 from common.data.images import decode, decode_exact, normalize
 from common.data.input_errors import checked_range
-from rn50 import recipes
+from rn50 import eval_preprocessing
 
 
 def parse(record, num_classes: int):
@@ -33,10 +33,12 @@ def record_check(num_classes: int):
     return check
 
 
-def train_image(encoded, size: int, seed, min_area: float = 0.08, recipe: str | None = None):
+def train_image(encoded, size: int, seed, min_area: float = 0.08,
+                prep: eval_preprocessing.EvalPreprocessing | None = None):
     """Random crop (area min_area-100%, aspect 3/4-4/3), resize to size x size, random flip;
     ``seed`` ((2,) int64) decides both (stateless ops: see common/data/record_reader.py); normalised
-    by the recipe's mean and std (``--eval_preprocessing``: what the weights expect)."""
+    by ``prep``'s mean and std (``--eval_preprocessing``: what the weights expect; None:
+    NVIDIA's)."""
     crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
 
     def window(shape):
@@ -59,23 +61,23 @@ def train_image(encoded, size: int, seed, min_area: float = 0.08, recipe: str | 
     image = tf.cond(tf.io.is_jpeg(encoded), jpeg, other)
     image = tf.image.resize(image, (size, size), antialias=True)
     image = tf.image.stateless_random_flip_left_right(image, flip_seed)
-    r = recipes.parse(recipe, size)
+    r = prep or eval_preprocessing.nvidia(size)
     if r.nvidia:
         return normalize(image)
     return (image - tf.constant(r.mean, tf.float32)) / tf.constant(r.std, tf.float32)
 
 
-def eval_image(encoded, size: int, recipe: str | None = None):
+def eval_image(encoded, size: int, prep: eval_preprocessing.EvalPreprocessing | None = None):
     """An encoded image prepared as evaluation prepares it (``eval_crop``); a source's recipe
     decodes JPEGs as PIL does (``decode_exact``)."""
-    nvidia = recipes.parse(recipe, size).nvidia
-    return eval_crop(decode(encoded) if nvidia else decode_exact(encoded), size, recipe)
+    nvidia = (prep or eval_preprocessing.nvidia(size)).nvidia
+    return eval_crop(decode(encoded) if nvidia else decode_exact(encoded), size, prep)
 
 
-def eval_crop(image, size: int, recipe: str | None = None):
-    """Evaluation's preparation of a decoded image (``--eval_preprocessing``): NVIDIA's, the
-    shorter side to size / 0.875 (256 for 224) and the central crop; or a recipe's."""
-    r = recipes.parse(recipe, size)
+def eval_crop(image, size: int, prep: eval_preprocessing.EvalPreprocessing | None = None):
+    """Evaluation's preparation of a decoded image (``--eval_preprocessing``): NVIDIA's (None),
+    the shorter side to size / 0.875 (256 for 224) and the central crop; or a source's."""
+    r = prep or eval_preprocessing.nvidia(size)
     if not r.nvidia:
         return _recipe_crop(image, size, r)
     hw = tf.cast(tf.shape(image)[:2], tf.float32)
@@ -87,7 +89,7 @@ def eval_crop(image, size: int, recipe: str | None = None):
     return normalize(image[top:top + size, left:left + size])
 
 
-def _recipe_crop(image, size: int, r: recipes.Recipe):
+def _recipe_crop(image, size: int, r: eval_preprocessing.EvalPreprocessing):
     """A source's recipe as torchvision applies it to a PIL image: the shorter side to the
     recipe's, the longer truncated; pixels rounded to 8 bits as PIL's resize leaves them; the
     central crop's offset rounded half to even; then the recipe's mean and std. keras-hub's
@@ -122,7 +124,7 @@ def _recipe_crop(image, size: int, r: recipes.Recipe):
     return (resized - tf.constant(r.mean, tf.float32)) / tf.constant(r.std, tf.float32)
 
 
-def keras_resize(image, size: int, r: recipes.Recipe):
+def keras_resize(image, size: int, r: eval_preprocessing.EvalPreprocessing):
     """``keras.layers.Resizing(size, size, crop_to_aspect_ratio=..., interpolation=...,
     antialias=...)`` on the TensorFlow backend, as keras-hub's ``ImageClassifier.predict``
     applies it (its converter sees the image as floats: Keras' data adapter casts the 8-bit
@@ -154,18 +156,19 @@ def _pil_nearest(size, new):
 
 def dataset(files, batch_size: int, image_size: int, training: bool, rank: int = 0,
             world: int = 1, seed: int | None = None, min_area: float = 0.08,
-            num_classes: int = 1000, recipe: str | None = None) -> tf.data.Dataset:
+            num_classes: int = 1000,
+            prep: eval_preprocessing.EvalPreprocessing | None = None) -> tf.data.Dataset:
     """Batches of (images (N, size, size, 3) float32, labels (N,) int32) for this rank."""
     ds = record_reader.rank_records(files, training, rank, world, seed)
     if training:
         def preprocess(record, element_seed):
             encoded, label = parse(record, num_classes)
-            return train_image(encoded, image_size, element_seed, min_area, recipe), label
+            return train_image(encoded, image_size, element_seed, min_area, prep), label
         ds = record_reader.element_seeds(ds, seed)
     else:
         def preprocess(record):
             encoded, label = parse(record, num_classes)
-            return eval_image(encoded, image_size, recipe), label
+            return eval_image(encoded, image_size, prep), label
     ds = ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE,
                 deterministic=record_reader.keeps_order(training, seed))
     return ds.batch(batch_size, drop_remainder=training).prefetch(tf.data.AUTOTUNE)

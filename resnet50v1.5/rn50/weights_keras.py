@@ -10,7 +10,7 @@ import numpy as np
 
 from common.data.imagenet_stats import STD
 from common.errors import DataError, UsageError, one_line
-from rn50 import recipes
+from rn50 import eval_preprocessing
 from rn50.imported import BN, Imported, keras_blocks
 
 KERAS_EPSILON = 1.001e-5
@@ -135,12 +135,12 @@ def _keras_hub_converter(preset: str) -> dict | None:
 def keras_hub_recipe(preset: str) -> tuple[str, list[str]]:
     converter = _keras_hub_converter(preset)
     if converter is None:
-        return recipes.keras_hub(KERAS_HUB_DEFAULT_CONVERTER).spec(), [
+        return eval_preprocessing.keras_hub(KERAS_HUB_DEFAULT_CONVERTER).spec(), [
             f"no image converter in {preset} (preprocessor.json, image_converter.json): recorded "
             "resnet_50_imagenet's (224, bicubic, the central square; another is given with "
             "--recipe)"]
     try:
-        return recipes.keras_hub(converter).spec(), []
+        return eval_preprocessing.keras_hub(converter).spec(), []
     except ValueError as e:
         raise DataError(f"{preset}: keras-hub's image converter: {e} (--recipe records "
                         "another)") from None
@@ -235,4 +235,4 @@ def from_keras_hub(preset: str, arch: str) -> Imported:
 
 def keras_recipe(path: str) -> tuple[str, list[str]]:
     """keras.applications' recipe (the same for every file)."""
-    return recipes.keras_applications().spec(), []
+    return eval_preprocessing.keras_applications().spec(), []

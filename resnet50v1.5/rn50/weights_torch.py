@@ -9,7 +9,7 @@ import json
 import os
 
 from common.errors import DataError, one_line
-from rn50 import recipes
+from rn50 import eval_preprocessing
 from rn50.imported import BN, Imported, blocks, conv_kernel, leftovers, take
 
 # torchvision's download names of ResNet-50's ImageNet weights, by recipe.
@@ -24,8 +24,8 @@ def torchvision_recipe(path: str) -> tuple[str, list[str]]:
     found = next((v for k, v in TORCHVISION_FILES.items() if k in os.path.basename(path)),
                  None)
     if found:
-        return recipes.torchvision(found).spec(), []
-    return recipes.torchvision("V2").spec(), [
+        return eval_preprocessing.torchvision(found).spec(), []
+    return eval_preprocessing.torchvision("V2").spec(), [
         "recorded torchvision's IMAGENET1K_V2 evaluation recipe (resize 232, torchvision's "
         "default weights); for IMAGENET1K_V1's (resize 256) import with --recipe "
         "torchvision_v1"]
@@ -41,10 +41,10 @@ def timm_recipe(path: str) -> tuple[str, list[str]]:
         cfg = None
     if isinstance(cfg, dict):
         try:
-            return recipes.timm(cfg).spec(), []
+            return eval_preprocessing.timm(cfg).spec(), []
         except ValueError as e:
             raise DataError(f"{config}: {e}") from None
-    return recipes.timm(TIMM_DEFAULT_CFG).spec(), [
+    return eval_preprocessing.timm(TIMM_DEFAULT_CFG).spec(), [
         f"no pretrained_cfg beside the weights ({config}): recorded resnet50.a1_in1k's "
         "evaluation recipe (timm's default: crop_pct 0.95, bicubic); another tag's is "
         "given with --recipe"]

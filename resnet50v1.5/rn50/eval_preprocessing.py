@@ -45,7 +45,10 @@ KERAS_MODES = ("aspect", "stretch")  # keras.layers.Resizing with crop_to_aspect
 
 
 @dataclasses.dataclass(frozen=True)
-class Recipe:
+class EvalPreprocessing:
+    """How evaluation prepares an image: what ``--eval_preprocessing`` names, parsed once (the
+    task's ``eval_prep``) and handed as this object to evaluation, predict, DALI and the
+    exports. Not the training recipe (``--preset``, a model's flag defaults)."""
     resize: int | None  # the shorter side for a ``crop`` crop; None: squash, no crop (or keras)
     crop: int
     interpolation: str = "bilinear"
@@ -91,10 +94,16 @@ def _num(v: float) -> str:
     return f"{v:.6g}"
 
 
-def parse(text: str | None, size: int = 224) -> Recipe:
-    """The recipe of a flag value (None: NVIDIA's); ``ValueError`` naming what is wrong."""
+def nvidia(size: int = 224) -> EvalPreprocessing:
+    """NVIDIA's: the shorter side to size / 0.875, the central crop, ImageNet's mean and std."""
+    return EvalPreprocessing(int(round(size / NVIDIA_CROP_FRACTION)), size, nvidia=True)
+
+
+def parse(text: str | None, size: int = 224) -> EvalPreprocessing:
+    """The evaluation preprocessing of a flag value (None: NVIDIA's); ``ValueError`` naming
+    what is wrong."""
     if text in (None, "", NVIDIA):
-        return Recipe(int(round(size / NVIDIA_CROP_FRACTION)), size, nvidia=True)
+        return nvidia(size)
     fields = {}
     for part in text.split(","):
         key, sep, value = part.partition(":")
@@ -131,16 +140,17 @@ def parse(text: str | None, size: int = 224) -> Recipe:
                          "same)")
     if crop < 1 or (resize is not None and resize < crop):
         raise ValueError(f"resize {resize} and crop {crop}: the crop must fit the resize")
-    return Recipe(resize, crop, interpolation, fields.get("antialias", "1") == "1", mean, std,
-                  keras=keras_mode)
+    return EvalPreprocessing(resize, crop, interpolation, fields.get("antialias", "1") == "1",
+                  mean, std, keras=keras_mode)
 
 
-def torchvision(version: str) -> Recipe:
+def torchvision(version: str) -> EvalPreprocessing:
     """torchvision's ``ResNet50_Weights.IMAGENET1K_<version>.transforms()``."""
-    return Recipe({"V1": 256, "V2": 232}[version], 224, "bilinear", True, TORCH_MEAN, TORCH_STD)
+    return EvalPreprocessing({"V1": 256, "V2": 232}[version], 224, "bilinear", True, TORCH_MEAN,
+    TORCH_STD)
 
 
-def timm(cfg: dict) -> Recipe:
+def timm(cfg: dict) -> EvalPreprocessing:
     """timm's evaluation transform of a ``pretrained_cfg`` (``resolve_data_config`` and
     ``create_transform``: the shorter side to floor(size / crop_pct), then the central crop;
     timm's ``crop_mode`` center only)."""
@@ -153,19 +163,19 @@ def timm(cfg: dict) -> Recipe:
     if interpolation not in INTERPOLATIONS:
         raise ValueError(f"timm's interpolation {interpolation}: one of "
                          f"{', '.join(INTERPOLATIONS)}")
-    return Recipe(math.floor(size / crop_pct), size, interpolation, True,
+    return EvalPreprocessing(math.floor(size / crop_pct), size, interpolation, True,
                   tuple(255 * float(v) for v in cfg.get("mean", (0.485, 0.456, 0.406))),
                   tuple(255 * float(v) for v in cfg.get("std", (0.229, 0.224, 0.225))))
 
 
-def keras_applications(size: int = 224) -> Recipe:
+def keras_applications(size: int = 224) -> EvalPreprocessing:
     """keras.applications.ResNet50's: ``load_img(target_size=...)`` (nearest, squashed) and
     caffe's BGR mean subtraction, folded by the importer into the first convolution (with
     NVIDIA's standard deviation): in RGB."""
-    return Recipe(None, size, "nearest", False, (123.68, 116.779, 103.939), NVIDIA_STD)
+    return EvalPreprocessing(None, size, "nearest", False, (123.68, 116.779, 103.939), NVIDIA_STD)
 
 
-def keras_hub(converter: dict) -> Recipe:
+def keras_hub(converter: dict) -> EvalPreprocessing:
     """keras-hub's image converter (``ImageConverter.get_config()``, as a preset's
     ``preprocessor.json`` or ``image_converter.json`` holds it): ``keras.layers.Resizing`` to
     ``image_size`` (``crop_to_aspect_ratio``: aspect, else stretch), then ``x * scale + offset``,
@@ -196,6 +206,6 @@ def keras_hub(converter: dict) -> Recipe:
         raise ValueError(f"scale and offset: {e}") from None
     if min(scale) <= 0:
         raise ValueError(f"scale {scale}: above 0 is reproduced")
-    return Recipe(None, size[0], interpolation, bool(converter.get("antialias", False)),
+    return EvalPreprocessing(None, size[0], interpolation, bool(converter.get("antialias", False)),
                   tuple(0.0 - o / s for o, s in zip(offset, scale)), tuple(1 / s for s in scale),
                   keras="aspect" if converter.get("crop_to_aspect_ratio", True) else "stretch")
