@@ -3,9 +3,9 @@ per model, written out here from DLE's TensorFlow scripts (not read from this re
 code), checked against every mode's summary and step records, each with the unit its METADATA
 record gives, as DLLogger's JSON stream carries them."""
 import json
-import os
 
 import pytest
+from conftest import TINY
 
 from common import runner
 from rn50.task import ResNetTask
@@ -72,9 +72,9 @@ def parse_dllogger(path):
 
 def _runs(model, data):
     task = {"resnet50v1.5": ResNetTask, "ssd320": SSDTask, "transformerxl": TransformerXLTask}
-    base = {"resnet50v1.5": ["--preset", "tiny"],
-            "ssd320": ["--preset", "tiny", "--image_size", "64"],
-            "transformerxl": ["--preset", "tiny"]}[model]
+    base = {"resnet50v1.5": [*TINY],
+            "ssd320": [*TINY, "--image_size", "64"],
+            "transformerxl": [*TINY]}[model]
     short = ["--iter_unit", "batch", "--num_iter", "3", "--warmup_steps", "1"]
     return task[model], [*base, "--data_dir", data], {
         "train": ["--mode", "train", *short, "--display_every", "1"],
@@ -106,4 +106,9 @@ def test_a_dle_parser_finds_nvidias_keys_with_their_units_in_every_mode(
             for key, unit in NVIDIA[model]["step"].items():
                 assert all(key in s for s in steps), (key, steps[0])
                 assert meta[key]["unit"] == unit, (key, meta[key])
-    assert os.path.exists(tmp_path / "train" / "log.json")
+    # Evaluate read the checkpoint train wrote: its evaluation is logged at train's last step.
+    with open(tmp_path / "evaluate" / "log.json") as f:
+        records = [json.loads(line[5:]) for line in f if line.startswith("DLLL ")]
+    logged = [r["step"][-1] for r in records if r["type"] == "LOG"
+              and isinstance(r["step"], list) and r["step"]]
+    assert logged and set(logged) == {3}, logged

@@ -22,8 +22,8 @@ from txl.prepare import vocab_hash
 from txl.task import TransformerXLTask
 
 RN_TINY = TINY  # its 10 classes give way to labels.txt's where there are data
-SSD_TINY = ["--preset", "tiny", "--image_size", "64", "--lr_warmup_steps", "1"]
-TXL_TINY = ["--preset", "tiny", "--seed", "3", "--lr_warmup_steps", "2", "--display_every", "1"]
+SSD_TINY = [*TINY, "--image_size", "64", "--lr_warmup_steps", "1"]
+TXL_TINY = [*TINY, "--seed", "3", "--lr_warmup_steps", "2", "--display_every", "1"]
 
 
 def _losses(results_dir):
@@ -124,7 +124,7 @@ def test_transformerxl_finetunes_on_its_vocabulary_and_refuses_another(tmp_path,
     source = tmp_path / "source"
     fast = ["--lr", "0.02", "--lr_warmup_steps", "2", "--iter_unit", "batch", "--display_every",
             "1"]
-    runner.run(TransformerXLTask, ["main.py", "--preset", "tiny", "--seed", "3", *fast, "--mode",
+    runner.run(TransformerXLTask, ["main.py", *TINY, "--seed", "3", *fast, "--mode",
                                    "train", "--data_dir", corpus, "--num_iter", "40",
                                    "--results_dir", str(source)])
     facts = checkpoint_settings.read(str(source / "checkpoints"))["settings"]

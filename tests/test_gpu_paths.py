@@ -71,9 +71,9 @@ def _models(digits_records, shapes_records, corpus):
     return {
         "resnet50v1.5": (ResNetTask, [*TINY, "--data_dir", digits_records, "--dali"],
                          ("train", "eval")),
-        "ssd320": (SSDTask, ["--preset", "tiny", "--image_size", "64", "--data_dir",
+        "ssd320": (SSDTask, [*TINY, "--image_size", "64", "--data_dir",
                              shapes_records, "--dali"], ("train", "eval")),
-        "transformerxl": (TransformerXLTask, ["--preset", "tiny", "--data_dir", corpus, "--dali"],
+        "transformerxl": (TransformerXLTask, [*TINY, "--data_dir", corpus, "--dali"],
                           ("train",)),
     }
 
@@ -211,7 +211,7 @@ def test_one_finiteness_decision_per_step_under_loss_scaling(tmp_path):
 def test_txl_lamb_is_fused_on_a_gpu(tmp_path, monkeypatch, corpus):
     """P3: Transformer-XL's LAMB updates every variable in one XLA computation on a GPU."""
     from txl.task import TransformerXLTask
-    trainer = _setup(TransformerXLTask, ["--preset", "tiny", "--data_dir", corpus], tmp_path)
+    trainer = _setup(TransformerXLTask, [*TINY, "--data_dir", corpus], tmp_path)
     assert not trainer.inner_optimizer.fused
     with _gpu_stand_in(monkeypatch, trainer):
         assert trainer.task.build_optimizer(10, 10).fused

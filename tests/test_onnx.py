@@ -167,7 +167,7 @@ def _check_int8(path, feeds, output):
 
 def test_txl_onnx_gives_log_probs_and_memory(tmp_path, corpus):
     out = tmp_path / "export"
-    runner.run(TransformerXLTask, ["main.py", "--preset", "tiny", "--data_dir", corpus, *BENCH,
+    runner.run(TransformerXLTask, ["main.py", *TINY, "--data_dir", corpus, *BENCH,
                                    "--results_dir", str(tmp_path), "--export_dir", str(out),
                                    "--export_onnx"])
     rng = np.random.RandomState(0)
@@ -207,7 +207,7 @@ def test_resnet_int8_onnx_is_calibrated_on_training_images(tmp_path, digits_reco
 
 @pytest.mark.parametrize("task,args,message", [
     (ResNetTask, [*TINY], "--export_onnx_int8 calibrates on training images: give --data_dir"),
-    (TransformerXLTask, ["--preset", "tiny"], "--export_onnx_int8: transformerxl's ONNX is not "
+    (TransformerXLTask, [*TINY], "--export_onnx_int8: transformerxl's ONNX is not "
      "calibrated for INT8 (the image models are: ResNet-50, SSD320)")])
 def test_int8_export_is_refused_where_it_cannot_calibrate(tmp_path, task, args, message):
     with pytest.raises(runner.UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):

@@ -71,13 +71,13 @@ def test_profile_diff_refuses_a_run_without_a_table_with_one_line(tmp_path, caps
 
 
 def test_training_loop_and_inference_benchmark_profile(tmp_path, corpus):
-    s = runner.run(TransformerXLTask, ["main.py", "--preset", "tiny", "--seed", "3",
+    s = runner.run(TransformerXLTask, ["main.py", *TINY, "--seed", "3",
                                        "--data_dir", corpus, "--mode", "train", *BENCH,
                                        "--display_every", "10", "--profile", "2:2", "--amp",
                                        "--results_dir", str(tmp_path / "train")])
     assert s["profiled_steps"] == 1 and s["final_step"] == 4  # a sync point at step 2 only
     assert s["matmul_conv_share"] > 0.1 and s["matmul_conv_16bit_share"] > 0.5
-    s = runner.run(TransformerXLTask, ["main.py", "--preset", "tiny", "--seed", "3",
+    s = runner.run(TransformerXLTask, ["main.py", *TINY, "--seed", "3",
                                        "--data_dir", corpus, "--mode", "inference_benchmark",
                                        *BENCH, "--profile", "3:9", "--results_dir",
                                        str(tmp_path / "infer")])

@@ -7,7 +7,7 @@ import shlex
 import subprocess
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, TINY
 
 from common import flags, runner
 from common.errors import UsageError
@@ -61,7 +61,7 @@ def test_txl_keeps_256_rows_per_step(world, chunk, rows):
 def test_txl_preset_values_are_derived_settings_not_written_flags():
     from common.flags import preset_values
     from txl.task import TransformerXLTask
-    s = _settings(TransformerXLTask, "--preset", "tiny", "--d_model", "48")
+    s = _settings(TransformerXLTask, *TINY, "--d_model", "48")
     derived = preset_values(s, TransformerXLTask.config.PRESETS)
     assert derived["n_layer"] == 2 and "d_model" not in derived  # the command line wins
     assert derived["batch_size"] == 4 and "batch_chunk" not in derived  # the preset's rows

@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import step_losses
+from conftest import TINY, step_losses
 
 from common import runner
 from common.runtime import dllogger
@@ -29,12 +29,12 @@ PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "referen
 STEPS = ["--mode", "train", "--iter_unit", "batch", "--num_iter", "4", "--display_every", "1",
          "--seed", "11"]
 RUNS = {
-    "resnet50v1.5": (ResNetTask, ["--preset", "tiny"]),
+    "resnet50v1.5": (ResNetTask, [*TINY]),
     # SSD320 with this repository's v1.5 trunk (its default until TF-slim's became it), and
     # with the default trunk, TF-slim's resnet_v1.
-    "ssd320": (SSDTask, ["--preset", "tiny", "--trunk", "resnet_v1.5"]),
-    "ssd320/resnet_v1": (SSDTask, ["--preset", "tiny"]),
-    "transformerxl": (TransformerXLTask, ["--preset", "tiny", "--vocab_size", "100",
+    "ssd320": (SSDTask, [*TINY, "--trunk", "resnet_v1.5"]),
+    "ssd320/resnet_v1": (SSDTask, [*TINY]),
+    "transformerxl": (TransformerXLTask, [*TINY, "--vocab_size", "100",
                                           "--dropout", "0.1"]),
 }
 PRECISIONS = {"fp32": [], "amp": ["--amp"]}

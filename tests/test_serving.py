@@ -67,7 +67,7 @@ def ssd(tmp_path_factory, shapes_records):
 @pytest.fixture(scope="module")
 def txl(tmp_path_factory, corpus):
     return _export(TransformerXLTask, tmp_path_factory.mktemp("txl"),
-                   ["--preset", "tiny", "--data_dir", corpus])
+                   [*TINY, "--data_dir", corpus])
 
 
 def _records(trainer, parse):

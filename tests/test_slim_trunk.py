@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import ROOT
+from conftest import TINY as PRESET_TINY
 
 from common import runner
 from common.data.images import STD
@@ -182,7 +183,7 @@ def test_parameter_count_is_nvidias_ssd320_v1_2():
     assert model.get_layer("conv1_relu6").max_value == 6.0
 
 
-TINY = ["--preset", "tiny", "--image_size", "64", "--batch_size", "2", "--lr_warmup_steps", "1",
+TINY = [*PRESET_TINY, "--image_size", "64", "--batch_size", "2", "--lr_warmup_steps", "1",
         "--iter_unit", "batch", "--num_iter", "2"]
 
 

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ROOT, run_cli
+from conftest import ROOT, TINY, run_cli
 from slurm_cluster import UNFINISHED, SlurmCluster, missing
 
 from common.runtime.dllogger import read_records
@@ -32,7 +32,7 @@ LAUNCH_ONLY = pytest.mark.one_stack(
 CLUSTER_ONLY = pytest.mark.one_stack(
     "ngc", "Slurm's requeues, preemption and signals and the batch shell do not change with the "
     "Python stack; the NGC container's is the one cluster jobs run in")
-RN50_TINY = ["--preset", "tiny", "--batch_size", "4", "--iter_unit", "batch", "--num_iter", "4",
+RN50_TINY = [*TINY, "--batch_size", "4", "--iter_unit", "batch", "--num_iter", "4",
              "--mode", "train", "--seed", "1"]
 
 
@@ -104,7 +104,7 @@ def test_ssd_sbatch_trains_and_evaluates_with_dali_on_two_tasks(slurm, tmp_path,
 def test_transformerxl_sbatch_keeps_the_global_batch_over_two_tasks(slurm, tmp_path, corpus):
     results = str(tmp_path / "r")
     out = _sbatch(slurm, "transformerxl/scripts/slurm.sbatch",
-                  ["fp32", "noxla", "--preset", "tiny", "--batch_size", "4", "--seed", "3",
+                  ["fp32", "noxla", *TINY, "--batch_size", "4", "--seed", "3",
                    "--display_every", "1"],
                   {"DATA_DIR": corpus, "RESULTS_DIR": results, "NUM_ITER": "3", "DALI": "1",
                    "BATCH_CHUNK": "1"}, str(tmp_path / "job.out"))

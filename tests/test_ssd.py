@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import ROOT, dtype_policy, run_cli
+from conftest import ROOT, TINY, dtype_policy, run_cli
 
 from common import runner
 from common.data import tfrecord_index
@@ -18,7 +18,6 @@ from ssd.model import build_ssd
 from ssd.task import SSDTask
 
 MAIN = os.path.join(ROOT, "ssd320", "main.py")
-TINY = ["--preset", "tiny"]  # ssd/config.py's PRESETS["tiny"]
 
 
 def _count(variables):
@@ -189,7 +188,7 @@ def test_predict_draws_and_the_export_gives_the_same_detections(tmp_path, shapes
 def test_backbone_checkpoint_of_resnet50v15_loads_into_the_trunk(tmp_path):
     from rn50.task import ResNetTask
     rn_dir = tmp_path / "rn"
-    runner.run(ResNetTask, ["main.py", "--mode", "train", "--preset", "tiny",
+    runner.run(ResNetTask, ["main.py", "--mode", "train", *TINY,
                             "--batch_size", "4", "--iter_unit", "batch", "--num_iter", "1",
                             "--results_dir", str(rn_dir)])
     reader = tf.train.load_checkpoint(str(rn_dir / "checkpoints" / "ckpt-1"))

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 from conftest import ROOT, run_cli, stderr_last_line
+from conftest import TINY as PRESET_TINY
 from reliability_helpers import (
     ckpt_digests,
     damaged_copy,
@@ -26,7 +27,7 @@ from ssd import prepare, shapes
 from ssd.task import SSDTask
 
 PREPARE = os.path.join(ROOT, "ssd320", "prepare_dataset.py")
-TINY = ["--preset", "tiny", "--iter_unit", "batch", "--seed", "1"]  # ssd/config.py's PRESETS
+TINY = [*PRESET_TINY, "--iter_unit", "batch", "--seed", "1"]  # ssd/config.py's PRESETS
 
 
 def _main(capsys, *args) -> tuple[int, str]:
@@ -335,7 +336,7 @@ def test_train_and_evaluate_without_data_is_one_line_naming_the_flag(tmp_path, c
 def test_a_backbone_checkpoint_of_another_resnet_is_one_line(tmp_path, capsys):
     from rn50.task import ResNetTask
     rn = tmp_path / "rn"
-    runner.run(ResNetTask, ["main.py", "--preset", "tiny", "--batch_size", "2", "--mode", "train",
+    runner.run(ResNetTask, ["main.py", *PRESET_TINY, "--batch_size", "2", "--mode", "train",
                             "--iter_unit", "batch", "--num_iter", "1", "--results_dir", str(rn)])
     code, last = _main(capsys, "--mode", "train", "--num_iter", "1", "--arch", "resnet50",
                        "--trunk", "resnet_v1.5", "--image_size", "64", "--batch_size", "1",

@@ -82,7 +82,7 @@ def test_resnet_tftrt_benchmark_converts_the_serving_signature(fake_tensorrt, tm
 def test_txl_tftrt_benchmark_scores_with_a_memory_of_eval_mem_len(fake_tensorrt, tmp_path,
                                                                   corpus):
     s = runner.run(TransformerXLTask, [
-        "main.py", "--preset", "tiny", "--seed", "3", "--data_dir", corpus, "--mode",
+        "main.py", *TINY, "--seed", "3", "--data_dir", corpus, "--mode",
         "inference_benchmark", "--iter_unit", "batch", "--num_iter", "3", "--warmup_steps", "1",
         "--use_tftrt", "FP32", "--results_dir", str(tmp_path)])
     (conv,) = fake_tensorrt

@@ -10,13 +10,13 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, TINY
 
 pytestmark = pytest.mark.one_stack(
     "pip", "the tools run main.py as a user does; what they make of its logs does not change "
     "with the Python stack")
 
-TINY_BENCH = ["--mode", "training_benchmark", "--preset", "tiny", "--batch_size", "4",
+TINY_BENCH = ["--mode", "training_benchmark", *TINY, "--batch_size", "4",
               "--iter_unit", "batch", "--num_iter", "3", "--warmup_steps", "1"]
 
 
@@ -58,14 +58,14 @@ def test_int8_accuracy_runs_the_models_main_py_to_train_then_export(tmp_path, mo
     from common import main_py
     calls = []
     monkeypatch.setattr(int8_accuracy, "_hooks", lambda model: type("H", (), {
-        "int8_data": staticmethod(lambda data, smoke: ("/data", ["--preset", "tiny"]))}))
+        "int8_data": staticmethod(lambda data, smoke: ("/data", [*TINY]))}))
     monkeypatch.setattr(main_py, "run_main_py", lambda script, args, results: calls.append(
         (script, args[:2], results)) or [])
     records, out, recipe = int8_accuracy.export("resnet50v1.5", str(tmp_path), smoke=True)
     script = os.path.join(ROOT, "resnet50v1.5", "main.py")
     assert [c[:2] for c in calls] == [(script, ["--mode", "train"]),
                                       (script, ["--mode", "evaluate"])]
-    assert (records, out, recipe) == ("/data", str(tmp_path / "export"), ["--preset", "tiny"])
+    assert (records, out, recipe) == ("/data", str(tmp_path / "export"), [*TINY])
 
 
 def test_peers_table_names_the_machine_and_every_rate():

@@ -9,12 +9,13 @@ import sys
 import numpy as np
 import pytest
 from conftest import ROOT, run_cli, stderr_last_line
+from conftest import TINY as PRESET_TINY
 from reliability_helpers import damaged_copy, digests, main_in_process, tmpfs, trained_steps
 
 from txl.task import TransformerXLTask
 
 PREPARE = os.path.join(ROOT, "transformerxl", "prepare_dataset.py")
-TINY = ["--preset", "tiny", "--seed", "3", "--lr_warmup_steps", "2", "--display_every", "1",
+TINY = [*PRESET_TINY, "--seed", "3", "--lr_warmup_steps", "2", "--display_every", "1",
         "--iter_unit", "batch"]
 
 

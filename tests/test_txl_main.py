@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import ROOT, run_cli, stderr_last_line, step_losses
+from conftest import TINY as PRESET_TINY
 
 from common import runner
 from common.runtime.dllogger import last_summary, read_records
 from txl.task import TransformerXLTask
 
 MAIN = os.path.join(ROOT, "transformerxl", "main.py")
-TINY = ["--preset", "tiny", "--seed", "3", "--lr_warmup_steps", "2", "--display_every", "1"]
+TINY = [*PRESET_TINY, "--seed", "3", "--lr_warmup_steps", "2", "--display_every", "1"]
 
 
 def _run(args, data, out):

@@ -14,11 +14,11 @@ def _models(digits_records, shapes_records, corpus):
     from txl.task import TransformerXLTask
     return {
         "resnet50v1.5": (ResNetTask, [*TINY, "--data_dir", digits_records, "--dali"], "top1"),
-        "ssd320": (SSDTask, ["--preset", "tiny", "--image_size", "64", "--data_dir",
+        "ssd320": (SSDTask, [*TINY, "--image_size", "64", "--data_dir",
                              shapes_records, "--dali"], "AP50"),
         # Transformer-XL's adaptive softmax scores each tail cluster's tokens at a fixed row
         # count per bucket under XLA (txl/adaptive_softmax.py, _tail_nll_static).
-        "transformerxl": (TransformerXLTask, ["--preset", "tiny", "--data_dir", corpus], "ppl"),
+        "transformerxl": (TransformerXLTask, [*TINY, "--data_dir", corpus], "ppl"),
     }
 
 
