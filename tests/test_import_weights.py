@@ -75,7 +75,7 @@ def test_pth_files_read_as_the_safetensors_beside_them(torch_python, torch_files
     """With PyTorch (its environment): the .pth state dict is the .safetensors one. Without it
     (TensorFlow's): one line saying what to do."""
     check = ("import sys, numpy as np; from safetensors.numpy import load_file; "
-             "from rn50.pretrained import read_state_dict; "
+             "from rn50.weights_torch import read_state_dict; "
              "a = read_state_dict(sys.argv[1]); b = load_file(sys.argv[2]); "
              "assert set(a) == set(b), set(a) ^ set(b); "
              "assert all(np.array_equal(a[k], b[k].astype(np.float32)) for k in a); print(len(a))")
