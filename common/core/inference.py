@@ -99,13 +99,13 @@ def inference_inputs(serving, batch):
 def inference_dataset(serving):
     """Batches for the inference benchmark, endless and all of one size (a smaller last batch
     would be compiled anew inside the timed steps): evaluation data if any, else synthetic;
-    streams that carry a state (``serving.inference_streams``) in order, the short last
-    ones dropped."""
+    streams that carry a state (``serving.inference_streams``: the task's evaluation streams,
+    real or synthetic) in order, the short last ones dropped."""
     task = serving.task
+    if serving.inference_streams:  # synthetic or not, the task's evaluation streams
+        return task.eval_dataset(drop_short=True).repeat()
     if not serving.flags.data_dir:
         return task.train_dataset()
-    if serving.inference_streams:
-        return task.eval_dataset(drop_short=True).repeat()
     data = task.eval_dataset()
     from common.data import dali
     if isinstance(data, dali.EvalPass):
