@@ -61,16 +61,18 @@ def check_export_dir(serving, model: keras.Model, flags, log) -> None:
     record that cannot be read (``--export_onnx_int8``), not after the training. A mount point
     (which the swap cannot replace) stops it too, and what a stopped swap left aside is put
     back first (``files.recover``), before the check makes an empty directory there."""
+    for path in (flags.export_dir, flags.export_triton):
+        if path:
+            files.recover(path, log)
+    files.check_output_dir(flags.export_dir, "--export_dir", 1 << 20, "the export needs")
     for flag, path in (("--export_dir", flags.export_dir), ("--export_triton",
                                                             flags.export_triton)):
-        if path:
+        if path:  # writable (a read-only mount says so above), but a swap cannot replace it
             try:
                 files.swap_target(path, "the export" if flag == "--export_dir" else
                                   "the model repository")
             except DataError as e:
                 raise DataError(f"{flag} {path}: {e}") from None
-            files.recover(path, log)
-    files.check_output_dir(flags.export_dir, "--export_dir", 1 << 20, "the export needs")
     for flag, path in (("--export_dir", flags.export_dir), ("--export_triton",
                                                             flags.export_triton)):
         path = path and os.path.realpath(path)
