@@ -75,6 +75,20 @@ def load_script(model_dir: str, name: str):
     return module
 
 
+def tracked_files() -> list[str]:
+    """The checkout's own files, relative to ROOT: git's list, or where there is no git (the
+    Docker image leaves .git out) every file but builds, runs and caches."""
+    proc = subprocess.run(["git", "-C", ROOT, "ls-files"], capture_output=True, text=True)
+    if proc.returncode == 0 and proc.stdout.strip():
+        return proc.stdout.splitlines()
+    skip = {".git", "build", "results", "demo_data", "__pycache__", ".pytest_cache", ".cache"}
+    out = []
+    for d, dirs, names in os.walk(ROOT):
+        dirs[:] = [x for x in dirs if x not in skip and not x.endswith(".egg-info")]
+        out += [os.path.relpath(os.path.join(d, f), ROOT) for f in names]
+    return sorted(out)
+
+
 def free_ports(n: int) -> list[int]:
     """``n`` distinct TCP ports that were free a moment ago (the test servers' and the test
     Slurm's daemons')."""

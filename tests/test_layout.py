@@ -181,16 +181,11 @@ def test_imagenets_statistics_are_defined_once():
     """ImageNet's mean and standard deviation were written out in common/imagenet_stats.py,
     common/images.py's users and twice more in rn50/: one definition, imported."""
     import re
-    found = []
-    for d, _, names in os.walk(ROOT):
-        if "/." in d or "/tests" in d:
-            continue
-        for f in names:
-            if f.endswith(".py"):
-                path = os.path.join(d, f)
-                text = open(path, encoding="utf-8").read()
-                if re.search(r"58\.395,\s*57\.12,\s*57\.375", text):
-                    found.append(os.path.relpath(path, ROOT))
+
+    from conftest import tracked_files
+    tracked = [rel for rel in tracked_files() if rel.endswith(".py")]
+    found = [rel for rel in tracked if not rel.startswith("tests/") and re.search(
+        r"58\.395,\s*57\.12,\s*57\.375", open(os.path.join(ROOT, rel), encoding="utf-8").read())]
     # torchvision's standard deviation is the same three numbers (0.229, 0.224, 0.225 x 255):
     # rn50/eval_preprocessing.py names it TORCH_STD, the one other place they are written.
     assert sorted(found) == ["common/data/imagenet_stats.py",
