@@ -146,7 +146,7 @@ short=(--iter_unit batch --num_iter "$STEPS" --display_every 5)
 
 # TF-TRT's stage runs where TensorFlow has TensorRT (TFTRT=1 or 0 decides without asking it).
 if [ -z "${TFTRT:-}" ]; then
-  TFTRT=$(cd "$root" && "$PY" -c 'from common import quiet_start
+  TFTRT=$(cd "$root" && "$PY" -c 'from common.runtime import quiet_start
 with quiet_start.filtered_stderr():
     from common.export import tftrt
     print(int(tftrt.available()))' 2>/dev/null || echo 0)

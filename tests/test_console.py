@@ -43,7 +43,7 @@ def test_filtered_stderr_replays_everything_else_in_order_even_on_an_exception(t
     """Lines written by C++ (descriptor 2) and by Python (sys.stderr) inside the block."""
     code = (
         "import os, sys\n"
-        "from common import quiet_start\n"
+        "from common.runtime import quiet_start\n"
         "try:\n"
         "    with quiet_start.filtered_stderr():\n"
         f"        os.write(2, {CPU_START[0]!r}.encode())\n"
@@ -62,7 +62,7 @@ def test_a_start_up_that_hangs_shows_its_lines_after_a_bound(tmp_path):
     """A start-up that hangs (a lock, a driver, NCCL on a cluster) and is then killed showed
     nothing: the held lines reach the console after QUIET_START_HOLD_S, filtered, and later
     lines as they come."""
-    code = ("import os, sys, time\nfrom common import quiet_start\n"
+    code = ("import os, sys, time\nfrom common.runtime import quiet_start\n"
             "with quiet_start.filtered_stderr():\n"
             f"    os.write(2, {CPU_START[0]!r}.encode())\n"
             "    os.write(2, b'E0000 waiting for the driver\\n')\n"
@@ -78,7 +78,7 @@ def test_a_start_up_that_hangs_shows_its_lines_after_a_bound(tmp_path):
 def test_a_process_that_dies_while_filtered_says_so_on_the_real_stderr():
     """TensorFlow aborts on a CPU without the instructions it was built for: what it wrote is
     caught, but the fatal signal and where it struck reach the console."""
-    code = ("import os\nfrom common import quiet_start\n"
+    code = ("import os\nfrom common.runtime import quiet_start\n"
             "with quiet_start.filtered_stderr():\n"
             "    os.write(2, b'The TensorFlow library was compiled to use AVX instructions\\n')\n"
             "    os.abort()\n")
@@ -91,7 +91,8 @@ def test_a_stop_signal_swallowed_by_an_import_still_says_so_on_the_console():
     """A stop signal that lands in a ``__del__`` or weakref callback while TensorFlow imports
     reaches ``sys.unraisablehook``, which ends the process with os._exit: its one line used to
     stay in the held stderr, so that one rank of a job stopped while starting said nothing."""
-    code = ("import gc, os, sys\nfrom common import graceful_stop, quiet_start, versions\n"
+    code = ("import gc, os, sys\nfrom common import versions\n"
+            "from common.runtime import graceful_stop, quiet_start\n"
             "versions.quiet_interrupts('main.py')\n"
             "class Importing:\n"
             "    def __del__(self):\n"
