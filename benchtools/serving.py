@@ -6,7 +6,8 @@ concurrency mode). perf_analyzer ships only in Triton's SDK container (its pip p
 empty placeholder), so this is a load generator of this repository through tritonclient: each
 of N clients keeps one request outstanding (sends the next when the last is answered) for
 ``--seconds`` after ``--warmup_s``, and the latency is the client's, from the request sent to
-its answer read, as perf_analyzer's "client" latency.
+its answer read, as perf_analyzer's "client" latency. With ``--url`` it measures a server
+already running (a container's) as it serves the model.
 
     TRITON_PY=$(bash scripts/triton_env.sh)
     $TRITON_PY -m benchtools.serving --repository /results/triton/cpu --model resnet50 \\
@@ -196,6 +197,11 @@ def _worker(url: str, model: str, kind: dict, stop_at: float, count_from: float,
             done = time.monotonic()
             if now >= count_from:
                 latencies.append((now, done))
+        if "tokens" in kind and not first:  # the sequence ended: the server lets it go
+            data = np.asarray([kind["tokens"][:1]], np.int32)
+            tensor = client.InferInput("tokens", list(data.shape), "INT32")
+            tensor.set_data_from_numpy(data)
+            server.infer(model, [tensor], sequence_id=seq_id, sequence_end=True)
     except Exception as e:  # noqa: BLE001  (the server's answer, said in the table's notes)
         errors.append(str(e).splitlines()[0][:200])
     finally:
@@ -227,13 +233,27 @@ def measure(url: str, model: str, kind: dict, concurrency: int, seconds: float,
             **{f"p{p}_ms": float(np.percentile(ms, p)) for p in PERCENTILES}}
 
 
+def _served_config(url: str, model: str) -> dict:
+    """The model's config as the server at ``url`` (gRPC) serves it."""
+    import tritonclient.grpc as client
+    try:
+        found = client.InferenceServerClient(url).get_model_config(model, as_json=True)
+    except Exception as e:  # noqa: BLE001  (tritonclient's errors)
+        raise SystemExit(f"serving: error: {model} at {url}: "
+                         f"{str(e).strip().splitlines()[0][:200]}") from None
+    return found.get("config", found)
+
+
 def run(args) -> list[dict]:
     os.makedirs(args.out, exist_ok=True)
-    configs = _configs(args.repository)
-    if args.model not in configs:
-        raise SystemExit(f"serving: error: {args.repository} has no model {args.model} (it "
-                         f"has {', '.join(configs)})")
-    sequence = configs[args.model].HasField("sequence_batching")
+    if args.url:  # a server already running, measured as it serves
+        sequence = "sequence_batching" in _served_config(args.url, args.model)
+    else:
+        configs = _configs(args.repository)
+        if args.model not in configs:
+            raise SystemExit(f"serving: error: {args.repository} has no model {args.model} "
+                             f"(it has {', '.join(configs)})")
+        sequence = configs[args.model].HasField("sequence_batching")
     if sequence:
         kind = {"tokens": list(np.random.RandomState(0).randint(0, 2, args.tokens)),
                 "rows": args.tokens, "unit": "tokens/s"}
@@ -245,7 +265,14 @@ def run(args) -> list[dict]:
     server = args.server.split() if args.server else [
         sys.executable, os.path.join(ROOT, "scripts", "tritonserver.py")]
     results = []
-    for instances in args.instances:
+    if args.url:
+        for c in args.concurrency:
+            r = measure(args.url, args.model, kind, c, args.seconds, args.warmup_s)
+            r.update(instances=None, batching=-1, resident_mib=None)
+            results.append(r)
+            print(f"as served, concurrency {c}: " + (r["error"] if "error" in r else
+                  f"{r['throughput']:.1f} {kind['unit']}, p50 {r['p50_ms']:.1f} ms"), flush=True)
+    for instances in [] if args.url else args.instances:
         for batching in args.batching:
             with tempfile.TemporaryDirectory(dir=args.out) as tmp:
                 repo = os.path.join(tmp, "repository")
@@ -286,10 +313,11 @@ def table(model: str, kind: dict, machine: str, results: list[dict]) -> str:
             lines.append(f"| {r['instances']} | {_batching(r['batching'])} | "
                          f"{r['concurrency']} | error: {r['error']} | | | | | |")
             continue
-        lines.append(f"| {r['instances']} | {_batching(r['batching'])} | "
+        memory = "" if r["resident_mib"] is None else f"{r['resident_mib']:.0f}"
+        lines.append(f"| {r['instances'] or 'as served'} | {_batching(r['batching'])} | "
                      f"{r['concurrency']} | {r['throughput']:.1f} | "
                      + " | ".join(f"{r[f'p{p}_ms']:.1f}" for p in PERCENTILES)
-                     + f" | {r['resident_mib']:.0f} |")
+                     + f" | {memory} |")
     return "\n".join(lines) + "\n"
 
 
@@ -337,8 +365,11 @@ def _switches(text: str) -> list[int | None]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--repository", required=True, help="an --export_triton repository "
-                   "(DIR/cpu for PyTriton's tritonserver)")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--repository", help="an --export_triton repository (DIR/cpu for "
+                       "PyTriton's tritonserver): a server started on each setting of it")
+    where.add_argument("--url", help="HOST:GRPC_PORT of a server already running: the model "
+                       "measured as it is served (--instances and --batching do not apply)")
     p.add_argument("--model", required=True, help="the served model to load (an ensemble "
                    "brings its steps)")
     p.add_argument("--image", help="an image model: the JPEG each request sends")

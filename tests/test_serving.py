@@ -878,12 +878,12 @@ def test_the_text_client_scores_a_file_as_the_chained_steps_do(served, txl, trit
 
 
 @TRITON_ENV
-def test_the_serving_figures_script_measures_a_served_model(resnet, txl, triton_python,
+def test_the_serving_figures_script_measures_a_served_model(resnet, served, triton_python,
                                                             tmp_path):
-    """benchtools.serving (the model READMEs' serving tables) on the tiny exports: the
-    repository copied with the instances and batching asked (the original untouched), a server
-    with Triton's defaults on each copy, throughput and latency percentiles at each
-    concurrency, for an image ensemble and Transformer-XL's sequence model."""
+    """benchtools.serving (the model READMEs' serving tables) on a tiny export: the repository
+    copied with the instances and batching asked (the original untouched), a server with
+    Triton's defaults on the copy, throughput and latency percentiles at each concurrency;
+    and Transformer-XL's sequences (each client its own) on the server already running."""
     before = {p: p.read_text() for p in (resnet[2] / "cpu").glob("*/config.pbtxt")}
     out = tmp_path / "serving"
     proc = subprocess.run(
@@ -908,13 +908,14 @@ def test_the_serving_figures_script_measures_a_served_model(resnet, txl, triton_
     log = (out / "tritonserver.log").read_text()
     assert "TRITONBACKEND_ModelInstanceInitialize: resnet50_python_0_1" in log  # 2 instances
     proc = subprocess.run(
-        [triton_python, "-m", "benchtools.serving", "--repository", str(txl[2] / "cpu"),
-         "--model", "transformerxl", "--tokens", "4", "--concurrency", "2", "--instances", "1",
-         "--batching", "on", "--seconds", "1", "--warmup_s", "0.5", "--out", str(out / "txl")],
+        [triton_python, "-m", "benchtools.serving", "--url", f"localhost:{served.grpc}",
+         "--model", "transformerxl", "--tokens", "4", "--concurrency", "2", "--seconds", "1",
+         "--warmup_s", "0.5", "--out", str(out / "txl")],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (row,) = json.loads((out / "txl" / "serving.json").read_text())["results"]
-    assert row["throughput"] > 0 and row["requests"] > 0, row
+    got = json.loads((out / "txl" / "serving.json").read_text())
+    (row,) = got["results"]
+    assert got["unit"] == "tokens/s" and row["throughput"] > 0 and row["requests"] > 0, row
 
 
 CONCURRENT = """
