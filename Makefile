@@ -50,10 +50,11 @@ lint:
 
 # The suites without the install step, for targets that have just run it. The fast one on
 # TEST_WORKERS pytest-xdist workers (0: in this process): most of its time is main.py processes
-# starting, which leave a core idle.
+# starting, which leave a core idle. --dist loadfile: the tests of a module marked xdist_group
+# share one worker, so that its module fixtures (exports, servers, reference runs) are made once.
 TEST_WORKERS ?= 2
 pytest-fast:
-	$(PYTHON) -m pytest tests -m "not slow" -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(PYTHON) -m pytest tests -m "not slow" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 pytest-slow:
 	$(PYTHON) -m pytest tests -m slow --keep_runs $(LEARNING_RUNS) $(PYTEST_ARGS)

@@ -158,12 +158,20 @@ def test_transformerxl_finetunes_on_its_vocabulary_and_refuses_another(tmp_path,
     assert f"is not what --finetune_checkpoint {source / 'checkpoints'}" in last
 
 
-@pytest.mark.parametrize("mode", ["evaluate", "predict", "train"])
-def test_a_flag_that_contradicts_the_checkpoint_is_one_line_and_omitted_ones_are_taken(
-        tmp_path, digits_records, capsys, mode):
-    out = tmp_path / "run"
+@pytest.fixture(scope="module")
+def one_step_run(tmp_path_factory, digits_records):
+    """A ResNet run of one step: each case below starts from a copy of it."""
+    out = tmp_path_factory.mktemp("one_step") / "run"
     runner.run(ResNetTask, ["main.py", *RN_TINY, "--mode", "train", "--data_dir", digits_records,
                             "--iter_unit", "batch", "--num_iter", "1", "--results_dir", str(out)])
+    return out
+
+
+@pytest.mark.parametrize("mode", ["evaluate", "predict", "train"])
+def test_a_flag_that_contradicts_the_checkpoint_is_one_line_and_omitted_ones_are_taken(
+        tmp_path, digits_records, capsys, mode, one_step_run):
+    out = tmp_path / "run"
+    shutil.copytree(one_step_run, out)
     extra = {"predict": ["--to_predict", os.path.join(digits_records, "labels.txt")],
              "train": ["--iter_unit", "batch", "--num_iter", "2"]}.get(mode, [])
     capsys.readouterr()

@@ -51,9 +51,20 @@ def test_fp16_gradient_compression_is_close(tmp_path):
     _check_ranks(out, steps=2, atol=1e-2)
 
 
-@pytest.mark.parametrize("rank, sig, save_every", [(1, signal.SIGTERM, "0"),
-                                                    (0, signal.SIGINT, "1"),
-                                                    (1, signal.SIGTERM, "1")])
+# Which step the ranks stop at is this repository's code over Horovod's allreduce, which
+# test_two_ranks_agree_on_the_averaged_update runs on both stacks: each case in one suite.
+RANKS_ONLY = pytest.mark.one_stack(
+    "pip", "the ranks' agreement on a stop is this repository's code over Horovod's allreduce, "
+    "which runs on both stacks (test_two_ranks_agree_on_the_averaged_update)")
+RANKS_ONLY_NGC = pytest.mark.one_stack(
+    "ngc", "the ranks' agreement on a stop is this repository's code over Horovod's allreduce, "
+    "which runs on both stacks (test_two_ranks_agree_on_the_averaged_update)")
+
+
+@pytest.mark.parametrize("rank, sig, save_every", [
+    pytest.param(1, signal.SIGTERM, "0", marks=RANKS_ONLY),
+    pytest.param(0, signal.SIGINT, "1", marks=RANKS_ONLY_NGC),
+    pytest.param(1, signal.SIGTERM, "1", marks=RANKS_ONLY_NGC)])
 def test_a_signal_on_one_rank_stops_both_at_the_same_step_then_resumes(tmp_path, rank, sig,
                                                                         save_every):
     """Also on a step that saves anyway (--save_checkpoint_steps 1): one save, every rank
