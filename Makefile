@@ -50,8 +50,9 @@ lint:
 
 # The suites without the install step, for targets that have just run it. The fast one on
 # TEST_WORKERS pytest-xdist workers (0: in this process): most of its time is main.py processes
-# starting, which leave a core idle. --dist loadfile: the tests of a module marked xdist_group
-# share one worker, so that its module fixtures (exports, servers, reference runs) are made once.
+# starting, which leave a core idle. --dist loadfile: a test file's tests share one worker, so that
+# its module fixtures (exports, servers, reference runs) are made once; split over two workers,
+# each worker made its own (--dist loadgroup grouped nothing under pytest 9.2 with xdist 3.8).
 TEST_WORKERS ?= 2
 pytest-fast:
 	$(PYTHON) -m pytest tests -m "not slow" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
