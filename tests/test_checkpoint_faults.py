@@ -17,6 +17,12 @@ from rn50.task import ResNetTask
 MAIN = os.path.join(RN50, "main.py")
 
 
+# What this repository's Python reads and writes itself, the same on both stacks: in one suite.
+OWN_FILES_ONLY = pytest.mark.one_stack(
+    "pip", "settings.json and the save's staging are this repository's Python and the file "
+    "system's; TensorFlow's checkpoint reading is tested on both stacks (the other cases)")
+
+
 def _args(tmp_path, *extra):
     return ["main.py", "--mode", "train", *TINY, "--iter_unit", "batch",
             "--results_dir", str(tmp_path / "r"), "--save_checkpoint_steps", "1", *extra]
@@ -111,6 +117,7 @@ def test_checkpoint_of_another_model_stops_with_the_last_line_on_stderr(tmp_path
     ("eval_preprocessing", "mean:nan/1/1", "--eval_preprocessing mean:nan/1/1: mean nan/1/1 "
      "and std 58.395/57.12/57.375: finite numbers within +-1e+06, the std at least 1e-06 (on "
      "the 0..255 scale; anything else makes every input NaN or the same)")])
+@OWN_FILES_ONLY
 def test_an_edited_settings_record_is_refused_as_the_flag_would_be(tmp_path, capsys, setting,
                                                                   value, why):
     """settings.json's values were adopted unchecked: an "arch" no model has was a KeyError at
@@ -197,6 +204,7 @@ def test_disk_full_during_a_save_keeps_earlier_checkpoints_and_no_temp(tmp_path,
     assert code == 0 and "at step 2" in out
 
 
+@OWN_FILES_ONLY
 def test_leftover_temp_directory_of_a_killed_save_is_removed(tmp_path, capsys):
     _train(tmp_path, 1)
     ckdir = tmp_path / "r" / "checkpoints"

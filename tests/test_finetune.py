@@ -26,6 +26,12 @@ SSD_TINY = [*TINY, "--image_size", "64", "--lr_warmup_steps", "1"]
 TXL_TINY = [*TINY, "--seed", "3", "--lr_warmup_steps", "2", "--display_every", "1"]
 
 
+# A flag against the checkpoint's settings.json is this repository's Python: in one suite.
+SETTINGS_ONLY = pytest.mark.one_stack(
+    "pip", "the check of a flag against settings.json is this repository's Python; fine-tuning "
+    "itself runs on both stacks (the other cases)")
+
+
 def _losses(results_dir):
     records = read_records(os.path.join(results_dir, "log.json"))
     return step_losses(records)
@@ -167,6 +173,7 @@ def one_step_run(tmp_path_factory, digits_records):
     return out
 
 
+@SETTINGS_ONLY
 @pytest.mark.parametrize("mode", ["evaluate", "predict", "train"])
 def test_a_flag_that_contradicts_the_checkpoint_is_one_line_and_omitted_ones_are_taken(
         tmp_path, digits_records, capsys, mode, one_step_run):
@@ -191,6 +198,7 @@ def test_a_flag_that_contradicts_the_checkpoint_is_one_line_and_omitted_ones_are
         assert os.path.exists(tmp_path / "export" / "saved_model.pb")
 
 
+@SETTINGS_ONLY
 def test_ssd_and_transformerxl_checkpoints_refuse_a_contradicting_flag(tmp_path, shapes_records,
                                                                       corpus, capsys):
     ssd = tmp_path / "ssd"

@@ -108,6 +108,7 @@ def test_resnet_training_benchmark_reports_global_throughput_under_mpirun(tmp_pa
     assert data["train_throughput"] > 0 and data["timed_steps"] == 3
 
 
+@RANKS_ONLY
 def test_index_files_that_cannot_be_written_stop_every_rank_with_one_line(tmp_path,
                                                                          digits_records):
     blocker = tmp_path / "file"
@@ -174,7 +175,8 @@ LAUNCHER_ONLY_NGC = pytest.mark.one_stack(
     pytest.param("mpirun", "launch.sh", signal.SIGTERM, marks=LAUNCHER_ONLY_NGC),
     pytest.param("mpirun", "launch.sh", signal.SIGINT,  # Ctrl-C in a terminal
                  marks=LAUNCHER_ONLY),
-    ("horovodrun", "its shell", signal.SIGTERM),  # horovodrun's /bin/sh -c mpirun ...
+    pytest.param("horovodrun", "its shell", signal.SIGTERM,  # its /bin/sh -c mpirun ...
+                 marks=LAUNCHER_ONLY),
 ])
 def test_a_signal_to_the_launcher_stops_the_ranks_gracefully(tmp_path, launcher, target, sig):
     """mpirun takes SIGTERM as an abort (exit 1, ranks killed a second later), and horovodrun
@@ -232,6 +234,7 @@ def _catches_sigusr1(process) -> bool:
         return False
 
 
+@LAUNCHER_ONLY
 def test_a_sigterm_while_the_ranks_start_stops_them_cleanly(tmp_path):
     """Before main.py's first lines the ranks are still importing TensorFlow: the forwarded
     SIGUSR1 used to kill them ("signal 10", exit 138). They stop with one line, exit 0."""

@@ -30,6 +30,12 @@ PREPARE = os.path.join(ROOT, "ssd320", "prepare_dataset.py")
 TINY = [*PRESET_TINY, "--iter_unit", "batch", "--seed", "1"]  # ssd/config.py's PRESETS
 
 
+# The preparation's and the drawings' file handling is this repository's Python: in one suite.
+OWN_FILES_ONLY = pytest.mark.one_stack(
+    "pip", "the preparation, the drawings and the export's space check are this repository's "
+    "Python and the file system's; the pipelines reading what it writes run on both stacks")
+
+
 def _main(capsys, *args) -> tuple[int, str]:
     return main_in_process(SSDTask, capsys, [*TINY, *args])
 
@@ -188,6 +194,7 @@ def _bad_annotations(coco, fault):
     ("unknown category", ": annotations[0] (id 1) has category 99, which is not listed"),
     ("unknown image", ": annotations[0] (id 1) refers to image 12345, which is not listed"),
 ])
+@OWN_FILES_ONLY
 def test_prepare_names_the_file_and_field_of_a_structural_error(tmp_path, capsys, fault,
                                                                 message):
     """Through prepare_dataset.py for the first case; the others call its main in this process
@@ -239,6 +246,7 @@ def test_an_empty_training_split_is_one_line(shapes_records, tmp_path, capsys):
 
 
 # --- outputs are checked before the work that fills them -----------------------------------
+@OWN_FILES_ONLY
 def test_prepare_into_a_full_disk_keeps_the_previous_preparation(tmp_path):
     root = tmp_path / "coco"
     shapes.export(str(root), train=4, val=2, seed=5)
@@ -255,6 +263,7 @@ def test_prepare_into_a_full_disk_keeps_the_previous_preparation(tmp_path):
         assert digests(out) == before
 
 
+@OWN_FILES_ONLY
 def test_prepare_into_a_file_is_one_line(tmp_path):
     root = tmp_path / "coco"
     shapes.export(str(root), train=2, val=2, seed=5)
@@ -361,6 +370,7 @@ def test_a_backbone_checkpoint_of_another_resnet_is_one_line(tmp_path, capsys):
                                        "v1.5: add --trunk resnet_v1.5)"), last
 
 
+@OWN_FILES_ONLY
 def test_predict_onto_a_filling_disk_leaves_no_empty_drawing(shapes_records, tmp_path, capsys):
     """Drawings are written whole or not at all: when the disk fills, the images that did not
     fit are reported and recorded with their error, and no zero-byte or cut PNG stays."""
@@ -403,6 +413,7 @@ def test_prepare_says_when_category_ids_would_make_a_huge_mostly_untrained_head(
                          f"categories (and their annotations) 1..N for a head of N + 1")
 
 
+@OWN_FILES_ONLY
 @pytest.mark.parametrize("onnx", [False, True], ids=["savedmodel", "with-onnx"])
 def test_an_export_dir_too_small_for_the_real_export_is_refused_before_training(
         tmp_path, capsys, onnx):
@@ -447,6 +458,7 @@ def test_a_failed_export_leaves_the_previous_one_whole(tmp_path, capsys, monkeyp
     assert not [n for n in os.listdir(target) if n.startswith(".staging-")]
 
 
+@OWN_FILES_ONLY
 def test_sigterm_during_preparation_removes_the_staging_and_keeps_the_previous(tmp_path):
     """A preparation stopped by SIGTERM (a scheduler's stop) removes its staging directory on
     the way out, finished shards included, says so in one whole line, and leaves the previous

@@ -19,6 +19,12 @@ TINY = [*PRESET_TINY, "--seed", "3", "--lr_warmup_steps", "2", "--display_every"
         "--iter_unit", "batch"]
 
 
+# The corpus preparation is this repository's Python (no TensorFlow in it): in one suite.
+PREPARE_ONLY = pytest.mark.one_stack(
+    "pip", "the corpus preparation is this repository's Python and numpy's file writing; the "
+    "data it writes is read on both stacks")
+
+
 def _main(capsys, *args) -> tuple[int, str]:
     return main_in_process(TransformerXLTask, capsys, [*TINY, *args])
 
@@ -70,6 +76,7 @@ def _corpus(root, lines=40):
     return root
 
 
+@PREPARE_ONLY
 def test_prepare_names_the_corpus_file_and_byte_offset_of_bad_utf8(tmp_path):
     root = _corpus(tmp_path / "corpus")
     text = (root / "valid.txt").read_bytes()
@@ -81,6 +88,7 @@ def test_prepare_names_the_corpus_file_and_byte_offset_of_bad_utf8(tmp_path):
                                       f"{at} is not UTF-8 text (invalid continuation byte: c3)")
 
 
+@PREPARE_ONLY
 def test_a_failed_preparation_leaves_the_previous_one_intact(tmp_path):
     """A disk that fills while the streams are written: no new vocab.txt beside a truncated
     train.npy, the previous preparation byte for byte."""
