@@ -56,14 +56,17 @@ def test_fp16_gradient_compression_is_close(tmp_path):
     _check_ranks(out, steps=2, atol=1e-2)
 
 
+def _each_stack(why):
+    """The pip suite's and the NGC suite's ``one_stack`` marks for one reason: a test's cases
+    split between the two suites, so that each runs some of them."""
+    return pytest.mark.one_stack("pip", why), pytest.mark.one_stack("ngc", why)
+
+
 # Which step the ranks stop at is this repository's code over Horovod's allreduce, which
 # test_two_ranks_agree_on_the_averaged_update runs on both stacks: each case in one suite.
-RANKS_ONLY = pytest.mark.one_stack(
-    "pip", "the ranks' agreement on a stop is this repository's code over Horovod's allreduce, "
-    "which runs on both stacks (test_two_ranks_agree_on_the_averaged_update)")
-RANKS_ONLY_NGC = pytest.mark.one_stack(
-    "ngc", "the ranks' agreement on a stop is this repository's code over Horovod's allreduce, "
-    "which runs on both stacks (test_two_ranks_agree_on_the_averaged_update)")
+RANKS_ONLY, RANKS_ONLY_NGC = _each_stack(
+    "the ranks' agreement on a stop is this repository's code over Horovod's allreduce, which "
+    "runs on both stacks (test_two_ranks_agree_on_the_averaged_update)")
 
 
 @pytest.mark.parametrize("rank, sig, save_every", [
@@ -166,14 +169,10 @@ def _job_process(launcher_pid, first_words):
 
 
 # The launchers' signal handling is the shell's and Open MPI's, the same under both stacks:
-# Ctrl-C's case runs in one suite (pytest.ini's one_stack).
-LAUNCHER_ONLY = pytest.mark.one_stack(
-    "pip", "the launcher's signal handling (bash, Open MPI, the watchdog's Python) does not "
-    "change with the Python stack")
-# Its other cases in the other suite, so that each suite runs some of them.
-LAUNCHER_ONLY_NGC = pytest.mark.one_stack(
-    "ngc", "the launcher's signal handling (bash, Open MPI, the watchdog's Python) does not "
-    "change with the Python stack")
+# each case runs in one suite (pytest.ini's one_stack), some in each.
+LAUNCHER_ONLY, LAUNCHER_ONLY_NGC = _each_stack(
+    "the launcher's signal handling (bash, Open MPI, the watchdog's Python) does not change "
+    "with the Python stack")
 
 
 @pytest.mark.parametrize("launcher, target, sig", [
