@@ -29,6 +29,15 @@ def one_line(message: str) -> str:
     return lines[0] if lines else message.strip()[:300]
 
 
+def say(line: str, stream=None) -> None:
+    """``line`` and its newline on stderr (or ``stream``) in one write. ``print`` writes the two
+    apart (stderr writes through), so the ranks of one job, whose stderr mpirun merges, ran one
+    rank's error into the next rank's line."""
+    stream = stream or sys.stderr
+    stream.write(line + "\n")
+    stream.flush()
+
+
 def reported(tool: str, body, codes: dict) -> int:
     """Runs a command-line tool's ``body()`` and returns its exit code. An error of a class in
     ``codes`` (the first that matches) becomes one line on stderr, ``<tool>: error: <message>``,
@@ -37,7 +46,7 @@ def reported(tool: str, body, codes: dict) -> int:
         return body()
     except tuple(codes) as e:
         code = next(c for cls, c in codes.items() if isinstance(e, cls))
-        print(f"{tool}: error: {_message(e)}", file=sys.stderr)
+        say(f"{tool}: error: {_message(e)}")
         return code
 
 

@@ -16,7 +16,7 @@ import tensorflow as tf
 from common import files, flags, precision
 from common.checkpoint import settings as checkpoint_settings
 from common.core.inference import INFERENCE_MODES
-from common.errors import DataError, TrainingError, UsageError
+from common.errors import DataError, TrainingError, UsageError, say
 from common.export import onnx_convert, onnx_int8, tftrt, writes_onnx
 from common.runtime import devices, distributed, graceful_stop, machine
 from common.runtime.dllogger import Logger
@@ -219,12 +219,12 @@ def main(task_cls: type[Task], argv: Sequence[str] | None = None) -> int:
         run(task_cls, argv)
         return 0
     except UsageError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
+        say(f"{prog}: error: {e}")
         return 2
     except graceful_stop.Interrupted as e:
         # Outside the training loop (which stops at a step, with a checkpoint): nothing is
         # half-written (exports are staged); say what was cut short.
-        print(f"{prog}: {e.signame}: stopped {graceful_stop.phase()}", file=sys.stderr)
+        say(f"{prog}: {e.signame}: stopped {graceful_stop.phase()}")
         return 0
     except (DataError, TrainingError) as e:
         message = str(e)
@@ -234,5 +234,5 @@ def main(task_cls: type[Task], argv: Sequence[str] | None = None) -> int:
         del e
         gc.collect()
         rank = distributed.launched_rank() if distributed.launched_world_size() else None
-        print(f"{prog}: error{f' (rank {rank})' if rank else ''}: {message}", file=sys.stderr)
+        say(f"{prog}: error{f' (rank {rank})' if rank else ''}: {message}")
         return 1

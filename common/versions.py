@@ -22,6 +22,8 @@ import re
 import signal
 import sys
 
+from common.errors import say
+
 FIX = "run 'bash scripts/install_deps.sh' (it changes nothing that TensorFlow was built against)"
 
 
@@ -117,7 +119,7 @@ def quiet_interrupts(prog: str) -> None:
 
     def hook(kind, value, tb):
         if issubclass(kind, KeyboardInterrupt):
-            print(f"{prog}: interrupted", file=sys.stderr)
+            say(f"{prog}: interrupted")
         else:
             previous(kind, value, tb)
 
@@ -128,12 +130,12 @@ def quiet_interrupts(prog: str) -> None:
             where = phase()
             if where == "while starting (nothing written)":
                 where = "while starting: stopped before anything was written"
-            print(f"{prog}: {info.exc_value.signame} {where}", file=sys.stderr, flush=True)
+            say(f"{prog}: {info.exc_value.signame} {where}")
             quiet_start.release_held()  # os._exit would leave the line in the held stderr
             os._exit(0)
         if not issubclass(info.exc_type, KeyboardInterrupt):
             return previous_unraisable(info)
-        print(f"{prog}: interrupted", file=sys.stderr, flush=True)
+        say(f"{prog}: interrupted")
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # ends as an uncaught Ctrl-C would
         os.kill(os.getpid(), signal.SIGINT)
     sys.excepthook = hook
@@ -148,7 +150,7 @@ def require(script: str) -> None:
     quiet_interrupts(prog)
     found = problems()
     if found:
-        print(f"{prog}: error: {found[0]}", file=sys.stderr)
+        say(f"{prog}: error: {found[0]}")
         sys.exit(2)
 
 

@@ -105,6 +105,27 @@ def test_nan_loss_stops_with_one_line_and_keeps_the_checkpoint(tmp_path, monkeyp
             np.testing.assert_array_equal(two.get_tensor(name), four.get_tensor(name))
 
 
+def test_an_error_line_is_one_write_that_other_ranks_cannot_split(tmp_path, monkeypatch):
+    """mpirun merges the ranks' stderr; each of their lines must reach it in one write (print
+    wrote the newline apart, and one rank's error ran into the next rank's line)."""
+    writes = []
+
+    class Recorder:
+        def write(self, text):
+            writes.append(text)
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr(sys, "stderr", Recorder())
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "1")
+    args = ["x", "--results_dir", str(tmp_path), "--data_dir", str(tmp_path / "none")]
+    assert runner.main(LinearTask, args) == 1
+    assert writes and all(w.endswith("\n") and w.count("\n") == 1 for w in writes), writes
+    assert writes[-1].startswith("x: error (rank 1): --data_dir "), writes
+
+
 @pytest.mark.parametrize("extra, code, message", [
     (["--bogus_flag", "1"], 2, "Unknown command line flag 'bogus_flag'"),
     (["--data_dir", "/no/such/dir"], 1, "--data_dir /no/such/dir does not exist"),

@@ -23,6 +23,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TextIO
 
+from common.errors import say
+
 
 def _jsonable(value):
     if hasattr(value, "numpy"):
@@ -45,7 +47,7 @@ def _bar(done: int, total: int, width: int = 20) -> str:
 
 def _warn(text: str) -> None:
     try:
-        print(f"warning: {text}", file=sys.stderr, flush=True)
+        say(f"warning: {text}")
     except OSError:
         pass
 

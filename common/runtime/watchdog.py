@@ -33,9 +33,10 @@ import contextlib
 import json
 import os
 import socket
-import sys
 import threading
 import time
+
+from common.errors import say
 
 EXIT_STATUS = 1  # an error, as a data or training error: the launcher ends the other ranks
 
@@ -178,8 +179,7 @@ class Watchdog:
                 try:
                     if line:
                         self._write(ending=line)
-                        print(f"{self.prog}: error (rank {self.rank}): {line}",
-                              file=self._stream or sys.stderr, flush=True)
+                        say(f"{self.prog}: error (rank {self.rank}): {line}", self._stream)
                 finally:
                     self._exit(EXIT_STATUS)
                 return
