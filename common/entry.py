@@ -43,8 +43,9 @@ def run(script: str, target: str) -> int:
             from common.runtime import devices
             devices.physical_gpus()  # where CUDA is initialised, and says so
     except graceful_stop.Interrupted as e:
-        print(f"{os.path.basename(script)}: {e.signame} while starting: stopped before "
-              "anything was written", file=sys.stderr)
+        from common.errors import say
+        say(f"{os.path.basename(script)}: {e.signame} while starting: stopped before anything "
+            "was written")
         return 0
     if isinstance(obj, type):  # a Task
         from common.runner import main
@@ -63,14 +64,13 @@ def _parse_early(flags_module: str) -> int | None:
         config = importlib.import_module(flags_module)
     except ImportError:  # a stack without absl: the stack check (versions.require) says so
         return None
-    from common.errors import DataError, UsageError
+    from common.errors import DataError, UsageError, say
     try:
         flags.parse(flags.build(config.define_flags, config.FLAG_DEFAULTS), sys.argv)
     except SystemExit as e:  # parse prints the help and exits 0
         return int(e.code or 0)
     except UsageError as e:
-        print(f"{os.path.basename(sys.argv[0]) if sys.argv else 'main.py'}: error: {e}",
-              file=sys.stderr)
+        say(f"{os.path.basename(sys.argv[0]) if sys.argv else 'main.py'}: error: {e}")
         return 2
     except DataError:
         pass
