@@ -11,6 +11,10 @@ user would and reads its logs; nothing in ``common/`` or a model package imports
   ``dali_compare`` (a DALI pipeline on the GPU against the CPU), ``allreduce`` (Horovod's
   allreduce by message size), ``smoke`` (the stages' table).
 """
+from common.entry import own_checkout_first
+
+# ``python -m benchtools.X`` in a checkout: its models, not an installed copy's (main.py's rule).
+own_checkout_first()
 
 
 def failure(proc) -> str:

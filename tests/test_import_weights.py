@@ -4,8 +4,11 @@ logits once imported, and so does a keras-hub preset with keras-hub's own classi
 TensorFlow names and keras.applications' weight files import;
 a file with a missing, extra or mis-shaped tensor is refused with one line; the checkpoint
 written serves evaluate/predict (with class names) and says what it is."""
+import hashlib
 import json
 import os
+import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -26,6 +29,7 @@ from rn50.model import build_resnet
 from rn50.task import ResNetTask
 
 TORCH_ENV = os.path.join(ROOT, "tests", "torch_env.sh")
+TORCH_REFERENCE = os.path.join(ROOT, "tests", "torch_reference.py")
 
 
 PHOTOS = photographs()
@@ -40,12 +44,26 @@ def torch_python():
 
 
 @pytest.fixture(scope="module")
-def torch_files(torch_python, tmp_path_factory):
-    """torchvision's and timm's resnet50, random weights: state dicts, inputs, logits."""
-    out = tmp_path_factory.mktemp("torch")
-    proc = run_cli([torch_python, os.path.join(ROOT, "tests", "torch_reference.py"), str(out),
-                    "--photos", *PHOTOS], timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def torch_files(torch_python):
+    """torchvision's and timm's resnet50, random weights: state dicts, inputs, logits. Made once
+    for the script, its inputs and the torch environment, and kept in that environment's folder:
+    the suites of both stacks read the same files (the PyTorch side, in an environment of its
+    own, is the same whichever stack is under test; two minutes each time it is made)."""
+    key = hashlib.sha256(torch_python.encode())
+    for path in (TORCH_REFERENCE, TORCH_ENV, *PHOTOS):
+        with open(path, "rb") as f:
+            key.update(f.read())
+    out = pathlib.Path(torch_python).parents[1] / f"test-reference-{key.hexdigest()[:16]}"
+    if not out.is_dir():
+        staging = out.with_name(f"{out.name}.{os.getpid()}")
+        shutil.rmtree(staging, ignore_errors=True)
+        proc = run_cli([torch_python, TORCH_REFERENCE, str(staging), "--photos", *PHOTOS],
+                       timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        try:
+            os.rename(staging, out)  # whole or not at all
+        except OSError:  # another suite's worker made it meanwhile
+            shutil.rmtree(staging)
     return out
 
 

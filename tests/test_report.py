@@ -12,7 +12,7 @@ from rn50.task import ResNetTask
 
 pytestmark = pytest.mark.one_stack(
     "pip", "the report reads the logs' JSON lines, whose names do not change with the Python "
-    "stack (tests/test_dle_keys.py), and draws them")
+    "stack (tests/dle_logs.py), and draws them")
 
 
 @pytest.fixture(scope="module")

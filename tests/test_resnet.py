@@ -4,6 +4,7 @@ import os
 import re
 import sys
 
+import dle_logs
 import keras
 import numpy as np
 import pytest
@@ -100,6 +101,9 @@ def test_every_mode_end_to_end(tmp_path, digits_records, dali):
         assert b["timed_steps"] == 3 and b[rate] > 0
         if mode == "inference_benchmark":  # every step waited for: NVIDIA's latency figures
             assert b["eval_latency_p50"] <= b["eval_latency_p90"] <= b["eval_latency_p99"]
+    # What a parser written for NVIDIA's logs finds in each of these runs (tests/dle_logs.py).
+    assert dle_logs.check_log("resnet50v1.5", os.path.join(out, "log.json")) == [
+        "train_and_evaluate", "evaluate", "training_benchmark", "inference_benchmark"]
 
 
 def test_predict_returns_classes_for_image_files_and_exports(tmp_path, digits_records):

@@ -5,6 +5,7 @@ import os
 import shutil
 import sys
 
+import dle_logs
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -159,6 +160,9 @@ def test_every_mode_end_to_end(tmp_path, shapes_records, dali):
         b = runner.run(SSDTask, base + ["--mode", mode, "--iter_unit", "batch", "--num_iter",
                                         "3", "--warmup_steps", "1"])
         assert b["timed_steps"] == 2 and b[rate] > 0
+    # What a parser written for NVIDIA's logs finds in each of these runs (tests/dle_logs.py).
+    assert dle_logs.check_log("ssd320", os.path.join(out, "log.json")) == [
+        "train_and_evaluate", "evaluate", "training_benchmark", "inference_benchmark"]
 
 
 def test_predict_draws_and_the_export_gives_the_same_detections(tmp_path, shapes_records):

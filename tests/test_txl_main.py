@@ -6,6 +6,7 @@ import json
 import os
 import sys
 
+import dle_logs
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -75,6 +76,10 @@ def test_every_mode_on_a_tiny_configuration(tmp_path, corpus):
             assert b["eval_avg_throughput"] > 0 and b["eval_50%_latency"] <= b["eval_99%_latency"]
         else:
             assert b["train_throughput"] > 0
+        # What a parser written for NVIDIA's logs finds in each run (tests/dle_logs.py).
+        assert dle_logs.check_log("transformerxl", tmp_path / mode / "log.json") == [mode]
+    assert dle_logs.check_log("transformerxl", tmp_path / "log.json") == [
+        "train_and_evaluate", "evaluate", "evaluate", "predict", "predict"]
 
 
 def test_inference_under_amp_runs_on_bfloat16_weights_with_the_mixed_models_results(

@@ -83,6 +83,30 @@ def test_main_without_its_dependencies_says_how_to_install_them():
         "'bash scripts/install_deps.sh' (it changes nothing that TensorFlow was built against)")
 
 
+def test_scripts_import_every_model_package_from_their_own_checkout():
+    """SSD320 builds its trunk from rn50: with the editable install naming a clone since deleted
+    (its finder gone here), ssd320/main.py stopped with "No module named 'rn50'", and with one
+    naming another clone it ran that clone's rn50. The entry puts this checkout's model folders
+    first, for main.py and for ``python -m benchtools.X`` alike."""
+    probe = ("import sys\n"
+             "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f)]\n"
+             "sys.path[:] = [p for p in sys.path if p not in ('', {root!r})]\n"
+             "import runpy\n"
+             "runpy.run_path({entry!r})['own_checkout_first']()\n"
+             "import rn50, ssd, txl\n"
+             "print(rn50.__file__, ssd.__file__, txl.__file__)\n")
+    proc = run_cli([sys.executable, "-c", probe.format(
+        root=ROOT, entry=os.path.join(ROOT, "common", "entry.py"))], cwd="/",
+        env={"PYTHONPATH": ""})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [os.path.join(ROOT, d, p, "__init__.py") for d, p in (
+        ("resnet50v1.5", "rn50"), ("ssd320", "ssd"), ("transformerxl", "txl"))]
+    # Without it, the same process finds none of them: the probe is not vacuous.
+    bare = probe.replace("runpy.run_path({entry!r})['own_checkout_first']()\n", "")
+    proc = run_cli([sys.executable, "-c", bare.format(root=ROOT)], cwd="/", env={"PYTHONPATH": ""})
+    assert proc.returncode == 1 and "No module named 'rn50'" in proc.stderr
+
+
 def test_two_clones_side_by_side_each_run_their_own_code(tmp_path):
     """A second clone beside this one (which the environment's editable install points at)
     runs its own common/ and models, and its tests import its own code: nothing to reinstall
