@@ -11,10 +11,12 @@ pass. ``scripts/gpu_smoke.sh`` runs it as its ``parity-<model>`` stages.
 2. Each run copies that checkpoint and trains ``--steps`` more steps with ``--display_every 1``
    (each step's loss logged) and the same ``--seed`` (tf.data's seeded training gives the same
    records and augmentation on any device; DALI is left out, since its GPU decoder differs:
-   ``benchtools/dali_compare.py`` compares it): the reference on the CPU in float32, then each
+   ``benchtools/dali_compare.py`` compares it): the reference on the CPU in float32 and each
    ``--runs`` entry, ``DEVICE-PRECISION``: ``gpu-fp32`` (TF32 off), ``gpu-amp`` (float16 with
    a static loss scale of ``LOSS_SCALE``, so that no step is skipped while a dynamic scale
-   finds its level), ``cpu-fp32``, ``cpu-amp`` (float16 emulated on the CPU).
+   finds its level), ``cpu-fp32``, ``cpu-amp`` (float16 emulated on the CPU). The GPU entries
+   run before the reference, so that a GPU TensorFlow cannot use is refused before the CPU's
+   run, the slowest at a real model's size.
 3. Each run against the reference: the loss of every step (the first one is the forward pass
    on identical weights and batch, the later ones follow the updates) and the update since the
    start, ``|du| / |u|``, of the trained weights and, apart, of the batch-norm statistics (a
@@ -212,7 +214,9 @@ def run(model: str, out: str, main_flags: list[str], runs: list[str], steps: int
                          os.path.join(start_dir, "checkpoints")], start_dir, log)
     start = model_weights(os.path.join(start_dir, "checkpoints"))
     found = {}
-    for name in [REFERENCE, *runs]:
+    # The GPU runs first: a GPU that TensorFlow cannot use is refused before the CPU reference,
+    # the slowest run at a real model's size, is spent (the comparisons wait for all runs).
+    for name in sorted([REFERENCE, *runs], key=lambda n: not n.startswith("gpu-")):
         device, precision = name.split("-")
         d = os.path.join(out, name)
         shutil.rmtree(d, ignore_errors=True)

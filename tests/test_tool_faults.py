@@ -233,6 +233,8 @@ def test_gpu_parity_without_a_gpu_is_refused_not_passed(tmp_path, digits_records
     assert last.startswith("parity: error: gpu-fp32: TensorFlow saw no GPU in this run (") and \
         last.endswith("no GPU): its driver or CUDA does not match TensorFlow's, or "
                       "CUDA_VISIBLE_DEVICES hides it; nothing was compared"), last
+    # Refused before the CPU reference ran: at a real model's size the slowest run of all.
+    assert "[parity] gpu-fp32: gpu" in proc.stdout and "[parity] cpu-fp32" not in proc.stdout
 
 
 @pytest.mark.parametrize("args, expected", [
