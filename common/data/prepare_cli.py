@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import signal
-import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 
@@ -17,7 +16,7 @@ import tensorflow as tf
 
 from common import files
 from common.data import tfrecord_writer
-from common.errors import DataError, one_line
+from common.errors import DataError, one_line, say
 
 STAGE = ".preparing"  # inside the output directory: the same file system, so renames are atomic
 _SHARD = re.compile(r"^(?P<prefix>.+)-\d{5}-of-\d{5}$")
@@ -93,10 +92,9 @@ def _signals_held():
 
 
 def _say(line: str) -> None:
-    """One whole line on stderr, in one write that no interrupt splits."""
+    """One whole line on stderr (``say``: one write) that no interrupt cuts short."""
     with _signals_held():
-        sys.stderr.write(line + "\n")
-        sys.stderr.flush()
+        say(line)
 
 
 class _Terminated(KeyboardInterrupt):
