@@ -22,18 +22,19 @@ import sys
 # editable install (``pip install -e``) points the environment at, so two clones side by side
 # each run their own code (README, "Where it runs").
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The folders that hold the model packages (pyproject.toml's package-dir): SSD320 builds its
-# trunk from rn50, so every script needs all three from its own checkout, not the editable
-# install's (which may name another clone, or one since deleted: "No module named 'rn50'").
-MODEL_DIRS = ("resnet50v1.5", "ssd320", "transformerxl")
 
 
-def own_checkout_first(path: list[str] = sys.path) -> None:
-    """This checkout's root and model folders on ``path`` right after the script's own folder
-    (``path[0]``), ahead of any installed copy."""
-    own = [ROOT, *(os.path.join(ROOT, d) for d in MODEL_DIRS)]
-    if path[1:1 + len(own)] != own:
-        path[1:1] = own
+def own_checkout_first() -> None:
+    """This checkout's root, then the folders of its model packages (``common.models``' table),
+    on ``sys.path`` right after the script's own folder, ahead of any installed copy: SSD320
+    builds its trunk from rn50, which came from wherever the editable install pointed (another
+    clone, or one since deleted: "No module named 'rn50'")."""
+    if sys.path[1:2] != [ROOT]:
+        sys.path.insert(1, ROOT)
+    from common.models import MODELS  # this checkout's table: its root now comes first
+    folders = [os.path.join(ROOT, m.directory) for m in MODELS.values()]
+    if sys.path[2:2 + len(folders)] != folders:
+        sys.path[2:2] = folders
 
 
 def run(script: str, target: str) -> int:
