@@ -53,9 +53,11 @@ lint:
 # starting, which leave a core idle. --dist loadfile: a test file's tests share one worker, so that
 # its module fixtures (exports, servers, reference runs) are made once; split over two workers,
 # each worker made its own (--dist loadgroup grouped nothing under pytest 9.2 with xdist 3.8).
+# --no-loadscope-reorder: the files in conftest.py's order, the slowest first (tests/durations.py).
 TEST_WORKERS ?= 2
 pytest-fast:
-	$(PYTHON) -m pytest tests -m "not slow" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(PYTHON) -m pytest tests -m "not slow" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+		$(PYTEST_ARGS)
 
 pytest-slow:
 	$(PYTHON) -m pytest tests -m slow --keep_runs $(LEARNING_RUNS) $(PYTEST_ARGS)

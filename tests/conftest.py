@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 
+import durations
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -23,11 +24,20 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # network at 32x32, 10 classes on synthetic data): same code paths, seconds per run.
 TINY = ["--preset", "tiny"]
 
+# What the NGC suite leaves to the pip suite (docs/testing.md, "Two stacks"): a test whose
+# assertions are this repository's own decisions. The stack's part of its path (TensorFlow's
+# reading, training and saving on the way) is asserted by other tests in both suites.
+OWN_HANDLING = pytest.mark.one_stack(
+    "pip", "what it asserts is this repository's own handling (its messages, files, flags, "
+    "signals), the same on both stacks; the stack's part of its path is tested in both suites")
+
 
 def pytest_collection_modifyitems(config, items):
-    """``one_stack(stack, why)``: skipped in the other stack's suite (``TEST_STACK``, which the
-    Makefile sets: pip for ``make test``, ngc for ``make test-ngc``), saying where it runs."""
+    """The slowest files first (tests/durations.py says why), then ``one_stack(stack, why)``:
+    skipped in the other stack's suite (``TEST_STACK``, which the Makefile sets: pip for
+    ``make test``, ngc for ``make test-ngc``), saying where it runs."""
     stack = os.environ.get("TEST_STACK")
+    items[:] = durations.longest_first(items, durations.load(stack))
     if not stack:
         return
     for item in items:

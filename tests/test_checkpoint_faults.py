@@ -8,7 +8,7 @@ import shutil
 import sys
 
 import pytest
-from conftest import RN50, TINY, run_cli, stderr_last_line
+from conftest import OWN_HANDLING, RN50, TINY, run_cli, stderr_last_line
 from reliability_helpers import ckpt_digests, tmpfs
 
 from common import runner
@@ -38,6 +38,7 @@ def _main(tmp_path, capsys, steps, *extra):
     return code, out, [ln for ln in err.splitlines() if ln.strip()]
 
 
+@OWN_HANDLING
 @pytest.mark.parametrize("state", ["missing", "garbage"])
 def test_lost_state_file_resumes_from_the_newest_checkpoint_on_disk(tmp_path, capsys, state):
     _train(tmp_path, 2)
@@ -137,6 +138,7 @@ def test_an_edited_settings_record_is_refused_as_the_flag_would_be(tmp_path, cap
     assert ckpt_digests(ckdir) == before
 
 
+@OWN_HANDLING
 @pytest.mark.parametrize("fault", ["results_dir_is_a_file", "tensorboard_is_a_file",
                                    "model_dir_is_a_file", "model_dir_read_only",
                                    "model_dir_full"])
@@ -186,6 +188,7 @@ def test_unusable_output_directories_stop_before_training(tmp_path, capsys, faul
     assert "step 1/" not in out  # found before the first step, not at the first save
 
 
+@OWN_HANDLING
 def test_disk_full_during_a_save_keeps_earlier_checkpoints_and_no_temp(tmp_path, capsys):
     ckdir = tmp_path / "full"
     with tmpfs(ckdir, 2600):  # room for two ~1 MiB checkpoints, not three

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, TINY, run_cli
+from conftest import OWN_HANDLING, ROOT, TINY, run_cli
 
 from common import runner
 from common.runtime import quiet_start
@@ -39,6 +39,7 @@ def test_start_up_lines_are_dropped_on_a_machine_without_a_driver_and_kept_with_
     assert quiet_start.kept(CPU_START, driver=True) == CPU_START[2:4]
 
 
+@OWN_HANDLING
 def test_filtered_stderr_replays_everything_else_in_order_even_on_an_exception(tmp_path):
     """Lines written by C++ (descriptor 2) and by Python (sys.stderr) inside the block."""
     code = (
@@ -58,6 +59,7 @@ def test_filtered_stderr_replays_everything_else_in_order_even_on_an_exception(t
     assert proc.stderr.splitlines() == ["E0000 real error from C++", "python warning", "after"]
 
 
+@OWN_HANDLING
 def test_a_start_up_that_hangs_shows_its_lines_after_a_bound(tmp_path):
     """A start-up that hangs (a lock, a driver, NCCL on a cluster) and is then killed showed
     nothing: the held lines reach the console after QUIET_START_HOLD_S, filtered, and later
@@ -75,6 +77,7 @@ def test_a_start_up_that_hangs_shows_its_lines_after_a_bound(tmp_path):
     assert proc.stderr.splitlines() == ["E0000 waiting for the driver", "E0000 still waiting"]
 
 
+@OWN_HANDLING
 def test_a_process_that_dies_while_filtered_says_so_on_the_real_stderr():
     """TensorFlow aborts on a CPU without the instructions it was built for: what it wrote is
     caught, but the fatal signal and where it struck reach the console."""
@@ -87,6 +90,7 @@ def test_a_process_that_dies_while_filtered_says_so_on_the_real_stderr():
     assert "Fatal Python error: Aborted" in proc.stderr and "<string>" in proc.stderr
 
 
+@OWN_HANDLING
 def test_a_stop_signal_swallowed_by_an_import_still_says_so_on_the_console():
     """A stop signal that lands in a ``__del__`` or weakref callback while TensorFlow imports
     reaches ``sys.unraisablehook``, which ends the process with os._exit: its one line used to
@@ -109,6 +113,7 @@ def test_a_stop_signal_swallowed_by_an_import_still_says_so_on_the_console():
         "main.py: SIGUSR1 while starting: stopped before anything was written"], proc.stderr
 
 
+@OWN_HANDLING
 @pytest.mark.parametrize("model", list(MAINS))
 def test_help_lists_the_flags_without_importing_tensorflow(tmp_path, model):
     """A tensorflow package that fails to import comes first on the path: --help must not
@@ -123,6 +128,7 @@ def test_help_lists_the_flags_without_importing_tensorflow(tmp_path, model):
     assert "--batch_size" in proc.stdout and MAINS[model] in proc.stdout
 
 
+@OWN_HANDLING
 def test_the_config_modules_name_the_models_architectures():
     from rn50 import config as rn50_config
     from rn50.model import ARCHS as RN50_ARCHS
@@ -151,6 +157,7 @@ def test_a_healthy_run_writes_nothing_on_stderr_and_says_what_it_ran_on(tmp_path
             "than --warmup_steps (5)") in proc.stdout
 
 
+@OWN_HANDLING
 def test_profiled_steps_are_left_out_of_the_benchmark_and_training_throughput(tmp_path):
     common = ["main.py", *TINY, "--iter_unit", "batch", "--warmup_steps", "1",
               "--display_every", "100"]
@@ -168,6 +175,7 @@ def test_profiled_steps_are_left_out_of_the_benchmark_and_training_throughput(tm
     assert train["train_throughput"] > 0
 
 
+@OWN_HANDLING
 def test_a_profile_over_every_timed_benchmark_step_is_refused(tmp_path):
     with pytest.raises(runner.UsageError, match=r"--profile 2:9 covers every timed step "
                                                 r"\(2\.\.8\)"):
@@ -176,6 +184,7 @@ def test_a_profile_over_every_timed_benchmark_step_is_refused(tmp_path):
                                 "2:9", "--results_dir", str(tmp_path)])
 
 
+@OWN_HANDLING
 def test_prepare_dataset_help_is_quiet():
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "ssd320", "prepare_dataset.py"),
                            "--help"], capture_output=True, text=True, timeout=120,

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import RN50, TINY, run_cli, stderr_last_line
+from conftest import OWN_HANDLING, RN50, TINY, run_cli, stderr_last_line
 from reliability_helpers import digests, tmpfs
 
 from common import runner
@@ -59,6 +59,7 @@ def _run(data, tmp_path, *extra):
                     "--data_dir", str(data), "--results_dir", str(tmp_path / "r"), *extra])
 
 
+@OWN_HANDLING
 @pytest.mark.parametrize("dali", [False, True])
 def test_label_out_of_range_names_the_file_and_record(tmp_path, dali):
     images = _jpegs(8)
@@ -84,6 +85,7 @@ def test_corrupt_image_names_the_file_and_gives_the_reason(tmp_path, dali):
     assert "JPEG" in last and not last.endswith(":")
 
 
+@OWN_HANDLING
 def test_a_corrupt_calibration_image_is_named_before_training(tmp_path):
     """--export_onnx_int8 calibrates on training images after the training: a record it
     cannot read was blamed on writing the export ("cannot write the export ... (corrupted
@@ -125,6 +127,7 @@ def test_bad_dali_index_is_rebuilt_and_the_epoch_has_its_full_length(tmp_path, d
         str(data / "train-00000-of-00003"))
 
 
+@OWN_HANDLING
 def test_bad_dali_index_that_cannot_be_rebuilt_stops_with_one_line(tmp_path, digits_records):
     data = tmp_path / "data"
     shutil.copytree(digits_records, data)
@@ -176,6 +179,7 @@ def _folder(tmp_path, n=12):
     return src
 
 
+@OWN_HANDLING
 def test_prepare_refuses_a_truncated_jpeg_naming_it_and_leaves_no_shard(tmp_path):
     src = _folder(tmp_path)
     victim = sorted(glob.glob(str(src / "train" / "*" / "*.JPEG")))[3]
@@ -190,6 +194,7 @@ def test_prepare_refuses_a_truncated_jpeg_naming_it_and_leaves_no_shard(tmp_path
     assert not [f for f in os.listdir(out) if f.startswith(("train-", "validation-"))]
 
 
+@OWN_HANDLING
 def test_prepare_again_removes_stale_shards_and_the_loader_refuses_mixed_sets(tmp_path):
     src, out = _folder(tmp_path), tmp_path / "out"
     prepare.prepare(str(src), str(out), 3, 1, log=lambda *_: None)
@@ -213,6 +218,7 @@ def test_prepare_again_removes_stale_shards_and_the_loader_refuses_mixed_sets(tm
     assert digests(out) == before  # nothing else touched
 
 
+@OWN_HANDLING
 @pytest.mark.parametrize("flag, value, message", [
     ("--momentum", "1.5", "flag --momentum=1.5: --momentum must be in [0, 1)"),
     ("--momentum", "-0.1", "flag --momentum=-0.1: --momentum must be in [0, 1)"),

@@ -7,13 +7,15 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import OWN_HANDLING, ROOT
 from packaging.requirements import Requirement
 from packaging.version import Version
 
 from common import versions
 
 LOCKS = ("requirements.lock", "requirements-cuda.lock")
+
+pytestmark = OWN_HANDLING
 
 
 def _locked(name: str) -> dict[str, set[Version]]:

@@ -5,6 +5,7 @@ import math
 import os
 
 import tensorflow as tf
+from conftest import OWN_HANDLING
 from linear_task import LinearTask
 from reliability_helpers import tmpfs
 
@@ -14,6 +15,8 @@ from common.runtime import dllogger
 # DLLogger 1.1.0's JSONStreamBackend: these keys, in this order, json.dumps' default separators.
 DLLOGGER_KEYS = {"METADATA": ["timestamp", "elapsedtime", "datetime", "type", "metric", "metadata"],
                  "LOG": ["timestamp", "datetime", "elapsedtime", "type", "step", "data"]}
+
+pytestmark = OWN_HANDLING
 
 
 def _check_dllogger_form(line: str) -> dict:

@@ -5,7 +5,7 @@ import glob
 import os
 
 import pytest
-from conftest import TINY
+from conftest import OWN_HANDLING, TINY
 
 from benchtools import profile_diff
 from common import runner
@@ -63,6 +63,7 @@ def test_training_benchmark_profile_types_the_convolution_time_and_diffs_per_op(
     assert "B loses most in: " in page or "B gains " in page
 
 
+@OWN_HANDLING
 def test_profile_diff_refuses_a_run_without_a_table_with_one_line(tmp_path, capsys):
     assert profile_diff.main([str(tmp_path), str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -85,6 +86,7 @@ def test_training_loop_and_inference_benchmark_profile(tmp_path, corpus):
     assert s["matmul_conv_share"] > 0.1 and s["matmul_conv_16bit_share"] == 0
 
 
+@OWN_HANDLING
 @pytest.mark.parametrize("spec", ["3", "0:2", "5:4", "a:b"])
 def test_a_malformed_range_is_one_line(tmp_path, spec):
     with pytest.raises(runner.UsageError, match=f"--profile {spec}: give START:STOP"):
@@ -92,6 +94,7 @@ def test_a_malformed_range_is_one_line(tmp_path, spec):
                                 "--profile", spec, "--results_dir", str(tmp_path)])
 
 
+@OWN_HANDLING
 def test_gpu_kernels_are_classed_by_name(tmp_path):
     """A hand-made GPU trace: kernel names as Ampere and Hopper runs show them."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
@@ -116,6 +119,7 @@ def test_gpu_kernels_are_classed_by_name(tmp_path):
     assert r["tensor_core_share"] == pytest.approx(70 / 80)
 
 
+@OWN_HANDLING
 def test_gpu_op_table_says_which_eligible_ops_missed_tensor_cores(tmp_path):
     """A hand-made GPU trace through xprof's own converters: kernels with their op (``tf_op``)
     and launch details, as CUPTI records them. xprof's own "uses TensorCore" test misses
@@ -158,6 +162,7 @@ def test_gpu_op_table_says_which_eligible_ops_missed_tensor_cores(tmp_path):
     assert op_table.missed_tensor_cores(rows) == "model/dense/MatMul (0.01 ms/step)"
 
 
+@OWN_HANDLING
 def test_a_range_a_resumed_run_has_passed_is_said_and_nothing_is_profiled(tmp_path, capsys):
     args = ["main.py", *TINY, "--mode", "train", "--iter_unit", "batch", "--results_dir",
             str(tmp_path)]
@@ -169,6 +174,7 @@ def test_a_range_a_resumed_run_has_passed_is_said_and_nothing_is_profiled(tmp_pa
     assert not glob.glob(str(tmp_path / "tensorboard" / "plugins" / "profile" / "*"))
 
 
+@OWN_HANDLING
 def test_ranges_past_the_end_or_cut_by_a_resume_say_what_is_profiled(tmp_path, capsys):
     args = ["main.py", *TINY, "--mode", "train", "--iter_unit", "batch", "--results_dir",
             str(tmp_path)]
@@ -182,6 +188,7 @@ def test_ranges_past_the_end_or_cut_by_a_resume_say_what_is_profiled(tmp_path, c
     assert "profile of steps 4:4: " in out
 
 
+@OWN_HANDLING
 @pytest.mark.parametrize("mode", ["evaluate", "predict"])
 def test_profile_of_a_mode_without_steps_is_refused(tmp_path, capsys, mode, digits_records):
     code = runner.main(ResNetTask, ["main.py", *TINY, "--mode", mode, "--profile", "1:2",

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import RN50, TINY, run_cli, stderr_last_line
+from conftest import OWN_HANDLING, RN50, TINY, run_cli, stderr_last_line
 from linear_task import LinearTask
 
 from common import main_py, runner
@@ -19,6 +19,7 @@ from rn50.task import ResNetTask
 MAIN = os.path.join(RN50, "main.py")
 
 
+@OWN_HANDLING
 def test_dllogger_records_parse_back(tmp_path):
     out = str(tmp_path)
     summary = runner.run(ResNetTask, ["main.py", "--mode", "train", *TINY, "--iter_unit", "batch",
@@ -105,6 +106,7 @@ def test_nan_loss_stops_with_one_line_and_keeps_the_checkpoint(tmp_path, monkeyp
             np.testing.assert_array_equal(two.get_tensor(name), four.get_tensor(name))
 
 
+@OWN_HANDLING
 def test_an_error_line_is_one_write_that_other_ranks_cannot_split(tmp_path, monkeypatch):
     """mpirun merges the ranks' stderr; each of their lines must reach it in one write (print
     wrote the newline apart, and one rank's error ran into the next rank's line)."""
@@ -126,6 +128,7 @@ def test_an_error_line_is_one_write_that_other_ranks_cannot_split(tmp_path, monk
     assert writes[-1].startswith("x: error (rank 1): --data_dir "), writes
 
 
+@OWN_HANDLING
 @pytest.mark.parametrize("extra, code, message", [
     (["--bogus_flag", "1"], 2, "Unknown command line flag 'bogus_flag'"),
     (["--data_dir", "/no/such/dir"], 1, "--data_dir /no/such/dir does not exist"),
@@ -191,6 +194,7 @@ def test_corrupt_image_inside_a_valid_record_fails_with_one_line(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@OWN_HANDLING
 def test_benchmark_rounds_alternate_and_keep_the_highest_ceiling():
     from common.tools.rounds import alternating_rounds, mfu_rows
 
@@ -207,6 +211,7 @@ def test_benchmark_rounds_alternate_and_keep_the_highest_ceiling():
     assert rows[1] == "| training | amp | 13.0 | 12.0, 14.0 | 65% | 1.86x |"
 
 
+@OWN_HANDLING
 def test_run_main_py_returns_the_log_and_raises_on_failure(tmp_path):
     records = main_py.run_main_py(MAIN, ["--mode", "train", *TINY, "--iter_unit", "batch",
                                         "--num_iter", "2"], str(tmp_path / "ok"))
@@ -215,6 +220,7 @@ def test_run_main_py_returns_the_log_and_raises_on_failure(tmp_path):
         main_py.run_main_py(MAIN, ["--mode", "no_such_mode"], str(tmp_path / "bad"))
 
 
+@OWN_HANDLING
 def test_run_main_py_refuses_a_run_stopped_by_a_signal(tmp_path):
     """A run stopped by SIGTERM exits 0 with a checkpoint; its summary has no throughput, and a
     learning check's table failed on that with a KeyError instead of saying what happened."""
@@ -230,6 +236,7 @@ def test_run_main_py_refuses_a_run_stopped_by_a_signal(tmp_path):
         main_py.run_main_py(str(fake), [], str(out))
 
 
+@OWN_HANDLING
 def test_the_parameter_record_holds_what_the_run_derived(tmp_path):
     runner.run(ResNetTask, ["main.py", "--mode", "train", *TINY, "--iter_unit", "batch",
                             "--num_iter", "2", "--batch_chunk", "2", "--lr_init", "0.512",
@@ -241,6 +248,7 @@ def test_the_parameter_record_holds_what_the_run_derived(tmp_path):
     assert params["total_steps"] == 2 and params["steps_per_epoch"] >= 1
 
 
+@OWN_HANDLING
 def test_ctrl_c_during_start_up_is_one_line(tmp_path):
     """SIGINT while TensorFlow imports or the model is built: no KeyboardInterrupt traceback."""
     # As from a terminal: a test run started in the background inherits SIGINT ignored.
@@ -255,6 +263,7 @@ def test_ctrl_c_during_start_up_is_one_line(tmp_path):
     assert "Traceback" not in err and err.strip().splitlines()[-1] == "main.py: interrupted"
 
 
+@OWN_HANDLING
 def test_ctrl_c_where_python_ignores_exceptions_still_ends_the_run():
     """A KeyboardInterrupt raised inside a __del__ (as one landing in a weakref callback while
     TensorFlow imports) is not lost: one line, the process ends by SIGINT."""
@@ -268,12 +277,14 @@ def test_ctrl_c_where_python_ignores_exceptions_still_ends_the_run():
     assert proc.stderr.strip().splitlines() == ["main.py: interrupted"]
 
 
+@OWN_HANDLING
 def test_help_lists_every_flag_and_exits_zero():
     proc = run_cli([sys.executable, MAIN, "--help"])
     assert proc.returncode == 0 and proc.stdout.startswith("usage: main.py")
     assert "--batch_size" in proc.stdout and "--arch" in proc.stdout  # common and ResNet's own
 
 
+@OWN_HANDLING
 def test_a_flagfile_that_is_not_text_is_one_line(tmp_path):
     """--flagfile naming a binary file was a UnicodeDecodeError traceback (a missing one was
     already one line)."""

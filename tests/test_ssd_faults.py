@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import tensorflow as tf
-from conftest import ROOT, run_cli, stderr_last_line
+from conftest import OWN_HANDLING, ROOT, run_cli, stderr_last_line
 from conftest import TINY as PRESET_TINY
 from reliability_helpers import (
     ckpt_digests,
@@ -55,6 +55,7 @@ def _rewrite_records(path, edit):
 
 
 # --- a bad evaluation split never costs the training before it ------------------------------
+@OWN_HANDLING
 @pytest.mark.parametrize("fault, message", [
     ("missing annotations", "validation_annotations.json is missing: prepare the data with "),
     ("other dataset", "validation_annotations.json does not list image id "),
@@ -86,6 +87,7 @@ def test_a_bad_evaluation_split_stops_before_step_1(shapes_records, tmp_path, ca
     assert trained_steps(out) == 0 and not list((out / "checkpoints").glob("ckpt-*"))
 
 
+@OWN_HANDLING
 def test_an_evaluation_that_fails_midway_finds_its_training_saved(shapes_records, tmp_path,
                                                                     capsys):
     """The first batch reads (checked before step 1); a later record is corrupt: the run stops
@@ -139,6 +141,7 @@ def test_a_record_with_more_than_100_boxes_is_refused_by_both_pipelines(shapes_r
         last
 
 
+@OWN_HANDLING
 def test_prepare_keeps_the_100_largest_boxes_and_says_so(tmp_path):
     root = tmp_path / "coco"
     shapes.export(str(root), train=3, val=2, seed=5)
@@ -219,6 +222,7 @@ def test_prepare_names_the_file_and_field_of_a_structural_error(tmp_path, capsys
     assert not (tmp_path / "out" / "label_map.json").exists()
 
 
+@OWN_HANDLING
 @pytest.mark.parametrize("content, message", [
     ({"categories": []}, "label_map.json: the label map.num_classes is missing"),
     ({"num_classes": 4}, "label_map.json: the top-level 'categories' list is missing"),
@@ -233,6 +237,7 @@ def test_a_label_map_without_its_keys_is_one_line(shapes_records, tmp_path, caps
     assert code == 1 and message in last, last
 
 
+@OWN_HANDLING
 def test_an_empty_training_split_is_one_line(shapes_records, tmp_path, capsys):
     data = damaged_copy(shapes_records, tmp_path)
     for f in data.glob("train-*"):
@@ -274,6 +279,7 @@ def test_prepare_into_a_file_is_one_line(tmp_path):
                                       f"{tmp_path / 'out'} is a file, not a directory")
 
 
+@OWN_HANDLING
 @pytest.mark.parametrize("kind", ["file", "read-only"])
 def test_an_unusable_export_dir_is_refused_before_training(tmp_path, capsys, kind):
     target = tmp_path / "export"
@@ -304,6 +310,7 @@ def _trained(shapes_records, tmp_path, capsys):
     return out, images, sorted((Path(shapes_records).parent / "coco" / "val2017").iterdir())
 
 
+@OWN_HANDLING
 def test_predict_draws_each_input_once_and_skips_an_unreadable_file(shapes_records, tmp_path,
                                                                     capsys):
     out, images, source = _trained(shapes_records, tmp_path, capsys)
@@ -328,6 +335,7 @@ def test_predict_draws_each_input_once_and_skips_an_unreadable_file(shapes_recor
 
 
 # --- flags the validators used to miss ------------------------------------------------------
+@OWN_HANDLING
 @pytest.mark.parametrize("task", ["ssd", "resnet"])
 def test_train_and_evaluate_without_data_is_one_line_naming_the_flag(tmp_path, capsys, task):
     """It said "no validation-NNNNN-of-NNNNN TFRecord files in None"."""
@@ -391,6 +399,7 @@ def test_predict_onto_a_filling_disk_leaves_no_empty_drawing(shapes_records, tmp
     assert all("cannot write" in r["error"] for r in failed)
 
 
+@OWN_HANDLING
 def test_prepare_says_when_category_ids_would_make_a_huge_mostly_untrained_head(tmp_path):
     """Category ids far above the number of categories (x1000 here) set num_classes to the
     largest id: a head of thousands of columns, said at preparation, not silently."""

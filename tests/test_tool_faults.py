@@ -4,8 +4,10 @@ import os
 
 import numpy as np
 import pytest
-from conftest import load_script
+from conftest import OWN_HANDLING, load_script
 from reliability_helpers import tmpfs
+
+pytestmark = OWN_HANDLING
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT, run_cli, stderr_last_line
+from conftest import OWN_HANDLING, ROOT, run_cli, stderr_last_line
 from conftest import TINY as PRESET_TINY
 from reliability_helpers import damaged_copy, digests, main_in_process, tmpfs, trained_steps
 
@@ -29,6 +29,7 @@ def _main(capsys, *args) -> tuple[int, str]:
     return main_in_process(TransformerXLTask, capsys, [*TINY, *args])
 
 
+@OWN_HANDLING
 @pytest.mark.parametrize("fault, message", [
     ("missing", "valid.npy is missing: prepare the corpus with transformerxl/prepare_dataset.py"),
     ("short", "the valid split (6 tokens) is too short for one segment of --eval_tgt_len 64 "
@@ -57,6 +58,7 @@ def test_bad_evaluation_tokens_stop_before_step_1(corpus, tmp_path, capsys, faul
     assert trained_steps(out) == 0 and not list((out / "checkpoints").glob("ckpt-*"))
 
 
+@OWN_HANDLING
 def test_a_byte_that_is_not_utf8_in_vocab_txt_is_named_with_its_offset(corpus, tmp_path, capsys):
     data = damaged_copy(corpus, tmp_path)
     vocab = (data / "vocab.txt").read_bytes()
@@ -107,6 +109,7 @@ def test_a_failed_preparation_leaves_the_previous_one_intact(tmp_path):
         assert digests(out) == before
 
 
+@OWN_HANDLING
 @pytest.mark.parametrize("extra, message", [
     (["--cutoffs", "20,10"], "--cutoffs 20,10: the cutoffs must increase strictly"),
     (["--cutoffs", "0,10"], "--cutoffs 0,10: every cutoff must be positive"),
@@ -120,6 +123,7 @@ def test_flags_checked_against_the_vocabulary(corpus, tmp_path, capsys, extra, m
     assert code == 2 and last.startswith(f"main.py: error: {message}"), last
 
 
+@OWN_HANDLING
 def test_predict_skips_an_unreadable_prompt_file_and_goes_on(corpus, tmp_path, capsys):
     out = tmp_path / "r"
     code, _ = _main(capsys, "--mode", "train", "--num_iter", "1", "--data_dir", corpus,
@@ -140,6 +144,7 @@ def test_predict_skips_an_unreadable_prompt_file_and_goes_on(corpus, tmp_path, c
                                   "start byte: ff)"
 
 
+@OWN_HANDLING
 def test_a_vocabulary_changed_after_preparation_is_refused(corpus, tmp_path, capsys):
     """vocab.txt is checked against the corpus-info.json written with the token ids: one word
     added to it would shift no id but silently mean another vocabulary."""
@@ -155,6 +160,7 @@ def test_a_vocabulary_changed_after_preparation_is_refused(corpus, tmp_path, cap
         "vocabulary was changed after preparation; prepare the corpus again")
 
 
+@OWN_HANDLING
 def test_a_vocabulary_with_two_words_swapped_is_refused(corpus, tmp_path, capsys):
     """The same count, other words at two ids: the hash in corpus-info.json tells."""
     data = damaged_copy(corpus, tmp_path)
@@ -169,6 +175,7 @@ def test_a_vocabulary_with_two_words_swapped_is_refused(corpus, tmp_path, capsys
         "the corpus again")
 
 
+@OWN_HANDLING
 def test_a_prompt_of_unknown_words_only_is_said(tmp_path, capsys):
     """A corpus whose validation text has a word train lacks has <unk>; a prompt of unknown
     words only generates from no context, and says so."""

@@ -10,7 +10,7 @@ import dle_logs
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import ROOT, run_cli, stderr_last_line, step_losses
+from conftest import OWN_HANDLING, ROOT, run_cli, stderr_last_line, step_losses
 from conftest import TINY as PRESET_TINY
 
 from common import runner
@@ -202,6 +202,7 @@ def test_resume_continues_at_the_exact_step(tmp_path, corpus, monkeypatch):
     np.testing.assert_allclose(mid[:2], straight_losses[:2], rtol=1e-6)
 
 
+@OWN_HANDLING
 @pytest.mark.parametrize("extra,message", [
     (["--div_val", "4"], "--div_val: only 1 is implemented"),
     (["--mode", "predict", "--to_predict", "x"], "--mode predict needs --data_dir"),
@@ -219,6 +220,7 @@ def test_bad_flags_stop_with_one_line(tmp_path, extra, message):
     assert message in stderr_last_line(proc)
 
 
+@OWN_HANDLING
 def test_corrupt_token_file_is_named(tmp_path, corpus):
     bad = tmp_path / "bad"
     bad.mkdir()

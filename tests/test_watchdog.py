@@ -7,9 +7,12 @@ import os
 import time
 
 import pytest
+from conftest import OWN_HANDLING
 
 from common.runtime import job_time, watchdog
 from common.runtime.dllogger import run_jobs
+
+pytestmark = OWN_HANDLING
 
 
 def _peer(directory, rank, beat, idle=0.0, pid=100):
