@@ -9,8 +9,9 @@
 #   (tensorflow-text, pinned to a TensorFlow release, would replace the installed one; kagglehub
 #   and sentencepiece only download presets and tokenize text), with the two modules its import
 #   needs (regex, tokenizers).
-# * PyTorch, torchvision and timm in an environment of their own (tests/torch_env.sh): the
-#   ResNet-50 import is compared with their own models.
+# * PyTorch, torchvision and timm apart from TensorFlow (tests/torch_env.sh, in Model
+#   Optimizer's environment, beside its PyTorch): the ResNet-50 import is compared with their
+#   own models.
 # * Triton's client and PyTriton (a real Triton server binary) in an environment of their own
 #   (scripts/triton_env.sh): tests/test_serving.py serves the exports through it.
 # * NVIDIA Model Optimizer in an environment of its own (scripts/modelopt_env.sh), which
