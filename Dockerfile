@@ -8,7 +8,8 @@ FROM ${FROM_IMAGE_NAME}
 
 WORKDIR /workspace/tf-model-scripts
 COPY requirements.txt requirements.lock requirements-cuda.lock ./
-COPY common/__init__.py common/versions.py common/
+COPY common/__init__.py common/versions.py common/errors.py common/
+COPY common/runtime/__init__.py common/runtime/quiet_start.py common/runtime/
 COPY scripts/install_deps.sh scripts/
 # The stack in a layer of its own (code changes do not redo it), then this repository, editable.
 RUN PIP_ROOT_USER_ACTION=ignore INSTALL_DEPS_STACK_ONLY=1 bash scripts/install_deps.sh

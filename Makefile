@@ -17,8 +17,8 @@ NGC_MAKE = MODELOPT_BASE_PYTHON="$(BASE_PYTHON)" TRITON_PYTHON="$(BASE_PYTHON)" 
 	PATH="$(NGC_VENV)/bin:$$PATH" VIRTUAL_ENV="$(NGC_VENV)" $(MAKE) PYTHON="$(NGC_VENV)/bin/python" \
 	TEST_STACK=ngc
 
-.PHONY: deps test-deps demo demo-ssd test test-slow lint pytest-fast pytest-slow ngc-stack ngc-deps test-ngc \
-	test-slow-ngc clean
+.PHONY: deps test-deps side-envs deps-all pip-test-deps ngc-test-deps demo demo-ssd test test-slow lint \
+	pytest-fast pytest-slow ngc-stack ngc-deps test-ngc test-slow-ngc clean
 
 deps:
 	bash scripts/install_deps.sh
@@ -28,6 +28,23 @@ deps:
 test-deps:
 	bash scripts/install_test_deps.sh
 
+# The environments apart from TensorFlow's that test-deps makes (PyTorch with Model Optimizer,
+# PyTriton), on their own: they need nothing of either stack.
+side-envs:
+	bash tests/torch_env.sh >/dev/null
+	bash scripts/triton_env.sh >/dev/null
+
+# Every install of both suites, side by side: the pip stack then its test packages, the side
+# environments, the NGC replica then its test packages (.ci/run, on a fresh machine). They are
+# mostly downloads, unpacking and single-threaded pip: one after another they took 18 minutes
+# with 1.2 of the 2 cores busy on average (docs/testing.md). Jobs that share a resource take
+# turns: an environment (side_env.sh's lock), apt, the editable install (install_deps.sh's).
+deps-all:
+	$(MAKE) -j3 --output-sync=target pip-test-deps side-envs ngc-test-deps
+
+pip-test-deps: deps
+	$(MAKE) test-deps
+
 demo: deps
 	bash resnet50v1.5/scripts/demo.sh
 
@@ -36,7 +53,7 @@ demo-ssd: deps
 	bash ssd320/scripts/demo.sh
 
 # The linter (ruff, configured in pyproject.toml), then the suite.
-test: deps test-deps
+test: pip-test-deps
 	$(MAKE) lint pytest-fast
 
 # Learning curves and other runs that take minutes each; not part of `make test`. The runs are
@@ -70,11 +87,14 @@ ngc-stack:
 # With the image's pins in PIP_CONSTRAINT, as NGC containers may set them (Keras 3.3.2 among
 # them: install_deps.sh lifts that one pin and says so).
 ngc-deps: ngc-stack
-	PIP_CONSTRAINT="$(NGC_VENV)/pip-constraint.txt" $(NGC_MAKE) deps
+	+PIP_CONSTRAINT="$(NGC_VENV)/pip-constraint.txt" $(NGC_MAKE) deps
 	bash scripts/ngc_stack.sh --check "$(NGC_VENV)"
 
-test-ngc: ngc-deps
-	$(NGC_MAKE) test-deps lint pytest-fast
+ngc-test-deps: ngc-deps
+	+$(NGC_MAKE) test-deps
+
+test-ngc: ngc-test-deps
+	+$(NGC_MAKE) lint pytest-fast
 
 test-slow-ngc: ngc-deps
 	$(NGC_MAKE) LEARNING_RUNS=results/learning-ngc pytest-slow

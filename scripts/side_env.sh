@@ -8,14 +8,23 @@
 # last line: at once when CHECK already runs there; with WHERE=1 also when it does not (and
 # returns 1) instead of making it. Lines go through the caller's log(). Jobs making the same
 # environment at once take turns (flock on NAME-pyX.Y.lock beside it).
+# Once CHECK has run there, a marker in the environment (.side-env-HASH of CHECK and PACKAGEs)
+# answers the next calls without running it again: CHECK imports PyTorch or TensorFlow (seconds
+# each), and `make test` asks every time. An install into the environment removes its markers.
 side_env() {
   local py=$1 name=$2 about=$3 check=$4 where=$5
   shift 5
   local cache=${TF_MODEL_SCRIPTS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tf-model-scripts}
-  local tag venv
+  local tag venv marker
   tag=$("$py" -c 'import sys; print("py%d.%d" % sys.version_info[:2])')
   venv="$cache/venvs/$name-$tag"
+  marker="$venv/.side-env-$(printf '%s\n' "$check" "$@" | sha256sum | cut -c1-16)"
+  if [ -x "$venv/bin/python" ] && [ -f "$marker" ]; then
+    echo "$venv/bin/python"
+    return 0
+  fi
   if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "$check" >/dev/null 2>&1; then
+    touch "$marker"
     echo "$venv/bin/python"
     return 0
   fi
@@ -33,6 +42,7 @@ side_env() {
     flock "$lock"
   fi
   _side_env_make "$venv" "$py" "$about" "$check" "$@" || status=$?
+  if [ "$status" = 0 ]; then touch "$marker"; fi
   exec {lock}>&-
   return "$status"
 }
@@ -48,6 +58,7 @@ _side_env_make() {
   if [ -x "$venv/bin/python" ] && "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
     # Made by an earlier version of the caller: what it lacks is installed into it.
     log "completing $venv: $about"
+    rm -f "$venv"/.side-env-*
     if "$venv/bin/python" -m pip install --disable-pip-version-check --no-input -q "$@" >&2 &&
        "$venv/bin/python" -c "$check" >/dev/null 2>&1; then
       log "ready: $venv"

@@ -3,6 +3,7 @@ common/versions.py, install_deps.sh's DALI), and every file they admit has a has
 PIP_CONSTRAINT loses only the pins that exclude what these scripts install."""
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -93,6 +94,25 @@ def test_the_images_stack_layer_has_every_file_install_deps_reads(dockerfile):
     script = open(os.path.join(ROOT, "scripts", "install_deps.sh")).read()
     read = set(re.findall(r'"\$here/([^"$]+)"', script)) | {"common/versions.py"}
     assert read <= copied, read - copied
+
+
+@pytest.mark.parametrize("dockerfile", ["Dockerfile", "docker/Dockerfile.cuda"])
+def test_the_stack_layers_python_runs_on_the_files_copied_before_it(dockerfile, tmp_path):
+    """install_deps.sh runs common/versions.py in that layer, where nothing else of the
+    repository is (and no editable install): what it imports must be copied too. Here in a
+    folder of only those files, without site-packages (-S)."""
+    text = open(os.path.join(ROOT, dockerfile)).read()
+    for line in text.split("COPY . .")[0].splitlines():
+        if line.startswith("COPY "):
+            *sources, dest = line.split()[1:]
+            for source in sources:
+                target = tmp_path / (source if "/" in source or dest == "./" else dest + source)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(os.path.join(ROOT, source), target)
+    for args in (["--pin", "keras"], ["--probe"]):
+        proc = subprocess.run([sys.executable, "-S", "-m", "common.versions", *args],
+                              capture_output=True, text=True, cwd=tmp_path, timeout=60)
+        assert proc.returncode == 0 and proc.stdout.strip(), proc.stderr[-2000:]
 
 
 def _lift(tmp_path, *constraints):

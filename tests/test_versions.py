@@ -133,3 +133,25 @@ def test_two_clones_side_by_side_each_run_their_own_code(tmp_path):
     # And this checkout still runs its own.
     proc = run_cli([sys.executable, os.path.join(ROOT, "resnet50v1.5", "main.py"), "--help"])
     assert proc.returncode == 0, proc.stderr
+
+
+def test_the_probe_reads_this_stack_in_one_process():
+    """install_deps.sh's checks (scripts/install_deps.sh, probe): every answer from one process,
+    each as the check of its own would give it."""
+    proc = run_cli([sys.executable, "-m", "common.versions", "--probe"], cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    facts = dict(line.split("=", 1) for line in proc.stdout.splitlines())
+    assert list(facts) == ["tensorflow", "keras", "horovod", "dali", "dali_tf", "stack"]
+    import importlib.metadata as md
+    assert facts["tensorflow"] == versions.installed("tensorflow") == md.version("tensorflow")
+    assert facts["keras"] == "ok" and facts["dali_tf"] == "ok"
+    assert facts["horovod"] == md.version("horovod") and facts["dali"]
+    assert facts["stack"] == versions.describe()
+
+
+def test_a_failed_check_of_the_probe_is_an_empty_answer_and_the_others_go_on(monkeypatch):
+    monkeypatch.setitem(sys.modules, "horovod.tensorflow", None)  # import fails
+    monkeypatch.setattr(versions, "problems", lambda: ["keras 3.3.2 is installed"])
+    facts = dict(versions.probe())
+    assert facts["horovod"] == "" and facts["stack"] == ""
+    assert facts["tensorflow"] and facts["dali_tf"] == "ok"
