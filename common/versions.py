@@ -102,6 +102,12 @@ def problems() -> list[str]:
     return found
 
 
+def satisfied(package: str) -> bool:
+    """Whether the ``package`` of ``REQUIREMENTS`` that Python imports meets its minimum."""
+    req = {r.package: r for r in REQUIREMENTS}[package]
+    return parse(installed_quietly(package)) >= parse(req.minimum)
+
+
 def installed_quietly(package: str) -> str:
     try:
         return installed(package) or "none"
@@ -173,30 +179,22 @@ def probe():
     ``REQUIREMENTS``' minimum; horovod: its version where ``horovod.tensorflow`` imports with MPI
     built; dali: ``nvidia.dali``'s version; dali_tf: "ok" where DALI's TensorFlow plugin imports;
     stack: ``describe()`` where ``problems()`` finds none."""
-    def version(package):
-        have = installed(package)
-        return have if have is not None else ""
-
-    def keras_ok():
-        minimum = {r.package: r.minimum for r in REQUIREMENTS}["keras"]
-        have = installed("keras")
-        return "ok" if have is not None and parse(have) >= parse(minimum) else ""
-
     def horovod():
-        import horovod as hvd_package
         import horovod.tensorflow as hvd
-        return str(hvd_package.__version__) if hvd.mpi_built() else ""
+        return installed("horovod") if hvd.mpi_built() else ""
 
     def dali_tf():
         import nvidia.dali.plugin.tf  # noqa: F401
         return "ok"
 
-    checks = (("tensorflow", lambda: version("tensorflow")), ("keras", keras_ok),
-              ("horovod", horovod), ("dali", lambda: version("nvidia.dali")), ("dali_tf", dali_tf),
+    checks = (("tensorflow", lambda: installed("tensorflow")),
+              ("keras", lambda: "ok" if satisfied("keras") else ""),
+              ("horovod", horovod), ("dali", lambda: installed("nvidia.dali")),
+              ("dali_tf", dali_tf),
               ("stack", lambda: "" if problems() else describe()))
     for name, check in checks:
         try:
-            value = check()
+            value = check() or ""
         except (Exception, SystemExit):  # a failed import is an answer: not there
             value = ""
         yield name, value
@@ -314,9 +312,7 @@ def _main(argv: list[str]) -> int:
         print(pins[argv[2]])
         return 0
     if len(argv) == 3 and argv[1] == "--satisfied":
-        req = {r.package: r for r in REQUIREMENTS}[argv[2]]
-        have = installed_quietly(req.package)
-        return 0 if parse(have) >= parse(req.minimum) else 1
+        return 0 if satisfied(argv[2]) else 1
     if len(argv) == 2 and argv[1] == "--probe":
         for name, value in probe():
             print(f"{name}={value}", flush=True)

@@ -38,12 +38,12 @@ versions() { (cd "$here" && "$PY" -m common.versions "$@"); }
 pip_install() { "$PY" -m pip install --disable-pip-version-check --no-input -q "$@"; }
 # The checks below read one probe of the environment (python -m common.versions --probe: every
 # import in one process; TensorFlow's alone takes seconds), made again after each install.
-# has NAME CHECK: the probe's answer; where the probe has no line for NAME (an import before it
-# took the process down), CHECK's own in a process of its own. fact NAME: the probe's value.
+# has NAME COMMAND...: the probe's answer; where the probe has no line for NAME (an import before
+# it took the process down), COMMAND's own, in a process of its own. fact NAME: its value.
 probe() { state=$(cd "$here" && "$PY" -m common.versions --probe 2>/dev/null || true); }
 fact() { sed -n "s/^$1=//p" <<<"$state"; }
 has() {
-  if grep -q "^$1=" <<<"$state"; then [ -n "$(fact "$1")" ]; else py_ok "$2"; fi
+  if grep -q "^$1=" <<<"$state"; then [ -n "$(fact "$1")" ]; else "${@:2}"; fi
 }
 
 check_sha256() {  # FILE SHA256: a download that is not the recorded one stops here
@@ -97,7 +97,7 @@ fi
 # --- TensorFlow with Keras 3 (kept as is when the image already has it) ---------------------
 export TF_CPP_MIN_LOG_LEVEL=3  # the checks below import TensorFlow; keep its start-up quiet
 probe
-if has tensorflow 'import tensorflow'; then
+if has tensorflow py_ok 'import tensorflow'; then
   log "tensorflow present: $(fact tensorflow | grep . || py_out 'import tensorflow as tf; print(tf.__version__)')"
 elif py_ok 'import importlib.metadata as m; m.distribution("tensorflow")'; then
   # Installing a second TensorFlow over a broken one would hide the cause (often numpy).
@@ -139,8 +139,7 @@ log "keeping $(paste -sd' ' "$constraints")"
 
 # An image whose Keras is older than these scripts need (NGC 25.02 ships 3.3.2) gets the tested
 # Keras 3 over it; TensorFlow 2.17 and later accept any Keras 3 >= 3.2.
-if ! { grep -q "^keras=" <<<"$state" && [ "$(fact keras)" = ok ]; } \
-    && ! versions --satisfied keras 2>/dev/null; then
+if ! has keras versions --satisfied keras 2>/dev/null; then
   log "pip install keras==$(versions --pin keras) (found $(py_out 'import keras; print(keras.__version__)' 2>/dev/null || echo none))"
   pip_install -c "$constraints" "keras==$(versions --pin keras)"
   probe
@@ -158,7 +157,7 @@ print(f"cp{sys.version_info[0]}{sys.version_info[1]}-tf{tf.__version__}-"
 
 # --- Horovod with TensorFlow, Gloo and MPI ---------------------------------------------------
 # Any Horovod with MPI is kept (NGC's has NCCL too, which a rebuild here would lose).
-if has horovod 'import horovod.tensorflow as hvd; assert hvd.mpi_built()'; then
+if has horovod py_ok 'import horovod.tensorflow as hvd; assert hvd.mpi_built()'; then
   log "horovod present: $(fact horovod | grep . || py_out 'import horovod; print(horovod.__version__)')"
 else
   missing=()
@@ -200,14 +199,14 @@ fi
 command -v mpirun >/dev/null || apt_install openmpi-bin
 
 # --- DALI and its TensorFlow plugin (the plugin's version always equals DALI's) ---------------
-if has dali 'import nvidia.dali'; then
+if has dali py_ok 'import nvidia.dali'; then
   log "dali present: $(fact dali | grep . || py_out 'import nvidia.dali as d; print(d.__version__)')"
 else
   log "pip install nvidia-dali-cuda120==$DALI_VERSION (a 424 MB wheel)"
   pip_install -c "$constraints" "nvidia-dali-cuda120==$DALI_VERSION"
   probe
 fi
-if has dali_tf 'import nvidia.dali.plugin.tf'; then
+if has dali_tf py_ok 'import nvidia.dali.plugin.tf'; then
   log "dali tensorflow plugin present"
 else
   dali_version=$(py_out 'import nvidia.dali as d; print(d.__version__)')
