@@ -60,13 +60,40 @@ def test_the_fpn_computes_in_float32_under_bfloat16_only():
     assert not devices.Capabilities(devices.Devices(0, "GPU", 1), "float16").float32_fpn
     assert not devices.Capabilities(devices.CPU_ONLY, "float32").float32_fpn
     with dtype_policy("mixed_bfloat16"):
-        model = build_ssd("resnet_tiny", num_classes=3, image_size=64, float32_fpn=True)
+        model = build_ssd("resnet_tiny", num_classes=3, image_size=64, float32_parts=("fpn",))
         fpn = [layer for layer in model.layers if layer.name.startswith("fpn_")]
         assert len(fpn) == 19 and {layer.compute_dtype for layer in fpn} == {"float32"}
         for name in ("class_tower_conv0", "class_head", "block4_unit_1_conv3"):
             assert model.get_layer(name).compute_dtype == "bfloat16"
         out = model(np.random.RandomState(0).rand(2, 64, 64, 3).astype("float32"))
         assert out["cls_logits"].dtype == tf.float32
+
+
+# Which layers each part of --float32_parts holds (ssd/model.py), by name.
+_PART_OF = {"trunk": lambda n: n.startswith(("conv1", "pool1", "block")),
+            "fpn": lambda n: n.startswith("fpn_"),
+            "towers": lambda n: "_tower" in n,
+            "heads": lambda n: n.endswith("_head") or n[:-1].endswith(("class_p", "box_p"))}
+
+
+@pytest.mark.parametrize("parts", [(), ("heads",), ("towers", "heads"), ("trunk", "fpn")])
+def test_float32_parts_compute_in_float32_and_the_rest_in_bfloat16(parts):
+    """--float32_parts under AMP: each named part's layers compute in float32 (their inputs
+    cast up), every other layer in bfloat16 (the outputs' concatenations are float32 always);
+    the weights are float32 whichever, so a checkpoint fits every choice."""
+    with dtype_policy("mixed_bfloat16"):
+        model = build_ssd("resnet_tiny", num_classes=3, image_size=64, float32_parts=parts)
+        named = {part: [layer for layer in model.layers if test(layer.name)]
+                 for part, test in _PART_OF.items()}
+        assert all(named.values()) and len(named["heads"]) == 12  # 2 heads, 2 x 5 reshapes
+        for part, found in named.items():
+            want = "float32" if part in parts else "bfloat16"
+            assert {layer.compute_dtype for layer in found} == {want}, part
+        assert {w.dtype for w in model.weights} == {"float32"}
+        out = model(np.random.RandomState(0).rand(2, 64, 64, 3).astype("float32"))
+        assert out["cls_logits"].dtype == tf.float32
+    with pytest.raises(ValueError, match="float32_parts must be among"):
+        build_ssd("resnet_tiny", num_classes=3, image_size=64, float32_parts=("loss",))
 
 
 def test_dali_and_tfdata_agree_on_evaluation_inputs_and_targets(shapes_records):
@@ -233,3 +260,10 @@ def test_image_size_must_be_a_multiple_of_32(capsys):
     assert runner.main(SSDTask, ["main.py", "--image_size", "300"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == \
         "main.py: error: flag --image_size=300: --image_size must be a multiple of 32"
+
+
+def test_float32_parts_outside_the_networks_parts_are_one_line(capsys):
+    assert runner.main(SSDTask, ["main.py", "--float32_parts", "heads,loss"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "main.py: error: flag --float32_parts=heads,loss: --float32_parts takes any of trunk, "
+        "fpn, towers, heads")

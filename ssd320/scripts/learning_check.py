@@ -16,6 +16,14 @@ difference between precisions.
 With --results_dir the runs are kept (DIR/fp32-1, DIR/amp-1, ...: each run's log.json,
 TensorBoard scalars and checkpoints) for ``python -m benchtools.report``.
 
+With --float32_parts, the AMP runs keep those parts of the network in float32 (main.py's
+--float32_parts: trunk, fpn, towers, heads; '' for none) and are named after them
+(DIR/amp+heads-1, DIR/amp+none-1): what each part's precision does to AMP's accuracy, against
+FP32's runs of the same seeds. --precisions amp runs AMP only (the FP32 runs kept from before).
+
+    python ssd320/scripts/learning_check.py --steps 1800 --seeds 1,2,3 --precisions amp \
+        --float32_parts fpn,heads --results_dir results/learning/ssd320
+
 With --backbone_checkpoint, it compares starts instead of precisions (FP32): SSD with the full
 ResNet-50 v1.5 trunk (--arch resnet50 --trunk resnet_v1.5) from that ResNet-50 checkpoint
 against the same from random weights, the same steps and seeds (DIR/scratch-1,
@@ -68,13 +76,24 @@ def train(records: str, results: str, precision: str, steps: int, seed: int,
             "curve": [(r["step"][1], r["data"][AP50]) for r in evals]}
 
 
+def amp_name(float32_parts) -> str:
+    """The AMP runs' name: amp (main.py's default parts), amp+heads, amp+fpn,heads, amp+none."""
+    if float32_parts is None:
+        return "amp"
+    return "amp+" + (",".join(float32_parts) or "none")
+
+
 def run(steps: int = 1800, seeds=(1, 2, 3), workdir: str | None = None,
-        backbone: str | None = None) -> dict:
-    """Every precision from every seed: {"fp32": {seed: run}, "amp": {...}}; with ``backbone``
-    every start (``starts``) in FP32 instead: {"scratch": ..., "pretrained": ...}. The runs are
-    kept under ``workdir`` (NAME-SEED) when it is given (the data is not)."""
+        backbone: str | None = None, precisions=tuple(PRECISIONS), float32_parts=None) -> dict:
+    """Every precision from every seed: {"fp32": {seed: run}, "amp": {...}}, the AMP runs with
+    ``float32_parts`` in float32 where given (``amp_name``); with ``backbone`` every start
+    (``starts``) in FP32 instead: {"scratch": ..., "pretrained": ...}. The runs are kept under
+    ``workdir`` (NAME-SEED) when it is given (the data is not)."""
+    parts_flags = (() if float32_parts is None
+                   else ("--float32_parts", ",".join(float32_parts)))
     configs = ({name: ("fp32", flags) for name, flags in starts(backbone).items()} if backbone
-               else {p: (p, ()) for p in PRECISIONS})
+               else {(amp_name(float32_parts) if p == "amp" else p):
+                     (p, parts_flags if p == "amp" else ()) for p in precisions})
     with tempfile.TemporaryDirectory() as tmp:
         records = shapes.prepare(tmp)
         return {name: {seed: train(records, os.path.join(workdir or tmp, f"{name}-{seed}"),
@@ -90,9 +109,18 @@ def main():
     p.add_argument("--results_dir", help="keep the runs here (DIR/fp32-1, DIR/amp-1, ...)")
     p.add_argument("--backbone_checkpoint", help="compare SSD with the full v1.5 trunk from "
                    "this resnet50v1.5 checkpoint against from scratch, in FP32")
+    p.add_argument("--precisions", default="fp32,amp", help="which of fp32, amp to run")
+    p.add_argument("--float32_parts", help="the AMP runs keep these parts in float32 (any of "
+                   "trunk, fpn, towers, heads; '' for none; default: main.py's)")
     args = p.parse_args()
     seeds = [int(x) for x in args.seeds.split(",")]
-    print(report(run(args.steps, seeds, args.results_dir, args.backbone_checkpoint)))
+    precisions = tuple(x for x in args.precisions.split(",") if x)
+    if not precisions or set(precisions) - set(PRECISIONS):
+        p.error(f"--precisions takes any of {', '.join(PRECISIONS)}")
+    parts = (None if args.float32_parts is None
+             else tuple(x for x in args.float32_parts.split(",") if x))
+    print(report(run(args.steps, seeds, args.results_dir, args.backbone_checkpoint, precisions,
+                     parts)))
 
 
 def median_ap50(runs: dict) -> float:

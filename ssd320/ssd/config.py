@@ -11,6 +11,11 @@ from common.runtime.log_names import resnet_pattern
 
 ARCH_NAMES = ("resnet50", "resnet_tiny")  # ssd.model.ARCHS: resnet_tiny is for tests and demos
 TRUNKS = ("resnet_v1", "resnet_v1.5")  # ssd.model.TRUNKS
+# The parts that can compute in float32 under a 16-bit policy (ssd.model.build_ssd's
+# float32_parts): the trunk (C3-C5), the FPN (P3-P7), the box and class towers (convolutions,
+# batch norms, ReLU6), the heads (the last convolutions and their outputs). The loss and the box
+# coding are float32 always (ssd/losses.py).
+FLOAT32_PARTS = ("trunk", "fpn", "towers", "heads")
 MAX_BOXES = 100  # boxes a record keeps (its largest) and the targets hold
 # NVIDIA's DLLogger names (DeepLearningExamples' TF SSD: model_main.py's train_throughput,
 # inference benchmark's infer_throughput, eval_avg_latency, eval_90%_latency...); the COCO
@@ -73,11 +78,19 @@ def define_flags(fv: flags.FlagValues) -> None:
                         "classifier, as NVIDIA's recipe does: TF-slim's resnet_v1_50 checkpoint "
                         "(e.g. resnet_v1_50.ckpt) for --trunk resnet_v1, a resnet50v1.5 "
                         "checkpoint (a prefix or a --model_dir) for --trunk resnet_v1.5.", **d)
+    flags.DEFINE_list("float32_parts", None, "Under AMP, the parts of the network that compute "
+                      "in float32: any of trunk, fpn, towers, heads ('' for none). Default: fpn "
+                      "under bfloat16 (AMP on a CPU), none under float16 (on a GPU). For "
+                      "precision studies (ssd320/scripts/learning_check.py --float32_parts).",
+                      **d)
     flags.DEFINE_float("score_threshold", 0.3, "predict mode: draw and list detections above "
                        "this score.", lower_bound=0, upper_bound=1, **d)
     flags.DEFINE_integer("dali_threads", 4, "DALI CPU worker threads per process.",
                          lower_bound=1, **d)
     common_flags.require_positive(fv, "lr_init")
     common_flags.require_fraction(fv, "momentum")
+    flags.register_validator(
+        "float32_parts", lambda v: v is None or set(v) <= set(FLOAT32_PARTS),
+        message=f"--float32_parts takes any of {', '.join(FLOAT32_PARTS)}", flag_values=fv)
     flags.register_validator("image_size", lambda v: v % 32 == 0,
                              message="--image_size must be a multiple of 32", flag_values=fv)

@@ -23,12 +23,14 @@ predictor``):
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 
 import keras
 from keras import layers
 
+from common import precision
 from common.layers.conv2d import Conv2D
 from common.layers.fused_batch_norm import FusedBatchNormalization
 from rn50.model import resnet_trunk
@@ -52,6 +54,13 @@ ARCHS = {
 TRUNKS = config.TRUNKS  # TF-slim's resnet_v1 (NVIDIA's), this repository's ResNet-50 v1.5
 
 _BN = dict(momentum=0.997, epsilon=1e-3)
+FLOAT32_PARTS = config.FLOAT32_PARTS  # main.py's --float32_parts
+
+
+def _in(part: str, parts: frozenset):
+    """Keras' policy float32 while ``part``'s layers are made, where ``parts`` holds it: those
+    layers cast their inputs up and compute in float32 (their weights are float32 either way)."""
+    return precision.dtype_policy("float32") if part in parts else contextlib.nullcontext()
 
 
 # TF-OD's initializers for the FPN and the predictor. A new instance for every kernel: a Keras
@@ -66,72 +75,82 @@ def _head_init():
     return keras.initializers.RandomNormal(stddev=0.01)
 
 
-def _bn_relu6(x, name, **dtype):
-    x = FusedBatchNormalization(name=f"{name}_bn", **_BN, **dtype)(x)
-    return layers.ReLU(max_value=6.0, name=f"{name}_relu6", **dtype)(x)
+def _bn_relu6(x, name):
+    x = FusedBatchNormalization(name=f"{name}_bn", **_BN)(x)
+    return layers.ReLU(max_value=6.0, name=f"{name}_relu6")(x)
 
 
-def _fpn(c3, c4, c5, depth, float32: bool = False):
-    """P3-P7 from C3-C5; every layer in float32 with ``float32`` (its inputs cast up)."""
-    dtype = {"dtype": "float32"} if float32 else {}
-
+def _fpn(c3, c4, c5, depth):
+    """P3-P7 from C3-C5."""
     def conv(x, kernel, stride, name, bias):
         return Conv2D(depth, kernel, strides=stride, padding="same", use_bias=bias,
-                      kernel_initializer=_fpn_init(), name=name, **dtype)(x)
+                      kernel_initializer=_fpn_init(), name=name)(x)
 
     def up(x, name):
-        return layers.UpSampling2D(2, name=name, **dtype)(x)
+        return layers.UpSampling2D(2, name=name)(x)
 
     lat = {lvl: conv(c, 1, 1, f"fpn_lateral_p{lvl}", True)
            for lvl, c in ((3, c3), (4, c4), (5, c5))}
     p5 = lat[5]  # (N, S/32, S/32, d): no smoothing, no activation
-    td4 = layers.Add(name="fpn_merge_p4", **dtype)([up(p5, "fpn_up_p4"), lat[4]])
-    td3 = layers.Add(name="fpn_merge_p3", **dtype)([up(td4, "fpn_up_p3"), lat[3]])
-    p4 = _bn_relu6(conv(td4, 3, 1, "fpn_smooth_p4", False), "fpn_smooth_p4", **dtype)
-    p3 = _bn_relu6(conv(td3, 3, 1, "fpn_smooth_p3", False), "fpn_smooth_p3", **dtype)
-    p6 = _bn_relu6(conv(p5, 3, 2, "fpn_p6", False), "fpn_p6", **dtype)  # (N, S/64, S/64, d)
-    p7 = _bn_relu6(conv(p6, 3, 2, "fpn_p7", False), "fpn_p7", **dtype)  # (N, S/128, S/128, d)
+    td4 = layers.Add(name="fpn_merge_p4")([up(p5, "fpn_up_p4"), lat[4]])
+    td3 = layers.Add(name="fpn_merge_p3")([up(td4, "fpn_up_p3"), lat[3]])
+    p4 = _bn_relu6(conv(td4, 3, 1, "fpn_smooth_p4", False), "fpn_smooth_p4")
+    p3 = _bn_relu6(conv(td3, 3, 1, "fpn_smooth_p3", False), "fpn_smooth_p3")
+    p6 = _bn_relu6(conv(p5, 3, 2, "fpn_p6", False), "fpn_p6")  # (N, S/64, S/64, d)
+    p7 = _bn_relu6(conv(p6, 3, 2, "fpn_p7", False), "fpn_p7")  # (N, S/128, S/128, d)
     return [p3, p4, p5, p6, p7]
 
 
-def _predictor(features, depth, tower_layers, num_outputs, name, bias_init):
-    """One tower + head applied to every level with shared convolutions; (N, sum H*W*6, K)."""
-    convs = [Conv2D(depth, 3, padding="same", use_bias=False,
-                    kernel_initializer=_head_init(), name=f"{name}_tower_conv{i}")
-             for i in range(tower_layers)]
-    head = Conv2D(anchors.ANCHORS_PER_LOCATION * num_outputs, 3, padding="same",
-                  kernel_initializer=_head_init(), bias_initializer=bias_init, name=f"{name}_head")
+def _predictor(features, depth, tower_layers, num_outputs, name, bias_init, parts=frozenset()):
+    """One tower + head applied to every level with shared convolutions; (N, sum H*W*6, K).
+    The towers' and the heads' layers in float32 where ``parts`` names them."""
+    with _in("towers", parts):
+        convs = [Conv2D(depth, 3, padding="same", use_bias=False,
+                        kernel_initializer=_head_init(), name=f"{name}_tower_conv{i}")
+                 for i in range(tower_layers)]
+    with _in("heads", parts):
+        head = Conv2D(anchors.ANCHORS_PER_LOCATION * num_outputs, 3, padding="same",
+                      kernel_initializer=_head_init(), bias_initializer=bias_init,
+                      name=f"{name}_head")
     outputs = []
     for level, x in zip(range(anchors.MIN_LEVEL, anchors.MAX_LEVEL + 1), features):
         for i, conv in enumerate(convs):
-            x = _bn_relu6(conv(x), f"{name}_tower{i}_p{level}")  # batch norm per level
+            with _in("towers", parts):
+                x = _bn_relu6(conv(x), f"{name}_tower{i}_p{level}")  # a batch norm a level
         x = head(x)  # (N, H, W, 6 * K)
-        outputs.append(layers.Reshape((-1, num_outputs), name=f"{name}_p{level}")(x))
+        with _in("heads", parts):  # a 16-bit reshape would round float32 heads' outputs
+            outputs.append(layers.Reshape((-1, num_outputs), name=f"{name}_p{level}")(x))
     return layers.Concatenate(axis=1, dtype="float32", name=name)(outputs)  # float32 always
 
 
 def build_ssd(arch: str = "resnet50", num_classes: int = 90, image_size: int = 320,
-              freeze_bn: bool = False, float32_fpn: bool = False, trunk: str = "resnet_v1",
+              freeze_bn: bool = False, float32_parts=(), trunk: str = "resnet_v1",
               padding: str = "same") -> keras.Model:
     """Normalised images (N, S, S, 3) -> {"cls_logits": (N, A, classes + 1), "box_codes":
     (N, A, 4)}, float32. ``image_size`` must be a multiple of 32 (the FPN adds C4 to upsampled
-    C5, and so on). ``float32_fpn``: the FPN computes in float32 under a 16-bit policy
-    (``devices.Capabilities.float32_fpn``: under bfloat16). ``trunk``: one of ``TRUNKS``;
-    ``padding``: the v1.5 trunk's (``rn50.model.PADDINGS``, that of the checkpoint it starts
-    from)."""
+    C5, and so on). ``float32_parts``: the parts of ``FLOAT32_PARTS`` that compute in float32
+    under a 16-bit policy (the task's default: the FPN under bfloat16,
+    ``devices.Capabilities.float32_fpn``). ``trunk``: one of ``TRUNKS``; ``padding``: the v1.5
+    trunk's (``rn50.model.PADDINGS``, that of the checkpoint it starts from)."""
     cfg = ARCHS[arch]
+    parts = frozenset(float32_parts)
+    if parts - set(FLOAT32_PARTS):
+        raise ValueError(f"float32_parts must be among {FLOAT32_PARTS}, not "
+                         f"{sorted(parts - set(FLOAT32_PARTS))}")
     inputs = keras.Input((image_size, image_size, 3), name="images")
-    if trunk == "resnet_v1":
-        _, c3, c4, c5 = slim_trunk(inputs, cfg.resnet)
-    elif trunk == "resnet_v1.5":
-        _, c3, c4, c5 = resnet_trunk(inputs, cfg.resnet, padding=padding)
-    else:
-        raise ValueError(f"trunk must be one of {TRUNKS}, not {trunk!r}")
-    features = _fpn(c3, c4, c5, cfg.depth, float32_fpn)
+    with _in("trunk", parts):
+        if trunk == "resnet_v1":
+            _, c3, c4, c5 = slim_trunk(inputs, cfg.resnet)
+        elif trunk == "resnet_v1.5":
+            _, c3, c4, c5 = resnet_trunk(inputs, cfg.resnet, padding=padding)
+        else:
+            raise ValueError(f"trunk must be one of {TRUNKS}, not {trunk!r}")
+    with _in("fpn", parts):
+        features = _fpn(c3, c4, c5, cfg.depth)
     model = keras.Model(inputs, {
         "cls_logits": _predictor(features, cfg.depth, cfg.tower_layers, num_classes + 1,
-                                 "class", keras.initializers.Constant(CLASS_BIAS)),
-        "box_codes": _predictor(features, cfg.depth, cfg.tower_layers, 4, "box", "zeros"),
+                                 "class", keras.initializers.Constant(CLASS_BIAS), parts),
+        "box_codes": _predictor(features, cfg.depth, cfg.tower_layers, 4, "box", "zeros", parts),
     }, name=f"ssd_{arch}")
     if freeze_bn:  # Keras 3: a non-trainable batch norm also runs in inference mode
         for layer in model.layers:

@@ -129,8 +129,14 @@ class SSDTask(RecordTask):
     def _build(self, num_classes):
         f = self.flags
         return build_ssd(f.arch, num_classes, f.image_size, f.freeze_bn,
-                         float32_fpn=self.ctx.capabilities.float32_fpn, trunk=f.trunk,
-                         padding=f.padding)
+                         float32_parts=self.float32_parts(), trunk=f.trunk, padding=f.padding)
+
+    def float32_parts(self) -> tuple:
+        """--float32_parts, or by default the FPN under bfloat16
+        (``devices.Capabilities.float32_fpn``)."""
+        if self.flags.float32_parts is not None:
+            return tuple(self.flags.float32_parts)
+        return ("fpn",) if self.ctx.capabilities.float32_fpn else ()
 
     def build_model_like(self, recorded):
         return self._build(recorded.get("num_classes", self.flags.num_classes))
