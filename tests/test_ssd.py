@@ -265,5 +265,5 @@ def test_image_size_must_be_a_multiple_of_32(capsys):
 def test_float32_parts_outside_the_networks_parts_are_one_line(capsys):
     assert runner.main(SSDTask, ["main.py", "--float32_parts", "heads,loss"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        "main.py: error: flag --float32_parts=heads,loss: --float32_parts takes any of trunk, "
-        "fpn, towers, heads")
+        "main.py: error: flag --float32_parts=['heads', 'loss']: --float32_parts takes any of "
+        "trunk, fpn, towers, heads")
