@@ -4,7 +4,8 @@ user would and reads its logs; nothing in ``common/`` or a model package imports
 - ``sweep``: a benchmark mode over batch sizes and precisions, one table (``benchmark.sh``);
   ``ab``: one command line at two git revisions, side by side;
 - ``report``: charts and a Markdown page from runs' logs; ``profile_diff``: two ``--profile``
-  runs op type by op type; ``onednn``: where a CPU step's kernel time goes inside oneDNN;
+  runs op type by op type; ``amp_lists``: an AMP run's ops against the AMP graph rewrite's
+  lists; ``onednn``: where a CPU step's kernel time goes inside oneDNN;
 - ``peers``: each model against the Keras model a user would pick instead;
   ``int8_accuracy``: INT8 ONNX against float32 ONNX, accuracy and latency;
 - GPU checks (``scripts/gpu_smoke.sh``): ``parity`` (GPU against CPU, step for step),

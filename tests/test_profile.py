@@ -7,10 +7,11 @@ import os
 import pytest
 from conftest import OWN_HANDLING, TINY
 
-from benchtools import profile_diff
+from benchtools import amp_lists, profile_diff
 from common import runner
 from common.tools import op_table, profiling
 from rn50.task import ResNetTask
+from ssd.task import SSDTask
 from txl.task import TransformerXLTask
 
 BENCH = ["--iter_unit", "batch", "--num_iter", "4", "--warmup_steps", "1"]
@@ -61,6 +62,63 @@ def test_training_benchmark_profile_types_the_convolution_time_and_diffs_per_op(
     deltas = [float(ln.rsplit("|", 2)[1]) for ln in lines if "more |" not in ln]
     assert deltas == sorted(deltas, reverse=True) and "| **all ops** |" in page
     assert "B loses most in: " in page or "B gains " in page
+
+
+def test_amp_lists_finds_the_ssd_feature_pyramid_and_only_it_in_float32(tmp_path, capsys,
+                                                                      shapes_records):
+    """Issue 60's op-level listing: under AMP (bfloat16) every convolution SSD320 runs, forward
+    and backward, is bfloat16 but the feature pyramid's, which the rewrite NVIDIA's TF1 scripts
+    used would run in 16 bits; no op its deny list keeps in float32 (Exp, Sum, ...) is 16-bit."""
+    out = tmp_path / "amp"
+    s = runner.run(SSDTask, ["main.py", *TINY, "--data_dir", shapes_records, "--mode",
+                             "training_benchmark", *BENCH, "--profile", "2:3", "--amp",
+                             "--results_dir", str(out)])
+    assert s["precision"] == "mixed_bfloat16"
+    label, rows, _ = profile_diff.load(str(out))
+    table = amp_lists.tabulate(rows)
+    convs = [r for r in rows if amp_lists.rewrite_list(r["op_type"]) == "allow"]
+    fpn = {r["op_name"] for r in convs if "/fpn_" in r["op_name"]}
+    assert {r["op_name"] for r in table["allow_in_float32"]} == fpn
+    # forward and both gradients of every convolution layer of the pyramid (tiny: P3-P7)
+    layers = {n.split("/fpn_")[1].split("/")[0] for n in fpn}
+    assert {"lateral_p3_1", "lateral_p4_1", "lateral_p5_1", "p6_1", "p7_1"} <= layers
+    assert len(convs) - len(fpn) > 100 and all(r["dtype"] == "bfloat16" for r in convs
+                                               if r["op_name"] not in fpn)
+    assert table["deny_in_16bit"] == []
+    capsys.readouterr()
+    assert amp_lists.main([str(out), "--show", "3"]) == 0
+    page = capsys.readouterr().out
+    assert page.startswith("AMP (bfloat16) (amp)\n") and "| Conv2D | allow | " in page
+    assert f"{len(fpn)} allow-list ops in float32 here" in page and f"  ... {len(fpn) - 3} more" \
+        in page and "0 deny-list ops in 16 bits here" in page
+
+
+def test_amp_lists_reads_onednn_and_fused_names_as_the_op_they_compute():
+    for name, base, listed in [("_MklNativeConv2D", "Conv2D", "allow"),
+                               ("_MklNativeFusedConv2D", "Conv2D", "allow"),
+                               ("_FusedMatMul", "MatMul", "allow"),
+                               ("_MklMatMul", "MatMul", "allow"),
+                               ("_MklNativeConv2DBackpropFilterWithBias", "Conv2DBackpropFilter",
+                                "allow"),
+                               ("_MklNativeFusedBatchNormV3", "FusedBatchNormV3", "infer"),
+                               ("_FusedBatchNormEx", "FusedBatchNormV3", "infer"),
+                               ("Sum", "Sum", "deny"), ("_MklNativeMaxPool", "MaxPool", "clear"),
+                               ("Cast", "Cast", "none"), ("DivNoNan", "DivNoNan", "none")]:
+        assert (amp_lists.base_type(name), amp_lists.rewrite_list(name)) == (base, listed), name
+    rows = [{"op_type": t, "op_name": n, "dtype": d, "ms_per_step": ms} for t, n, d, ms in [
+        ("_MklNativeConv2D", "a/conv", "float16", 4.0), ("Sum", "loss/Sum", "bfloat16", 1.0),
+        ("Exp", "loss/Exp", "float32", 0.5), ("Mul", "loss/mul", "float32", 2.0),
+        ("Cast", "c", "float32->bfloat16", 0.25), ("(other ops)", "(past)", "", 9.0)]]
+    table = amp_lists.tabulate(rows)
+    assert [r["op_name"] for r in table["deny_in_16bit"]] == ["loss/Sum"]
+    assert table["allow_in_float32"] == [] and "(other ops)" not in table["types"]
+    page = amp_lists.render("run", table)
+    assert "5.00 of 7.75 ms/step of op time in 16-bit ops (65%)" in page
+    assert "| Sum | deny | 1.00 (1) | - | - |" in page and "| Cast | none | - | - | 0.25 (1) |" \
+        in page
+    assert "1 deny-list ops in 16 bits here (the rewrite keeps them in float32): 1.00 ms/step:\n" \
+        "  loss/Sum (Sum, bfloat16) 1.00" in page
+    assert page.endswith("where their inputs are): Mul")
 
 
 @OWN_HANDLING

@@ -155,6 +155,17 @@ def test_profile_diff_bad_tables_and_logs_are_one_line_naming_the_file(tmp_path,
     assert err[0].startswith("profile_diff: error: ") and expected in err[0], err[0]
 
 
+def test_amp_lists_without_a_table_or_with_a_negative_show_is_one_line(tmp_path, capsys):
+    from benchtools import amp_lists
+    assert amp_lists.main([str(tmp_path)]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert err == [f"amp_lists: error: {tmp_path}: no per-op table (ops.csv): run main.py with "
+                   "--profile START:STOP first"]
+    assert amp_lists.main([str(_profile_run(tmp_path / "a")), "--show", "-1"]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert err == ["amp_lists: error: --show -1: a number of ops, 0 or more"]
+
+
 def test_profile_diff_finds_the_table_of_a_run_recorded_from_another_directory(tmp_path, capsys,
                                                                              monkeypatch):
     """A summary records its op_table path as the run saw it (relative to its directory)."""
