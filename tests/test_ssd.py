@@ -267,3 +267,39 @@ def test_float32_parts_outside_the_networks_parts_are_one_line(capsys):
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "main.py: error: flag --float32_parts=['heads', 'loss']: --float32_parts takes any of "
         "trunk, fpn, towers, heads")
+
+
+def test_precision_error_measures_each_precision_against_float32(tmp_path, shapes_records,
+                                                                 capsys, monkeypatch):
+    """ssd320/scripts/precision_error.py (issue 60): float32 against itself is the floor (0),
+    bfloat16's 8 significant bits are further from float32's gradients than float16's 11, in
+    every part; a checkpoint of another model is refused in one line."""
+    from conftest import load_script
+    script = load_script("ssd320", "precision_error")
+    out = str(tmp_path / "run")
+    runner.run(SSDTask, ["main.py", *TINY, "--data_dir", shapes_records, "--results_dir", out,
+                         "--mode", "train", "--iter_unit", "batch", "--num_iter", "2"])
+    argv = ["precision_error.py", "--checkpoint", os.path.join(out, "checkpoints"),
+            "--data_dir", shapes_records, "--batches", "1", "--batch_size", "2"]
+    monkeypatch.setattr("sys.argv", argv + ["--variants", "float32,bfloat16,float16"])
+    script.main()
+    rows = {ln.split(" | ")[0][2:]: ln.strip("| ").split(" | ")[1:]
+            for ln in capsys.readouterr().out.splitlines() if ln.startswith("| ") and "%" in ln}
+    assert list(rows) == ["float32", "bfloat16", "float16"]
+    parts = rows["float32"][1:]
+    assert len(parts) == 4 and all(c == "0.00% (1.0000)" for c in parts), rows["float32"]
+
+    def error(cell):
+        return float(cell.split("%")[0])
+    for b16, f16 in zip(rows["bfloat16"][1:], rows["float16"][1:]):
+        assert 0 < error(f16) < error(b16) < 100, rows
+    with open(os.path.join(out, "checkpoints", "settings.json")) as fh:
+        record = json.load(fh)
+    record["model"] = "resnet50v1.5"
+    with open(os.path.join(out, "checkpoints", "settings.json"), "w") as fh:
+        json.dump(record, fh)
+    monkeypatch.setattr("sys.argv", argv)
+    with pytest.raises(SystemExit) as e:
+        script.main()
+    assert e.value.code == 2 and capsys.readouterr().err.splitlines()[-1].endswith(
+        f"--checkpoint {out}/checkpoints is a checkpoint of resnet50v1.5, not of ssd320")
