@@ -15,7 +15,7 @@ from common import runner
 from common.data import tfrecord_index
 from common.runtime import devices, dllogger
 from ssd import anchors, coco_eval, dali_pipeline, shapes, targets, tfdata_pipeline
-from ssd.model import build_ssd
+from ssd.model import build_ssd, part_of
 from ssd.task import SSDTask
 
 MAIN = os.path.join(ROOT, "ssd320", "main.py")
@@ -89,6 +89,8 @@ def test_float32_parts_compute_in_float32_and_the_rest_in_bfloat16(parts):
         for part, found in named.items():
             want = "float32" if part in parts else "bfloat16"
             assert {layer.compute_dtype for layer in found} == {want}, part
+            assert {part_of(layer.name) for layer in found} == {part}  # model.part_of agrees
+        assert sum(map(len, named.values())) == len(model.layers) - 3  # input, class, box
         assert {w.dtype for w in model.weights} == {"float32"}
         out = model(np.random.RandomState(0).rand(2, 64, 64, 3).astype("float32"))
         assert out["cls_logits"].dtype == tf.float32

@@ -31,7 +31,7 @@ from common.checkpoint import settings as recorded_settings  # noqa: E402
 from common.checkpoint import store  # noqa: E402
 from ssd import anchors as anchor_gen  # noqa: E402
 from ssd import losses, tfdata_pipeline  # noqa: E402
-from ssd.model import build_ssd  # noqa: E402
+from ssd.model import build_ssd, part_of  # noqa: E402
 
 # The precisions compared with float32: name -> (Keras policy, the parts kept in float32).
 VARIANTS = {"float32": ("float32", ()),  # again: the floor, what runs of one precision differ
@@ -39,17 +39,6 @@ VARIANTS = {"float32": ("float32", ()),  # again: the floor, what runs of one pr
             "float16": ("mixed_float16", ()), "float16+fpn": ("mixed_float16", ("fpn",))}
 LOSS_SCALE = 2.0 ** 15
 PARTS = ("trunk", "fpn", "towers", "heads")
-
-
-def part_of(layer: str) -> str:
-    """Which part of ``--float32_parts`` a layer of ssd/model.py belongs to, by its name."""
-    if layer.startswith("fpn_"):
-        return "fpn"
-    if "_tower" in layer:
-        return "towers"
-    if layer.endswith("_head"):
-        return "heads"
-    return "trunk"
 
 
 def gradients(policy: str, parts, settings: dict, prefix: str, batches) -> tuple:

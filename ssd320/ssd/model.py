@@ -63,6 +63,20 @@ def _in(part: str, parts: frozenset):
     return precision.dtype_policy("float32") if part in parts else contextlib.nullcontext()
 
 
+def part_of(layer: str) -> str | None:
+    """The part of ``FLOAT32_PARTS`` that the layer ``build_ssd`` names ``layer`` belongs to;
+    None for the input and the outputs' float32 concatenations (``class``, ``box``)."""
+    if layer in ("images", "class", "box"):
+        return None
+    if layer.startswith("fpn_"):
+        return "fpn"
+    if "_tower" in layer:
+        return "towers"
+    if layer.endswith("_head") or layer.startswith(("class_p", "box_p")):
+        return "heads"
+    return "trunk"
+
+
 # TF-OD's initializers for the FPN and the predictor. A new instance for every kernel: a Keras
 # initializer returns the same values at every call, and its seed is drawn when it is made
 # (after --seed here, not at import); one shared instance started all eight tower convolutions
