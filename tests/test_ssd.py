@@ -279,8 +279,9 @@ def test_precision_error_measures_each_precision_against_float32(tmp_path, shape
     from conftest import load_script
     script = load_script("ssd320", "precision_error")
     out = str(tmp_path / "run")
-    runner.run(SSDTask, ["main.py", *TINY, "--data_dir", shapes_records, "--results_dir", out,
-                         "--mode", "train", "--iter_unit", "batch", "--num_iter", "2"])
+    runner.run(SSDTask, ["main.py", *TINY, "--image_size", "64", "--data_dir", shapes_records,
+                         "--results_dir", out, "--mode", "train", "--iter_unit", "batch",
+                         "--num_iter", "2"])  # 64 pixels: float16 is slow on a CPU
     argv = ["precision_error.py", "--checkpoint", os.path.join(out, "checkpoints"),
             "--data_dir", shapes_records, "--batches", "1", "--batch_size", "2"]
     monkeypatch.setattr("sys.argv", argv + ["--variants", "float32,bfloat16,float16"])
