@@ -84,9 +84,17 @@ def rewrite_list(op_type: str) -> str:
     return next((name for name, ops in LISTS.items() if base in ops), "none")
 
 
+KINDS = ("16-bit", "float32", "other")
+
+
 def kind(dtype: str) -> str:
     """16-bit, float32 or other (casts, integers, strings, ops without a type)."""
     return "16-bit" if dtype in SIXTEEN else "float32" if dtype == "float32" else "other"
+
+
+def _ms(entry: dict) -> float:
+    """An op type's time per step, all its kinds together."""
+    return sum(entry[k][0] for k in KINDS)
 
 
 def tabulate(rows) -> dict:
@@ -97,8 +105,8 @@ def tabulate(rows) -> dict:
         if r["op_type"] == "(other ops)":
             continue
         base = base_type(r["op_type"])
-        entry = types.setdefault(base, {"list": rewrite_list(base), "16-bit": [0.0, 0],
-                                        "float32": [0.0, 0], "other": [0.0, 0]})
+        entry = types.setdefault(base, {"list": rewrite_list(base),
+                                        **{k: [0.0, 0] for k in KINDS}})
         cell = entry[kind(r["dtype"])]
         cell[0] += r["ms_per_step"]
         cell[1] += 1
@@ -112,19 +120,16 @@ def tabulate(rows) -> dict:
 
 def render(label: str, table: dict, show: int = 20) -> str:
     types = table["types"]
-    total = sum(c[0] for e in types.values() for c in (e["16-bit"], e["float32"], e["other"]))
+    total = sum(map(_ms, types.values()))
     sixteen = sum(e["16-bit"][0] for e in types.values())
     lines = [label, f"{sixteen:.2f} of {total:.2f} ms/step of op time in 16-bit ops "
              f"({sixteen / total:.0%})" if total else "no op time", "",
              "| op type | rewrite's list | 16-bit ms/step (ops) | float32 ms/step (ops) | "
              "other ms/step (ops) |", "|---|---|---:|---:|---:|"]
-    order = ("allow", "infer", "deny", "clear", "none")
+    order = (*LISTS, "none")
     for name, e in sorted(types.items(), key=lambda kv: (order.index(kv[1]["list"]),
-                                                         -sum(c[0] for c in (kv[1]["16-bit"],
-                                                              kv[1]["float32"],
-                                                              kv[1]["other"])))):
-        cells = " | ".join(f"{e[k][0]:.2f} ({e[k][1]})" if e[k][1] else "-"
-                           for k in ("16-bit", "float32", "other"))
+                                                         -_ms(kv[1]))):
+        cells = " | ".join(f"{e[k][0]:.2f} ({e[k][1]})" if e[k][1] else "-" for k in KINDS)
         lines.append(f"| {name} | {e['list']} | {cells} |")
     for key, what in (("allow_in_float32", "allow-list ops in float32 here (the rewrite runs "
                        "them in 16 bits)"),
