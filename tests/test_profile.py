@@ -68,7 +68,8 @@ def test_amp_lists_finds_the_ssd_feature_pyramid_and_only_it_in_float32(tmp_path
                                                                       shapes_records):
     """Issue 60's op-level listing: under AMP (bfloat16) every convolution SSD320 runs, forward
     and backward, is bfloat16 but the feature pyramid's, which the rewrite NVIDIA's TF1 scripts
-    used would run in 16 bits; no op its deny list keeps in float32 (Exp, Sum, ...) is 16-bit."""
+    used would run in 16 bits; the only deny-list ops in 16 bits are the bias gradients' Sum
+    (common/layers/bias.py), which the rewrite would keep in float32."""
     out = tmp_path / "amp"
     s = runner.run(SSDTask, ["main.py", *TINY, "--data_dir", shapes_records, "--mode",
                              "training_benchmark", *BENCH, "--profile", "2:3", "--amp",
@@ -76,21 +77,28 @@ def test_amp_lists_finds_the_ssd_feature_pyramid_and_only_it_in_float32(tmp_path
     assert s["precision"] == "mixed_bfloat16"
     label, rows, _ = profile_diff.load(str(out))
     table = amp_lists.tabulate(rows)
+    # Ops TensorFlow names outside a layer's scope (gradients: "MatMul_4", "Sum_9") carry no
+    # layer, and the graph's nodes of one bare name may differ in type: only named ones count.
+    def named(found):
+        return {r["op_name"] for r in found if "/" in r["op_name"]}
     convs = [r for r in rows if amp_lists.rewrite_list(r["op_type"]) == "allow"]
     fpn = {r["op_name"] for r in convs if "/fpn_" in r["op_name"]}
-    assert {r["op_name"] for r in table["allow_in_float32"]} == fpn
-    # forward and both gradients of every convolution layer of the pyramid (tiny: P3-P7)
+    assert named(table["allow_in_float32"]) == fpn
+    # The table holds xprof's 500 ops of most time: the pyramid's smallest convolutions (P7's,
+    # 1x1 at this size) may fall below its cut from one run to the next, its laterals do not.
     layers = {n.split("/fpn_")[1].split("/")[0] for n in fpn}
-    assert {"lateral_p3_1", "lateral_p4_1", "lateral_p5_1", "p6_1", "p7_1"} <= layers
-    assert len(convs) - len(fpn) > 100 and all(r["dtype"] == "bfloat16" for r in convs
-                                               if r["op_name"] not in fpn)
-    assert table["deny_in_16bit"] == []
+    assert len(fpn) >= 6 and {"lateral_p3_1", "lateral_p4_1"} <= layers, layers
+    others = named(convs) - fpn
+    assert len(others) > 50 and all(r["dtype"] == "bfloat16" for r in convs
+                                    if r["op_name"] in others)
+    assert {amp_lists.base_type(r["op_type"]) for r in table["deny_in_16bit"]} <= {"Sum"}
     capsys.readouterr()
     assert amp_lists.main([str(out), "--show", "3"]) == 0
     page = capsys.readouterr().out
+    allow, deny = len(table["allow_in_float32"]), len(table["deny_in_16bit"])
     assert page.startswith("AMP (bfloat16) (amp)\n") and "| Conv2D | allow | " in page
-    assert f"{len(fpn)} allow-list ops in float32 here" in page and f"  ... {len(fpn) - 3} more" \
-        in page and "0 deny-list ops in 16 bits here" in page
+    assert f"{allow} allow-list ops in float32 here" in page and f"  ... {allow - 3} more" \
+        in page and f"{deny} deny-list ops in 16 bits here" in page
 
 
 def test_amp_lists_reads_onednn_and_fused_names_as_the_op_they_compute():
