@@ -17,12 +17,18 @@ its cosine to float32's, over all the part's weights and the batches.
         --data_dir DIR/records [--batches 2] [--batch_size 16]
 """
 import argparse
+import inspect
 import os
 import sys
 
-_here = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [os.path.dirname(_here), os.path.dirname(os.path.dirname(_here))]
+# The checkout's root, then (common.entry) its model packages ahead of any installed copy: SSD
+# builds its trunk from rn50, as main.py does.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from common.entry import own_checkout_first  # noqa: E402
 
+own_checkout_first()
+
+import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
@@ -31,14 +37,16 @@ from common.checkpoint import settings as recorded_settings  # noqa: E402
 from common.checkpoint import store  # noqa: E402
 from ssd import anchors as anchor_gen  # noqa: E402
 from ssd import losses, tfdata_pipeline  # noqa: E402
+from ssd.model import FLOAT32_PARTS as PARTS  # noqa: E402
 from ssd.model import build_ssd, part_of  # noqa: E402
 
 # The precisions compared with float32: name -> (Keras policy, the parts kept in float32).
 VARIANTS = {"float32": ("float32", ()),  # again: the floor, what runs of one precision differ
             "bfloat16": ("mixed_bfloat16", ()), "bfloat16+fpn": ("mixed_bfloat16", ("fpn",)),
             "float16": ("mixed_float16", ()), "float16+fpn": ("mixed_float16", ("fpn",))}
-LOSS_SCALE = 2.0 ** 15
-PARTS = ("trunk", "fpn", "towers", "heads")
+# The scale the trainer's dynamic loss scaling starts from (common.precision.LossScaleOptimizer).
+LOSS_SCALE = float(inspect.signature(keras.optimizers.LossScaleOptimizer).parameters[
+    "initial_scale"].default)
 
 
 def gradients(policy: str, parts, settings: dict, prefix: str, batches) -> tuple:
