@@ -149,9 +149,11 @@ def _placement(device: str, **kw) -> dali_graph.Placement:
 
 def compare(model: str, data_dir: str, devices=("gpu", "cpu"), batches: int = 3,
             batch_size: int = 8, image_size: int | None = None, seed: int = 7,
-            tgt_len: int = 64) -> list[Comparison]:
+            tgt_len: int = 64, hw_decoder_load: float = dali_graph.HW_DECODER_LOAD
+            ) -> list[Comparison]:
     """Every split of ``model``'s DALI pipeline on ``devices[0]`` against ``devices[1]``; on a
-    GPU also with float16 images and with ``--dali_cpu``'s placement (CPU decoding)."""
+    GPU also with float16 images and with ``--dali_cpu``'s placement (CPU decoding); nvJPEG
+    gives ``hw_decoder_load`` of the JPEGs to the hardware decoders, as training does."""
     results = []
     with tempfile.TemporaryDirectory() as idx_dir:
         for split, (names, build) in pipelines(model, data_dir, idx_dir, image_size,
@@ -160,9 +162,10 @@ def compare(model: str, data_dir: str, devices=("gpu", "cpu"), batches: int = 3,
                                                     else 1.0)
             reference, _ = run_pipeline(build(_placement(devices[1])), _placement(devices[1]),
                                         batch_size, batches, seed)
-            variants = [("", _placement(devices[0]))]
+            variants = [("", _placement(devices[0], hw_decoder_load=hw_decoder_load))]
             if devices[0] == "gpu" and model != "transformerxl":
-                variants += [("-float16", _placement("gpu", float16=True)),
+                variants += [("-float16", _placement("gpu", float16=True,
+                                                     hw_decoder_load=hw_decoder_load)),
                              ("-dali_cpu", _placement("gpu", cpu_decode=True))]
             for suffix, where in variants:
                 got, on_gpu = run_pipeline(build(where), where, batch_size, batches, seed)
@@ -184,16 +187,21 @@ def main(argv=None) -> int:
     ap.add_argument("--batches", type=int, default=3)
     ap.add_argument("--batch_size", type=int, default=8)
     ap.add_argument("--image_size", type=int, default=None, help="default: the recipe's")
+    ap.add_argument("--hw_decoder_load", type=float, default=dali_graph.HW_DECODER_LOAD,
+                    help="nvJPEG's share for the GPU's hardware JPEG decoders (training's "
+                         "--dali_hw_decoder_load; default %(default)s)")
     ap.add_argument("--json", help="also write the comparisons here")
     args = ap.parse_args(argv)
     if args.batches < 1 or args.batch_size < 1:
         ap.error(f"--batches {args.batches} and --batch_size {args.batch_size}: at least 1 each")
+    if not 0.0 <= args.hw_decoder_load <= 1.0:  # NaN too
+        ap.error(f"--hw_decoder_load must be in [0, 1], not {args.hw_decoder_load}")
     devices = tuple(args.devices.split(","))
     if len(devices) != 2 or not set(devices) <= {"gpu", "cpu"}:
         ap.error(f"--devices must be two of gpu, cpu: {args.devices}")
     try:
         results = compare(args.model, args.data_dir, devices, args.batches, args.batch_size,
-                          args.image_size)
+                          args.image_size, hw_decoder_load=args.hw_decoder_load)
     except (OSError, ValueError, RuntimeError) as e:
         why = (str(e).splitlines() or [repr(e)])[0]  # (a !r here reprs the whole expression)
         print(f"dali_compare: error: {why}", file=sys.stderr)

@@ -48,6 +48,11 @@ def _define_common(fv: flags.FlagValues) -> None:
     flags.DEFINE_boolean("dali_cpu", False, "With --dali on a GPU: decode and augment on the CPU "
                          "(batches still reach the GPU from DALI), for GPUs short of memory.",
                          **d)
+    flags.DEFINE_float("dali_hw_decoder_load", None, "With --dali on a GPU: the share of the "
+                       "JPEGs nvJPEG gives the GPU's hardware JPEG decoders (A100, H100, H200; "
+                       "ignored by GPUs without them), the rest decoded on its CUDA cores "
+                       "(default: nearly all, common/data/dali_graph.py; DALI's own is 0.65).",
+                       lower_bound=0.0, upper_bound=1.0, **d)
     flags.DEFINE_string("finetune_checkpoint", None, "Start training from the weights of this "
                         "checkpoint (a prefix or a directory of this repository's checkpoints, "
                         "imported ones included) with a fresh step counter, optimizer and "
@@ -264,6 +269,14 @@ def validate(f: flags.FlagValues) -> dict:
                          "scaling (drop --static_loss_scale)")
     if f.dali_cpu and not f.dali:
         raise UsageError("--dali_cpu chooses where DALI decodes: it needs --dali")
+    if f.dali_hw_decoder_load is not None and not 0.0 <= f.dali_hw_decoder_load <= 1.0:
+        raise UsageError(f"--dali_hw_decoder_load is a share of the JPEGs, in [0, 1]: not "
+                         f"{f.dali_hw_decoder_load}")  # absl's bounds let NaN through
+    if f.dali_hw_decoder_load is not None and not f.dali:
+        raise UsageError("--dali_hw_decoder_load shares DALI's JPEG decoding: it needs --dali")
+    if f.dali_hw_decoder_load is not None and f.dali_cpu:
+        raise UsageError("--dali_hw_decoder_load shares nvJPEG's decoding on the GPU; "
+                         "--dali_cpu decodes on the CPU: give one of them")
     if f.dali and f.data_dir is None:
         raise UsageError("--dali needs --data_dir: synthetic data does not go through DALI")
     if f.mode == "evaluate" and f.data_dir is None:

@@ -79,14 +79,16 @@ def _models(digits_records, shapes_records, corpus):
 
 
 @pytest.mark.parametrize("model", ["resnet50v1.5", "ssd320", "transformerxl"])
-@pytest.mark.parametrize("options", [[], ["--amp", "--amp_dtype", "float16"], ["--dali_cpu"]],
-                         ids=["fp32", "fp16", "dali_cpu"])
+@pytest.mark.parametrize("options", [[], ["--amp", "--amp_dtype", "float16"], ["--dali_cpu"],
+                                     ["--dali_hw_decoder_load", "0.5"]],
+                         ids=["fp32", "fp16", "dali_cpu", "hw_load"])
 def test_dali_on_a_gpu_serves_every_output_from_that_gpu_with_nothing_after_it(
         model, options, tmp_path, monkeypatch, digits_records, shapes_records, corpus):
     """B2, B3: what each model's --dali pipeline gives the loops on a GPU (the second of two
     here) is the DALIDataset itself, made under /gpu:0 with DALI's device_id the GPU
     TensorFlow computes on, every pipeline output on the GPU; images decoded by nvJPEG with
-    its memory hints (on the CPU with --dali_cpu), in float16 under float16 AMP."""
+    its memory hints and the hardware decoders' share (0.99 unless --dali_hw_decoder_load
+    says otherwise; on the CPU with --dali_cpu), in float16 under float16 AMP."""
     task_cls, args, splits = _models(digits_records, shapes_records, corpus)[model]
     trainer = _setup(task_cls, [*args, *options], tmp_path)
     with _gpu_stand_in(monkeypatch, trainer):
@@ -109,10 +111,30 @@ def test_dali_on_a_gpu_serves_every_output_from_that_gpu_with_nothing_after_it(
             else:
                 assert decoder[1] == "mixed"
                 assert decoder[2]["device_memory_padding"] == dali_graph.DEVICE_MEMORY_PADDING
+                load = 0.5 if "--dali_hw_decoder_load" in options else 0.99
+                assert decoder[2]["hw_decoder_load"] == load
             float16 = "float16" in options
             assert recorded.kwargs["output_dtypes"][0] == (tf.float16 if float16 else tf.float32)
             (normalize,) = [op for op in recorded.ops() if op[0] == "CropMirrorNormalize"]
             assert str(normalize[2]["dtype"]).endswith("FLOAT16" if float16 else "FLOAT")
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--dali_hw_decoder_load", "0.5"], "--dali_hw_decoder_load shares DALI's JPEG decoding: "
+                                        "it needs --dali"),
+    (["--dali", "--dali_cpu", "--dali_hw_decoder_load", "0.5"], "--dali_hw_decoder_load "
+     "shares nvJPEG's decoding on the GPU; --dali_cpu decodes on the CPU: give one of them"),
+    (["--dali", "--dali_hw_decoder_load", "1.5"], "flag --dali_hw_decoder_load=1.5: 1.5 is "
+                                                  "not a number in the range [0.0, 1.0]"),
+    (["--dali", "--dali_hw_decoder_load", "nan"], "--dali_hw_decoder_load is a share of the "
+                                                  "JPEGs, in [0, 1]: not nan"),
+])
+def test_the_hardware_decoders_share_is_refused_where_it_means_nothing(extra, message,
+                                                                       tmp_path):
+    from common import flags
+    with pytest.raises(flags.UsageError) as e:
+        flags.parse(flags.build(), ["main.py", "--data_dir", str(tmp_path), *extra])
+    assert str(e.value).startswith(message), str(e.value)
 
 
 def test_an_evaluation_pass_is_one_shard_with_the_padding_cut_on_the_device(digits_records,

@@ -22,14 +22,17 @@ from collections.abc import Callable, Iterator, Sequence
 import tensorflow as tf
 
 from common.data import tfrecord_index
-from common.data.dali_graph import Placement
+from common.data.dali_graph import HW_DECODER_LOAD, Placement
 
 
-def placement(capabilities, cpu_decode: bool = False) -> Placement:
+def placement(capabilities, flags) -> Placement:
     """Where a DALI pipeline runs for this process (``devices.Capabilities``): the CUDA device
-    TensorFlow computes on, or DALI's CPU-only mode without a GPU."""
-    return Placement(capabilities.devices.dali_device_id, cpu_decode,
-                     float16=capabilities.input_float16)
+    TensorFlow computes on, or DALI's CPU-only mode without a GPU; how it decodes
+    (``--dali_cpu``, ``--dali_hw_decoder_load``)."""
+    load = flags.dali_hw_decoder_load
+    return Placement(capabilities.devices.dali_device_id, flags.dali_cpu,
+                     float16=capabilities.input_float16,
+                     hw_decoder_load=HW_DECODER_LOAD if load is None else load)
 
 
 def tf_image_dtype(where: Placement) -> tf.DType:

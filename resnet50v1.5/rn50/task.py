@@ -158,7 +158,7 @@ class ResNetTask(RecordTask):
         f, dist = self.flags, self.ctx.dist
         return dali_pipeline.dataset(files, f.data_idx_dir, f.batch_size, f.image_size,
                                      training, dist.rank, dist.size,
-                                     dali.placement(self.ctx.capabilities, f.dali_cpu),
+                                     dali.placement(self.ctx.capabilities, f),
                                      f.seed, f.dali_threads, f.crop_area_min, self.eval_prep)
 
     def tfdata_dataset(self, files, training, seed):

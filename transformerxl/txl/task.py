@@ -244,7 +244,7 @@ class TransformerXLTask(Task):
             self.tokens("train")  # checked before DALI reads it
             return dali_pipeline.dataset(self._path("train.npy"), f.batch_size, f.tgt_len,
                                          dist.rank, dist.size, f.batch_chunk, step,
-                                         dali.placement(self.ctx.capabilities, f.dali_cpu))
+                                         dali.placement(self.ctx.capabilities, f))
         return tfdata_pipeline.dataset(self.tokens("train"), f.batch_size, f.tgt_len, dist.rank,
                                        dist.size, f.batch_chunk, first_step=step)
 
