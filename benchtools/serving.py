@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import shutil
@@ -187,7 +188,11 @@ def _worker(url: str, model: str, kind: dict, stop_at: float, count_from: float,
             if now >= stop_at:
                 break
             if "image" in kind:
-                server.infer(model, _image_request(client, kind["image"], kind["rows"]))
+                r = server.infer(model, _image_request(client, kind["image"], kind["rows"]))
+                valid = r.as_numpy("valid")
+                if valid is not None and not valid.all():  # the ensemble answered on zeros
+                    raise ValueError("the model could not decode --image (valid is False): "
+                                     "give an image it decodes (a JPEG or PNG)")
             else:
                 data = np.asarray([kind["tokens"]], np.int32)
                 tensor = client.InferInput("tokens", list(data.shape), "INT32")
@@ -255,6 +260,14 @@ def run(args) -> list[dict]:
                              f"(it has {', '.join(configs)})")
         sequence = configs[args.model].HasField("sequence_batching")
     if sequence:
+        params = _served_config(args.url, args.model).get("parameters", {}) if args.url else \
+            {k: {"string_value": v.string_value}
+             for k, v in configs[args.model].parameters.items()}
+        longest = params.get("max_segment", {}).get("string_value")
+        if longest and args.tokens > int(longest):
+            raise SystemExit(f"serving: error: --tokens {args.tokens} is longer than "
+                             f"{args.model} takes ({longest} tokens a request, max_segment in "
+                             "its config)")
         kind = {"tokens": list(np.random.RandomState(0).randint(0, 2, args.tokens)),
                 "rows": args.tokens, "unit": "tokens/s"}
     else:
@@ -278,7 +291,10 @@ def run(args) -> list[dict]:
                 repo = os.path.join(tmp, "repository")
                 variant(args.repository, args.model, instances, batching, repo)
                 label = f"instances {instances}, batching {_batching(batching)}"
-                srv = Server(repo, server, os.path.join(args.out, "tritonserver.log"))
+                try:
+                    srv = Server(repo, server, os.path.join(args.out, "tritonserver.log"))
+                except (RuntimeError, OSError) as e:
+                    raise SystemExit(f"serving: error: {label}: {e}") from None
                 try:
                     for c in args.concurrency:
                         r = measure(f"127.0.0.1:{srv.grpc}", args.model, kind, c,
@@ -339,10 +355,33 @@ def _machine() -> str:
 
 
 def _ints(text: str) -> list[int]:
-    values = [int(v) for v in text.split(",")]
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"give positive integers, comma-separated: {text}")
     return values
+
+
+def _positive_int(text: str) -> int:
+    values = _ints(text)
+    if len(values) != 1:
+        raise argparse.ArgumentTypeError(f"give one positive integer: {text}")
+    return values[0]
+
+
+def _seconds(text: str, strict: bool = True) -> float:
+    """A finite number of seconds, above 0 (``strict``) or at least 0: NaN or infinity would
+    never end a window, a negative one measure nothing."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0 or (strict and value == 0):
+        raise argparse.ArgumentTypeError(f"give a finite number of seconds "
+                                         f"{'above 0' if strict else '0 or more'}: {text}")
+    return value
 
 
 def _batching(value: int | None) -> str:
@@ -373,15 +412,16 @@ def main(argv=None) -> int:
     p.add_argument("--model", required=True, help="the served model to load (an ensemble "
                    "brings its steps)")
     p.add_argument("--image", help="an image model: the JPEG each request sends")
-    p.add_argument("--batch_size", type=int, default=1, help="images a request")
-    p.add_argument("--tokens", type=int, default=64, help="Transformer-XL: tokens a segment")
+    p.add_argument("--batch_size", type=_positive_int, default=1, help="images a request")
+    p.add_argument("--tokens", type=_positive_int, default=64,
+                   help="Transformer-XL: tokens a segment")
     p.add_argument("--concurrency", type=_ints, default=[1, 2, 4])
     p.add_argument("--instances", type=_ints, default=[1, 2])
     p.add_argument("--batching", type=_switches, default=[-1, None], help="dynamic batching: "
                    "on (as the repository has it), off, or its queue delay in microseconds; "
                    "comma-separated (default on,off)")
-    p.add_argument("--seconds", type=float, default=10.0)
-    p.add_argument("--warmup_s", type=float, default=2.0)
+    p.add_argument("--seconds", type=_seconds, default=10.0)
+    p.add_argument("--warmup_s", type=lambda t: _seconds(t, strict=False), default=2.0)
     p.add_argument("--server", help="the server command (default: scripts/tritonserver.py "
                    "with this Python)")
     p.add_argument("--out", required=True)

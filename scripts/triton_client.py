@@ -229,6 +229,14 @@ def run(args) -> int:
         config = _config(server, args.model, args.protocol)
     except Exception as e:  # tritonclient raises its own types per protocol (and OSErrors)
         raise ClientError(f"{args.model} at {args.url}: {_error_line(e)}") from None
+    if "sequence_batching" in config:
+        raise ClientError(f"{args.model} is a sequence model of token ids (Transformer-XL), "
+                          "not an image model: score or continue a text with "
+                          "scripts/triton_text_client.py")
+    if len(config["input"]) != 1:
+        raise ClientError(f"{args.model} takes {len(config['input'])} inputs ("
+                          f"{', '.join(sorted(i['name'] for i in config['input']))}); this "
+                          "client sends images to a model of one input")
     args.prepare = None
     if not takes_encoded(config):
         if info is not None:

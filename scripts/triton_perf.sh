@@ -7,7 +7,8 @@
 # Triton's SDK container):
 #   bash scripts/triton_perf.sh --url HOST:GRPC_PORT MODEL INPUT_DIR OUT_DIR
 # or starting one here on REPOSITORY (tritonserver and perf_analyzer both on PATH), with
-# Triton's default flags, until measured:
+# Triton's default flags on ports of its own (three free ones, not 8000-8002, where another
+# server may already answer), until measured:
 #   bash scripts/triton_perf.sh REPOSITORY MODEL INPUT_DIR OUT_DIR
 # Without perf_analyzer (or on a CPU host): python -m benchtools.serving.
 set -euo pipefail
@@ -26,17 +27,27 @@ fi
 model=$1 inputs=$2 out=$3
 mkdir -p "$out"
 if [ -z "$url" ]; then
-  tritonserver --model-repository="$repo" >"$out/tritonserver.log" 2>&1 &
+  # Three ports free now (bound, read, released): the server binds them next, and a port
+  # taken in between stops it, which the wait below reports.
+  ports=$(python3 -c 'import socket
+socks = [socket.socket() for _ in range(3)]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in socks))') ||
+    { echo "triton_perf.sh: python3 is needed to find free ports" >&2; exit 2; }
+  read -r http grpc metrics <<<"$ports"
+  tritonserver --model-repository="$repo" --http-port="$http" --grpc-port="$grpc" \
+    --metrics-port="$metrics" >"$out/tritonserver.log" 2>&1 &
   server=$!
   trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT
+  ready() { kill -0 "$server" 2>/dev/null && curl -sf "localhost:$http/v2/health/ready" >/dev/null; }
   for _ in $(seq 300); do
-    if curl -sf localhost:8000/v2/health/ready >/dev/null; then break; fi
-    kill -0 "$server" 2>/dev/null || { echo "triton_perf.sh: tritonserver stopped: see $out/tritonserver.log" >&2; exit 1; }
+    if ready; then break; fi
+    kill -0 "$server" 2>/dev/null || { echo "triton_perf.sh: tritonserver stopped (ports $http, $grpc, $metrics): see $out/tritonserver.log" >&2; exit 1; }
     sleep 1
   done
-  curl -sf localhost:8000/v2/health/ready >/dev/null ||
-    { echo "triton_perf.sh: the server was not ready in 300 s: see $out/tritonserver.log" >&2; exit 1; }
-  url=localhost:8001
+  ready || { echo "triton_perf.sh: the server was not ready in 300 s: see $out/tritonserver.log" >&2; exit 1; }
+  url=localhost:$grpc
 fi
 perf_analyzer -m "$model" -u "$url" -i grpc -b 8 --concurrency-range 1:4 \
   --input-data "$inputs" -f "$out/perf.csv"

@@ -12,15 +12,19 @@ each request carries one segment's tokens only.
 with ``<eos>``, words the vocabulary lacks as ``<unk>``), sent ``--segment`` tokens a request in
 one sequence, each request with the next tokens as its ``targets``; prints each segment's mean
 negative log-likelihood and, at the end, the text's perplexity (one JSON line with
-``--json``). ``continue``: the prompt in one request, then the most probable next word (or one
-drawn with ``--sample``), one word a request, ``--words`` times. Each run is a sequence of its
-own (a correlation id of its own, the start flag on its first request and the end flag on its
-last), so clients may share a server. Needs ``tritonclient[all]`` and numpy; exit status 2
-with one line for an error in the command or a refused request.
+``--json``). ``continue``: the prompt (in segments of at most the model's ``max_segment``
+tokens), then the most probable next word (or one drawn with ``--sample``), one word a
+request, ``--words`` times. Each run is a sequence of its own (a correlation id of its own,
+the start flag on its first request and the end flag on its last), so clients may share a
+server. Before it sends anything, the served model's config must name the vocabulary given
+(``vocab_sha256``) and take segments of ``--segment`` tokens (``max_segment``). Needs
+``tritonclient[all]`` and numpy; exit status 2 with one line for an error in the command or a
+refused request.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -65,6 +69,40 @@ def encode(text: str, vocab: list[str], lines: bool) -> list[int]:
         if lines:
             ids.append(index[EOS])
     return ids
+
+
+def served_limits(server, model: str, protocol: str) -> dict:
+    """The sequence model's parameters as the server serves them (``vocab_sha256``,
+    ``vocab_size``, ``max_segment``: strings; absent from an export older than them)."""
+    try:
+        config = server.get_model_config(model, as_json=True) if protocol == "grpc" else \
+            server.get_model_config(model)
+    except Exception as e:  # tritonclient's errors, per protocol
+        raise ClientError(f"{model}: {str(e).strip().splitlines()[0][:300]}") from None
+    config = config.get("config", config)
+    if "sequence_batching" not in config:
+        raise ClientError(f"{model} is not a sequence model (Transformer-XL's): images go to "
+                          "scripts/triton_client.py")
+    return {k: v.get("string_value") for k, v in config.get("parameters", {}).items()}
+
+
+def check_served(limits: dict, model: str, vocab_path: str, vocab: list[str],
+                 segment: int | None) -> int | None:
+    """Refuses a vocabulary that is not the model's (its words' hash, else their count) and a
+    segment longer than the model takes; returns the model's ``max_segment`` (None: not
+    stated)."""
+    sha = limits.get("vocab_sha256")
+    size = limits.get("vocab_size")
+    mine = hashlib.sha256("".join(w + "\n" for w in vocab).encode()).hexdigest()
+    if (sha and sha != mine) or (size and int(size) != len(vocab)):
+        raise ClientError(f"--vocab {vocab_path} ({len(vocab):,} words) is not the vocabulary of "
+                          f"{model}" + (f" ({int(size):,} words)" if size else "") + ": give "
+                          "the assets/vocab.txt of the export it serves")
+    longest = int(limits["max_segment"]) if limits.get("max_segment") else None
+    if segment is not None and longest is not None and segment > longest:
+        raise ClientError(f"--segment {segment} is longer than {model} takes ({longest} tokens "
+                          "a request, max_segment in its config)")
+    return longest
 
 
 class Sequence:
@@ -119,12 +157,17 @@ def score(seq: Sequence, ids: list[int], segment: int, as_json: bool) -> float:
 
 
 def continue_text(seq: Sequence, ids: list[int], vocab: list[str], words: int, sample: bool,
-                  seed: int, as_json: bool) -> list[int]:
-    """The prompt in one request, then one word a request."""
+                  seed: int, as_json: bool, longest: int | None = None) -> list[int]:
+    """The prompt in segments of at most ``longest`` tokens, then one word a request."""
     if not ids:
         raise ClientError("the prompt has no word")
     rng = random.Random(seed)
-    out, tokens = [], ids
+    tokens = ids
+    if longest:
+        while len(tokens) > longest:  # the prompt's head goes first, as its own segments
+            seq.send(tokens[:longest])
+            tokens = tokens[longest:]
+    out = []
     for n in range(words):
         logp = seq.send(tokens, end=n == words - 1)["log_probs"]
         if sample:
@@ -186,12 +229,16 @@ def main(argv=None) -> int:
             client, server = _client(args.url, args.protocol)
         except ImageClientError as e:
             raise ClientError(str(e)) from None
+        longest = check_served(served_limits(server, args.model, args.protocol), args.model,
+                               args.vocab, vocab,
+                               args.segment if args.command == "score" else None)
         seq = Sequence(client, server, args.model,
                        args.sequence_id or random.SystemRandom().randrange(1, 2 ** 63))
         if args.command == "score":
             score(seq, ids, args.segment, args.json)
         else:
-            continue_text(seq, ids, vocab, args.words, args.sample, args.seed, args.json)
+            continue_text(seq, ids, vocab, args.words, args.sample, args.seed, args.json,
+                          longest)
         return 0
     except ClientError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)

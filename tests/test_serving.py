@@ -18,8 +18,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import ROOT, TINY, distinct_ssd_scores, free_ports, photographs, same_detections
+from triton_servers import (
+    TRITON_ENV,
+    Repositories,
+    export_model,
+    sequence_log_probs,
+    sequence_steps,
+    stop,
+    triton_env_python,
+)
 
-from common import runner
 from common.export import triton, triton_config
 from common.task import record_files
 from rn50 import config as rn50_config
@@ -29,28 +37,10 @@ from ssd import tfdata_pipeline as ssd_data
 from ssd.task import SSDTask
 from txl.task import TransformerXLTask
 
-NO_RUN = ["--mode", "inference_benchmark", "--iter_unit", "batch", "--num_iter", "2",
-          "--warmup_steps", "1", "--seed", "3"]
-
-
-def _export(task_cls, tmp, args, weights=None, triton=True):
-    """(trainer, export dir, Triton repositories) of a model set up from ``args`` (untrained;
-    ``weights(trainer)`` changes them before the export); with ``triton`` the repositories
-    (the image models' ONNX with them)."""
-    out, repo = tmp / "export", tmp / "triton"
-    trainer = runner.setup(task_cls, ["main.py", *args, *NO_RUN, "--results_dir", str(tmp),
-                                      "--export_dir", str(out),
-                                      *(["--export_triton", str(repo)] if triton else [])])
-    if weights:
-        weights(trainer)
-    trainer.export(str(out))
-    trainer.log.close()
-    return trainer, out, repo
-
 
 @pytest.fixture(scope="module")
 def resnet(tmp_path_factory, digits_records):
-    return _export(ResNetTask, tmp_path_factory.mktemp("rn50"),
+    return export_model(ResNetTask, tmp_path_factory.mktemp("rn50"),
                    [*TINY, "--data_dir", digits_records])
 
 
@@ -61,13 +51,13 @@ def _distinct_scores(trainer):
 
 @pytest.fixture(scope="module")
 def ssd(tmp_path_factory, shapes_records):
-    return _export(SSDTask, tmp_path_factory.mktemp("ssd"), [*TINY, "--data_dir", shapes_records],
-                   weights=_distinct_scores)
+    return export_model(SSDTask, tmp_path_factory.mktemp("ssd"),
+                        [*TINY, "--data_dir", shapes_records], weights=_distinct_scores)
 
 
 @pytest.fixture(scope="module")
 def txl(tmp_path_factory, corpus):
-    return _export(TransformerXLTask, tmp_path_factory.mktemp("txl"),
+    return export_model(TransformerXLTask, tmp_path_factory.mktemp("txl"),
                    [*TINY, "--data_dir", corpus])
 
 
@@ -196,7 +186,7 @@ def test_the_client_prepares_images_as_the_export_does_for_every_recipe(tmp_path
     photos = photographs()
     encoded = tf.constant([open(p, "rb").read() for p in photos])
     for name, spec in _recipes().items():
-        trainer, export, _ = _export(
+        trainer, export, _ = export_model(
             ResNetTask, tmp_path / name.replace(" ", "_"),
             [*TINY, "--data_dir", digits_records, "--image_size", "64",
              "--eval_preprocessing", spec], triton=False)
@@ -226,16 +216,11 @@ def _client_module():
 # --- Triton ---------------------------------------------------------------------------------
 # The server and Triton's protobuf run in scripts/triton_env.sh's environment, the same for
 # both stacks, on an export whose signatures the tests above check in each.
-TRITON_ENV = pytest.mark.one_stack(
-    "pip", "Triton's server and protobuf run in scripts/triton_env.sh's environment, the same "
-    "for both stacks")
+
+
 @pytest.fixture(scope="module")
 def triton_python():
-    """scripts/triton_env.sh's python (tritonclient, PyTriton; made at first use)."""
-    proc = subprocess.run(["bash", os.path.join(ROOT, "scripts", "triton_env.sh")],
-                          capture_output=True, text=True, timeout=1800)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc.stdout.strip().splitlines()[-1]
+    return triton_env_python()
 
 
 PARSE = """
@@ -476,17 +461,7 @@ class _Server:
             time.sleep(0.5)
 
     def close(self):
-        _stop(self.proc, self.log)
-
-
-def _stop(proc, log):
-    """A test server stopped (SIGTERM, then SIGKILL after a minute) and its log closed."""
-    proc.terminate()
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+        stop(self.proc, self.log)
 
 
 def _ask(python, server, model, files, protocol, *args):
@@ -580,55 +555,9 @@ def test_one_undecodable_image_fails_alone_in_serving_default(resnet, ssd, tmp_p
             assert got["num_detections"][[1, 3]].tolist() == [0, 0]
 
 
-class _Repositories:
-    """The ``tritonserver`` binary nvidia-pytriton ships (Python backend only), started on
-    exported repositories as written by the documented command (scripts/tritonserver.py, with
-    Triton's default flags: a model that cannot load stops the server), until closed;
-    ``python`` runs the Python models where given (TRITONSERVER_PYTHON)."""
-
-    def __init__(self, server_python, repos, tmp, python=None):
-        self.http, self.grpc, metrics = free_ports(3)
-        self.log_path = tmp / f"tritonserver-{self.http}.log"
-        self.log = open(self.log_path, "w")
-        env = {**os.environ, **({"TRITONSERVER_PYTHON": python} if python else {})}
-        self.command = [server_python, os.path.join(ROOT, "scripts", "tritonserver.py"),
-                        *(f"--model-repository={r}" for r in repos), f"--http-port={self.http}",
-                        f"--grpc-port={self.grpc}", f"--metrics-port={metrics}"]
-        self.proc = subprocess.Popen(self.command, stdout=self.log, stderr=subprocess.STDOUT,
-                                     env=env)
-        deadline = time.time() + 300
-        while self.health("ready") != 200:  # strict readiness: every model loaded
-            assert self.proc.poll() is None, self.log_path.read_text()[-4000:]
-            assert time.time() < deadline, "tritonserver was not ready in 300 s"
-            time.sleep(0.5)
-
-    def health(self, what: str) -> int | None:
-        """``/v2/health/<what>``'s HTTP status (None: not listening yet)."""
-        import urllib.error
-        import urllib.request
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.http}/v2/health/{what}",
-                                        timeout=10) as r:
-                return r.status
-        except urllib.error.HTTPError as e:
-            return e.code
-        except OSError:
-            return None
-
-    def index(self) -> dict:
-        import urllib.request
-        req = urllib.request.Request(f"http://127.0.0.1:{self.http}/v2/repository/index",
-                                     data=b"{}", method="POST")
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return {m["name"]: m for m in json.load(r)}
-
-    def close(self):
-        _stop(self.proc, self.log)
-
-
 @pytest.fixture(scope="module")
 def served(resnet, ssd, txl, triton_python, tmp_path_factory):
-    server = _Repositories(triton_python, [resnet[2] / "cpu", ssd[2] / "cpu", txl[2] / "cpu"],
+    server = Repositories(triton_python, [resnet[2] / "cpu", ssd[2] / "cpu", txl[2] / "cpu"],
                            tmp_path_factory.mktemp("served"))
     yield server
     server.close()
@@ -674,7 +603,7 @@ def test_the_python_models_load_with_only_the_containers_packages(
     names = {p["name"].lower().replace("_", "-") for p in json.loads(listed)}
     assert {"tensorflow-cpu", "onnxruntime", "numpy"} <= names
     assert not names & {"nvidia-pytriton", "tritonclient"}  # nothing but what the file lists
-    server = _Repositories(triton_python, [resnet[2] / "cpu", ssd[2] / "cpu", txl[2] / "cpu"],
+    server = Repositories(triton_python, [resnet[2] / "cpu", ssd[2] / "cpu", txl[2] / "cpu"],
                            tmp_path, python=container_python)
     try:
         assert server.health("ready") == 200
@@ -684,7 +613,7 @@ def test_the_python_models_load_with_only_the_containers_packages(
         for model in ("resnet50", "ssd320"):
             assert len(_ask(triton_python, server, model, photographs()[:1], "http",
                             "--json")) == 1
-        assert _sequence_log_probs(triton_python, server, 1, [[1, 2, 3]])
+        assert sequence_log_probs(triton_python, server, 1, [[1, 2, 3]])
     finally:
         server.close()
 
@@ -744,45 +673,6 @@ def test_the_served_ensembles_answer_what_the_savedmodel_answers_on_photographs(
                 names[c] for c in np.argsort(-row, kind="stable")[:5]]
 
 
-SEQUENCES = """
-import json, sys
-import numpy as np
-import tritonclient.grpc as grpc
-url, steps = sys.argv[1], json.loads(sys.argv[2])
-client = grpc.InferenceServerClient(url)
-out = []
-for seq, tokens, targets, start, end in steps:  # in this order: sequences interleaved
-    inputs = []
-    for name, values in (("tokens", tokens), ("targets", targets)):
-        if values is not None:
-            data = np.asarray([values], np.int32)
-            t = grpc.InferInput(name, list(data.shape), "INT32")
-            t.set_data_from_numpy(data)
-            inputs.append(t)
-    try:
-        r = client.infer("transformerxl", inputs, sequence_id=seq, sequence_start=start,
-                         sequence_end=end)
-        out.append({k: r.as_numpy(k)[0].tolist() for k in ("log_probs", "nll")
-                    if r.as_numpy(k) is not None})
-    except Exception as e:
-        out.append({"error": str(e).splitlines()[0]})
-print(json.dumps(out))
-"""
-
-
-def _sequence_log_probs(python, server, seq, segments):
-    """The served log-probabilities after each segment of one new sequence."""
-    steps = [[seq, s, None, n == 0, n == len(segments) - 1] for n, s in enumerate(segments)]
-    return _sequence_steps(python, server, steps)
-
-
-def _sequence_steps(python, server, steps):
-    proc = subprocess.run([python, "-c", SEQUENCES, f"localhost:{server.grpc}",
-                           json.dumps(steps)], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout)
-
-
 @TRITON_ENV
 def test_transformer_xl_is_served_as_a_sequence_its_memory_kept_in_the_server(
         served, txl, triton_python):
@@ -809,18 +699,18 @@ def test_transformer_xl_is_served_as_a_sequence_its_memory_kept_in_the_server(
         return out
 
     want_a, want_b = local(a), local(b)
-    got = _sequence_log_probs(triton_python, served, 11, a)
+    got = sequence_log_probs(triton_python, served, 11, a)
     for g, w in zip(got, want_a):
         np.testing.assert_allclose(g["log_probs"], w, atol=1e-4)
     # Memory matters: the third segment alone (a new sequence) is not the chained answer.
-    fresh = _sequence_log_probs(triton_python, served, 11, [a[2]])[0]["log_probs"]
+    fresh = sequence_log_probs(triton_python, served, 11, [a[2]])[0]["log_probs"]
     np.testing.assert_allclose(fresh, local([a[2]])[0], atol=1e-4)
     assert np.abs(np.asarray(fresh) - want_a[2]).max() > 1e-3
     steps = [[21, a[0], None, True, False], [22, b[0], None, True, False],
              [21, a[1], None, False, False], [22, b[1], None, False, False],
              [22, b[2], None, False, True], [21, a[2], None, False, True],
              [21, a[0], None, False, False]]
-    got = _sequence_steps(triton_python, served, steps)
+    got = sequence_steps(triton_python, served, steps)
     for g, w in zip([got[0], got[2], got[5]], want_a):
         np.testing.assert_allclose(g["log_probs"], w, atol=1e-4)
     for g, w in zip([got[1], got[3], got[4]], want_b):
@@ -829,7 +719,7 @@ def test_transformer_xl_is_served_as_a_sequence_its_memory_kept_in_the_server(
     # Scoring: tokens and targets, the NLL of the chained steps.
     pieces = [ids[i:i + 6].tolist() for i in (0, 5, 10)]  # 5 tokens and the next as targets
     steps = [[31, p[:-1], p[1:], n == 0, n == 2] for n, p in enumerate(pieces)]
-    for g, w in zip(_sequence_steps(triton_python, served, steps), local(pieces, score=True)):
+    for g, w in zip(sequence_steps(triton_python, served, steps), local(pieces, score=True)):
         np.testing.assert_allclose(g["nll"], w, atol=1e-4)
 
 

@@ -240,7 +240,8 @@ def _sequence_config(serving, export_dir: str) -> dict:
     """Transformer-XL's sequence model: the inputs and outputs of its signatures that carry
     the state, the state aside."""
     state_in, state_out, axis = serving.triton_state
-    info = serving_lib.read_client_info(export_dir)["signatures"]
+    described = serving_lib.read_client_info(export_dir)
+    info = described["signatures"]
     inputs, outputs, each = {}, {}, []
     for signature in info:
         i, o = _saved_model_tensors(export_dir, signature)
@@ -252,7 +253,8 @@ def _sequence_config(serving, export_dir: str) -> dict:
             each.append(set(i))
     optional = set(inputs) - set.intersection(*each)
     c = sequence(serving.triton_name, inputs, outputs, (state_in, state_out), optional,
-                 serving.triton_max_batch_size)
+                 serving.triton_max_batch_size,
+                 {k: described.get(k) for k in ("vocab_size", "vocab_sha256", "max_segment")})
     c["parameters"].append({"key": "state_batch_axis", "value": {"string_value": str(axis)}})
     return c
 

@@ -31,6 +31,14 @@ QUEUE_DELAY_US = 0
 # How long a Transformer-XL sequence may stay idle before the server releases it (its slot
 # and the memory the model keeps for it); a client that comes back later starts anew.
 SEQUENCE_IDLE_US = 60_000_000
+# The sequences the model keeps a state for at once (``max_sequences``; the start of one more
+# is refused with a line, never a silent drop): each holds its memory, n_layer x mem_len x
+# d_model float32 (6.3 MB at Transformer-XL base), so 256 of them about 1.6 GB. The sequence
+# batcher's candidate slots are four times that: a start the model refuses keeps its slot
+# until it idles out, and a sequence waiting for a slot would wait silently (Triton queues it
+# until another sequence ends or idles out).
+MAX_SEQUENCES = 256
+SEQUENCE_SLOTS = 4 * MAX_SEQUENCES
 
 
 class Enum(str):
@@ -150,14 +158,17 @@ def ensemble(name: str, preprocess: str, pre_tensors: tuple, network: str, net_t
     return c
 
 
-def sequence(name: str, inputs, outputs, state: tuple[str, str], optional, max_batch_size: int
-             ) -> dict:
+def sequence(name: str, inputs, outputs, state: tuple[str, str], optional, max_batch_size: int,
+             limits: dict | None = None) -> dict:
     """A stateful model on the Python backend (``triton_python/sequence.py``): each request
     of a sequence (one correlation id) carries its own inputs only, the model keeps the state
     between them. The sequence batcher marks a sequence's first and last requests (``START``,
     ``END``), runs requests of up to ``max_batch_size`` sequences together (the oldest
-    strategy: each execution takes the oldest request of each waiting sequence), and releases
-    a sequence idle for ``SEQUENCE_IDLE_US``, as the model then drops its state."""
+    strategy: each execution takes the oldest request of each waiting sequence, of up to
+    ``SEQUENCE_SLOTS`` open sequences), and releases a sequence idle for
+    ``SEQUENCE_IDLE_US``, as the model then drops its state. ``limits`` become parameters the
+    model checks each request against (``vocab_size``, ``max_segment``; ``vocab_sha256`` for
+    clients), with ``max_sequences`` (``MAX_SEQUENCES``)."""
     c = config(name, {"backend": "python"}, inputs, outputs, max_batch_size, reshape=False,
                cpu=True)
     c.pop("dynamic_batching", None)
@@ -168,11 +179,13 @@ def sequence(name: str, inputs, outputs, state: tuple[str, str], optional, max_b
         "control_input": [
             {"name": "START", "control": [{"kind": Enum("CONTROL_SEQUENCE_START"), **flag}]},
             {"name": "END", "control": [{"kind": Enum("CONTROL_SEQUENCE_END"), **flag}]}],
-        "oldest": {"max_candidate_sequences": max_batch_size,
+        "oldest": {"max_candidate_sequences": SEQUENCE_SLOTS,
                    "max_queue_delay_microseconds": QUEUE_DELAY_US}}
     state_in, state_out = state
-    c["parameters"] = [{"key": "state_input", "value": {"string_value": state_in}},
-                       {"key": "state_output", "value": {"string_value": state_out}}]
+    params = {"state_input": state_in, "state_output": state_out,
+              "max_sequences": MAX_SEQUENCES,
+              **{k: v for k, v in (limits or {}).items() if v is not None}}
+    c["parameters"] = [{"key": k, "value": {"string_value": str(v)}} for k, v in params.items()]
     return c
 
 

@@ -10,6 +10,7 @@ the signatures under every policy (the model keeps it in its compute dtype).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 
@@ -44,13 +45,17 @@ class TXLServing(Serving):
 
         @tf.function(input_signature=[tokens, mems])
         def next_word(tokens, mems):
-            logp, new = model.log_prob(tokens, tf.unstack(mems, cfg.n_layer))
+            with tf.control_dependencies(_ids_checked(tokens=tokens, vocab=cfg.vocab_size)):
+                logp, new = model.log_prob(tokens, tf.unstack(mems, cfg.n_layer))
             return {"log_probs": logp[:, -1], "new_mems": tf.cast(tf.stack(new), tf.float32)}
 
         @tf.function(input_signature=[tokens, tf.TensorSpec([None, None], tf.int32,
                                                             name="targets"), mems])
         def score(tokens, targets, mems):
-            nll, new = model(tokens, tf.unstack(mems, cfg.n_layer), targets, training=False)
+            with tf.control_dependencies(_ids_checked(tokens=tokens, targets=targets,
+                                                      vocab=cfg.vocab_size)):
+                nll, new = model(tokens, tf.unstack(mems, cfg.n_layer), targets,
+                                 training=False)
             return {"nll": nll, "new_mems": tf.cast(tf.stack(new), tf.float32)}
         return {"serving_default": next_word, "score": score}
 
@@ -62,8 +67,18 @@ class TXLServing(Serving):
 
     def client_info(self):
         cfg, f = self.task.cfg, self.flags
-        return {"vocab": "vocab.txt" if self.task.vocab else None, "config": "config.json",
+        vocab = self.assets().get("vocab.txt")
+        # The longest segment a request may carry (the served sequence model refuses longer
+        # ones): the attention span the model was trained with, --tgt_len new tokens over
+        # --mem_len of memory. Each layer's attention holds heads x segment x (segment +
+        # memory) scores, so a request of thousands of tokens would take the serving
+        # process's memory; a longer text goes in several segments of one sequence.
+        max_segment = f.tgt_len + cfg.mem_len
+        return {"vocab": "vocab.txt" if vocab else None, "config": "config.json",
+                "vocab_size": cfg.vocab_size,
+                "vocab_sha256": hashlib.sha256(vocab.encode()).hexdigest() if vocab else None,
                 "n_layer": cfg.n_layer, "d_model": cfg.d_model, "mem_len": f.mem_len,
+                "max_segment": max_segment,
                 "start_memory": f"zeros of shape ({cfg.n_layer}, batch, 0, {cfg.d_model})"}
 
     def serving_call(self, inputs, state):
@@ -99,3 +114,12 @@ class TXLServing(Serving):
                              "continuation": " ".join(self.task.vocab[i] for i in ids),
                              "token_ids": ids, "sampled": f.sample}, None))
         return records
+
+
+def _ids_checked(vocab: int, **ids) -> list:
+    """Assertions that every id is in ``[0, vocab)``: out of range, an embedding lookup fails
+    with an index error and XLA's gather of a target clamps it (an NLL of another word)."""
+    return [check(v, bound, message=f"{name}: ids must be in [0, {vocab})")
+            for name, v in ids.items()
+            for check, bound in ((tf.debugging.assert_greater_equal, 0),
+                                 (tf.debugging.assert_less, vocab))]

@@ -11,30 +11,47 @@ first with the sequence-start flag; the state stays here, per sequence, between 
 * A sequence starts from the empty state: zeros of the state's shape with one row on its batch
   axis (``state_batch_axis``) and no entry on the other axes of unknown size (Transformer-XL:
   no memory yet).
+* A request is checked alone before anything runs, against the config's parameters: one row,
+  a segment of 1 to ``max_segment`` positions, its inputs of one length, ids in
+  ``[0, vocab_size)``. What fails is that request's own error, in one line naming the input
+  and the limit.
 * The requests Triton hands over at once (the sequence batcher's oldest strategy: one from
   each of several sequences) run as one batch where their signature, inputs' shapes and
-  states' shapes agree, else in groups that do.
-* A sequence's state is dropped at its last request (the end flag) and when it has been idle
-  for the config's ``max_sequence_idle_microseconds``, when Triton releases the sequence too
-  (a later request of it without the start flag is refused by Triton).
+  states' shapes agree, else in groups that do; a group that fails runs again one request at
+  a time, so that one request's failure is its own. A sequence's state changes only when its
+  own request is answered: a request refused or failed leaves it as it was.
+* At most ``max_sequences`` sequences hold a state here at once: the start of one more is
+  refused with a line saying so, never a silent drop of another. A sequence's state is
+  dropped at its last request (the end flag, answered or not) and when it has been idle for
+  the config's ``max_sequence_idle_microseconds``, when Triton releases the sequence too (a
+  later request of it without the start flag is refused by Triton).
+* The process ends when the server that started it is gone (a server killed with SIGKILL
+  cannot stop its backend processes itself).
 
 Needs TensorFlow in the Python that runs the backend (docker/triton-requirements.txt;
 scripts/triton_env.sh's).
 """
 import json
 import os
+import threading
 import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 
+class RequestError(ValueError):
+    """What is wrong with one request, in one line (its response's error)."""
+
+
 class TritonPythonModel:
     def initialize(self, args):
         os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+        _exit_with_parent()
         import tensorflow as tf
         self.tf = tf
         config = json.loads(args["model_config"])
+        self.name = config["name"]
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         self.state_in, self.state_out = params["state_input"], params["state_output"]
         here = os.path.join(args["model_repository"], args["model_version"])
@@ -51,6 +68,10 @@ class TritonPythonModel:
         self.dtype = spec.dtype.as_numpy_dtype
         idle = config.get("sequence_batching", {}).get("max_sequence_idle_microseconds")
         self.idle_s = int(idle) / 1e6 if idle else None
+        self.vocab_size = int(params["vocab_size"]) if "vocab_size" in params else None
+        self.max_segment = int(params["max_segment"]) if "max_segment" in params else None
+        self.max_sequences = int(params["max_sequences"]) if "max_sequences" in params \
+            else None
         self.states = {}  # correlation id -> (state of one row, when last used)
         self.inputs = [i["name"] for i in config["input"]]
 
@@ -60,34 +81,53 @@ class TritonPythonModel:
             for key in [k for k, (_, used) in self.states.items() if now - used > self.idle_s]:
                 del self.states[key]
         responses = [None] * len(requests)
-        groups = {}
+        groups, opening = {}, set()
         for n, request in enumerate(requests):
             try:
-                key, given, state = self._read(request)
-            except ValueError as e:
-                responses[n] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(e)))
+                key, given, state = self._read(request, opening)
+            except RequestError as e:
+                responses[n] = _error(e)
+                if self._flag(request, "END"):  # Triton releases the sequence
+                    self.states.pop(request.correlation_id(), None)
                 continue
             names = frozenset(given)
             shape = (names, tuple((k, v.shape) for k, v in sorted(given.items())), state.shape)
             groups.setdefault(shape, []).append((n, key, given, state, request))
         for (names, _, _), members in groups.items():
-            fn = self.signatures[names]
-            feeds = {k: np.concatenate([m[2][k] for m in members]) for k in names}
-            feeds[self.state_in] = np.concatenate([m[3] for m in members], self.batch_axis)
-            out = {k: v.numpy() for k, v in fn(**{k: self.tf.constant(v)
-                                                   for k, v in feeds.items()}).items()}
-            new = out.pop(self.state_out)
-            for row, (n, key, _, _, request) in enumerate(members):
-                self.states[key] = (np.take(new, [row], self.batch_axis), now)
+            for member, answer in self._run(self.signatures[names], members):
+                n, key, _, _, request = member
+                if isinstance(answer, Exception):
+                    responses[n] = _error(answer)
+                else:
+                    out, new = answer
+                    self.states[key] = (new, now)
+                    responses[n] = pb_utils.InferenceResponse([
+                        pb_utils.Tensor(k, np.ascontiguousarray(v))
+                        for k, v in sorted(out.items())])
                 if self._flag(request, "END"):
-                    del self.states[key]
-                responses[n] = pb_utils.InferenceResponse([
-                    pb_utils.Tensor(k, np.ascontiguousarray(v[row:row + 1]))
-                    for k, v in sorted(out.items())])
+                    self.states.pop(key, None)
         return responses
 
-    def _read(self, request):
-        """(correlation id, the inputs given, the state this request starts from)."""
+    def _run(self, fn, members):
+        """(member, (outputs of its row, its new state) or the exception) for each member:
+        as one batch, and one at a time where the batch fails."""
+        feeds = {k: np.concatenate([m[2][k] for m in members]) for k in members[0][2]}
+        feeds[self.state_in] = np.concatenate([m[3] for m in members], self.batch_axis)
+        try:
+            out = {k: v.numpy() for k, v in fn(**{k: self.tf.constant(v)
+                                                   for k, v in feeds.items()}).items()}
+        except Exception as e:  # noqa: BLE001  (TensorFlow's errors: the request's answer)
+            if len(members) == 1:
+                return [(members[0], RequestError(_first_line(e)))]
+            return [answer for m in members for answer in self._run(fn, [m])]
+        new = out.pop(self.state_out)
+        return [(m, ({k: v[row:row + 1] for k, v in out.items()},
+                     np.take(new, [row], self.batch_axis)))
+                for row, m in enumerate(members)]
+
+    def _read(self, request, opening: set):
+        """(correlation id, the inputs given, the state this request starts from); a
+        ``RequestError`` for what the request cannot be."""
         key = request.correlation_id()
         given = {}
         for name in self.inputs:
@@ -95,16 +135,74 @@ class TritonPythonModel:
             if t is not None:
                 given[name] = t.as_numpy()
         if frozenset(given) not in self.signatures:
-            raise ValueError("give one of the input sets " + " or ".join(
+            raise RequestError("give one of the input sets " + " or ".join(
                 "(" + ", ".join(sorted(s)) + ")" for s in self.signatures))
+        self._check(given)
         if self._flag(request, "START"):
+            if key not in self.states and self.max_sequences is not None and \
+                    len(self.states) + len(opening) >= self.max_sequences:
+                raise RequestError(
+                    f"{self.name} holds {len(self.states) + len(opening)} open sequences, its "
+                    f"limit (max_sequences {self.max_sequences} in config.pbtxt): end one (the "
+                    "sequence-end flag) or wait until one has been idle "
+                    f"{self.idle_s or 0:g} s, then start again")
+            opening.add(key)
             return key, given, np.zeros(self.empty, self.dtype)
         if key not in self.states:
-            raise ValueError(f"sequence {key} has no state here: start it with the "
-                             "sequence-start flag")
+            raise RequestError(f"sequence {key} has no state here: start it with the "
+                               "sequence-start flag")
         return key, given, self.states[key][0]
+
+    def _check(self, given: dict) -> None:
+        """One row, a segment of 1 to ``max_segment`` positions, every input of one length,
+        integer ids within the vocabulary."""
+        lengths = set()
+        for name, value in sorted(given.items()):
+            if value.ndim != 2 or value.shape[0] != 1:
+                raise RequestError(f"{name}: one row a request (a sequence is one text), "
+                                   f"not shape {list(value.shape)}")
+            lengths.add(value.shape[1])
+            if value.shape[1] == 0:
+                raise RequestError(f"{name} is empty: a segment holds at least one token")
+            if self.max_segment is not None and value.shape[1] > self.max_segment:
+                raise RequestError(
+                    f"{name}: a segment of {value.shape[1]} tokens is longer than "
+                    f"{self.name}'s maximum of {self.max_segment} (max_segment in "
+                    "config.pbtxt): send the text in shorter segments of one sequence")
+            if self.vocab_size is not None and np.issubdtype(value.dtype, np.integer):
+                bad = (value < 0) | (value >= self.vocab_size)
+                if bad.any():
+                    at = int(np.argmax(bad.reshape(-1)))
+                    raise RequestError(
+                        f"{name}: id {int(value.reshape(-1)[at])} at position {at} is not in "
+                        f"[0, {self.vocab_size}), the vocabulary of {self.name}")
+        if len(lengths) > 1:
+            raise RequestError(f"{' and '.join(sorted(given))} differ in length "
+                               f"({', '.join(str(given[k].shape[1]) for k in sorted(given))}): "
+                               "each target is the token after its token")
 
     @staticmethod
     def _flag(request, name) -> bool:
         t = pb_utils.get_input_tensor_by_name(request, name)
         return t is not None and bool(t.as_numpy().reshape(-1)[0])
+
+
+def _first_line(e: Exception) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0][:500] if lines else type(e).__name__
+
+
+def _error(e: Exception):
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(_first_line(e)))
+
+
+def _exit_with_parent(every_s: float = 2.0) -> None:
+    """Ends this process once the server that started it is gone: a server killed with
+    SIGKILL cannot stop it, and the memory it holds would outlive the server."""
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(every_s)
+        os._exit(0)
+    threading.Thread(target=watch, name="exit-with-server", daemon=True).start()
