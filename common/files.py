@@ -106,8 +106,12 @@ def staged_dir(target: str, what: str, replaces=(), log=None):
                 _carry_over(target, stage, set(replaces), log)
             _keep_mode(stage, target if existed else None)
             with graceful_stop.deferred():  # one step: SIGTERM and Ctrl-C wait for it
-                whole = stage.replace(f"{base}{STAGING}", f"{base}{WHOLE}", 1)
-                os.rename(stage, whole)  # a kill from here on leaves a whole one, named so
+                # A kill from here on leaves a whole one, named so, with its directory's inode:
+                # once exchanged, the name holds the earlier contents, another inode
+                # (``recover`` tells the two apart).
+                whole = stage.replace(f"{base}{STAGING}", f"{base}{WHOLE}", 1) + \
+                    f"-{os.stat(stage).st_ino}"
+                os.rename(stage, whole)
                 stage = whole
                 old = _swap_in(stage, target, existed)
                 graceful_stop.written(f"{what} in {target} is the new one, whole")
@@ -245,10 +249,26 @@ def recover(target: str, log=None) -> None:
         elif name.startswith(f".{base}{STAGING}") and os.path.isdir(path) and log:
             log(f"{path}: a write of {target} that was stopped before it went in place (it may "
                 "be incomplete; not used): remove it when you no longer need it")
-        elif name.startswith(f".{base}{WHOLE}") and os.path.isdir(path) and log:
-            log(f"{path}: a whole write of {target}, stopped just before it went in place (not "
-                "used: the one in place is the earlier): remove it when you no longer need it")
+        elif name.startswith(f".{base}{WHOLE}") and os.path.isdir(path):
+            if _swapped_out(path):  # the exchange happened: this is the earlier export
+                shutil.rmtree(path, ignore_errors=True)
+                if log:
+                    log(f"removed {path}: the earlier {base}, swapped out by a write that was "
+                        f"stopped just after it went in place (the one in {target} is the new "
+                        "one, whole)")
+            elif log:
+                log(f"{path}: a whole write of {target}, stopped just before it went in place "
+                    "(not used: the one in place is the earlier): remove it when you no longer "
+                    "need it")
     clear_stale(target, log)
+
+
+def _swapped_out(whole: str) -> bool:
+    """Whether a ``.whole-*-INODE`` directory holds what its swap took out of place: its
+    name carries the inode of the write it was named for, and an exchange gave the name the
+    earlier directory (another inode)."""
+    suffix = whole.rsplit("-", 1)[-1]
+    return suffix.isdigit() and os.stat(whole).st_ino != int(suffix)
 
 
 def _holds_nothing(target: str) -> bool:

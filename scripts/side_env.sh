@@ -10,7 +10,11 @@
 # environment at once take turns (flock on NAME-pyX.Y.lock beside it).
 # Once CHECK has run there, a marker in the environment (.side-env-HASH of CHECK and PACKAGEs)
 # answers the next calls without running it again: CHECK imports PyTorch or TensorFlow (seconds
-# each), and `make test` asks every time. An install into the environment removes its markers.
+# each), and `make test` asks every time. The marker holds a fingerprint of the environment's
+# files (each file's path, size and time, bytecode caches aside: about half a second to read
+# for PyTorch's), and answers only while they are as they were when CHECK passed: a package
+# removed, replaced or cut since then has CHECK run again (and the environment completed where
+# it fails). An install into the environment removes its markers.
 side_env() {
   local py=$1 name=$2 about=$3 check=$4 where=$5
   shift 5
@@ -19,12 +23,13 @@ side_env() {
   tag=$("$py" -c 'import sys; print("py%d.%d" % sys.version_info[:2])')
   venv="$cache/venvs/$name-$tag"
   marker="$venv/.side-env-$(printf '%s\n' "$check" "$@" | sha256sum | cut -c1-16)"
-  if [ -x "$venv/bin/python" ] && [ -f "$marker" ]; then
+  if [ -x "$venv/bin/python" ] && [ -f "$marker" ] &&
+     [ "$(cat "$marker")" = "$(_side_env_files "$venv")" ]; then
     echo "$venv/bin/python"
     return 0
   fi
   if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "$check" >/dev/null 2>&1; then
-    touch "$marker"
+    _side_env_files "$venv" >"$marker"
     echo "$venv/bin/python"
     return 0
   fi
@@ -42,9 +47,16 @@ side_env() {
     flock "$lock"
   fi
   _side_env_make "$venv" "$py" "$about" "$check" "$@" || status=$?
-  if [ "$status" = 0 ]; then touch "$marker"; fi
+  if [ "$status" = 0 ]; then _side_env_files "$venv" >"$marker"; fi
   exec {lock}>&-
   return "$status"
+}
+
+# A fingerprint of what is installed in VENV: every file's (and link's) path, size and
+# modification time under bin/ and lib/, Python's bytecode caches aside (imports write them).
+_side_env_files() {
+  find "$1/bin" "$1/lib" -xdev \( -type f -o -type l \) -not -path '*/__pycache__/*' \
+    -printf '%P %s %T@\n' 2>/dev/null | LC_ALL=C sort | sha256sum | cut -c1-32
 }
 
 # side_env's work once it holds the environment's lock: VENV PY ABOUT CHECK PACKAGE...

@@ -51,6 +51,13 @@ def server_files(version: str) -> tuple[str, str, str]:
     try:
         import pytriton
     except ImportError:
+        venvs = os.path.join(_cache(), "venvs") + os.sep
+        if os.path.realpath(sys.prefix).startswith(os.path.realpath(venvs)):
+            # The environment scripts/triton_env.sh made, broken since.
+            raise SystemExit(f"{PROG}: error: nvidia-pytriton cannot be imported in "
+                             f"{sys.prefix}, which scripts/triton_env.sh made: run "
+                             "scripts/triton_env.sh again, which repairs it (or remove "
+                             f"{sys.prefix} and it makes it anew)") from None
         raise SystemExit(f"{PROG}: error: nvidia-pytriton is not installed here: run it with "
                          "the python scripts/triton_env.sh prints") from None
     root = os.path.join(os.path.dirname(pytriton.__file__), "tritonserver")
@@ -60,9 +67,8 @@ def server_files(version: str) -> tuple[str, str, str]:
     if not os.path.isfile(stub):
         raise SystemExit(f"{PROG}: error: nvidia-pytriton has no Python backend stub for "
                          f"Python {version}")
-    cache = os.environ.get("TF_MODEL_SCRIPTS_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tf-model-scripts")
-    backends = os.path.join(cache, "tritonserver", f"pytriton-{pytriton.__version__}-py{version}")
+    backends = os.path.join(_cache(), "tritonserver",
+                            f"pytriton-{pytriton.__version__}-py{version}")
     python = os.path.join(backends, "python")
     os.makedirs(python, exist_ok=True)
     for src in (stub, *(os.path.join(root, "backends", "python", f) for f in
@@ -73,6 +79,12 @@ def server_files(version: str) -> tuple[str, str, str]:
             os.symlink(src, tmp)
             os.replace(tmp, link)  # one step: two servers starting at once both find it
     return os.path.join(root, "bin", "tritonserver"), backends, libs
+
+
+def _cache() -> str:
+    """Where scripts/side_env.sh keeps its environments (``venvs/``) and this its backends."""
+    return os.environ.get("TF_MODEL_SCRIPTS_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tf-model-scripts")
 
 
 def main(argv: list[str]) -> int:

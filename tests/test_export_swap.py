@@ -126,6 +126,35 @@ def test_a_stop_in_the_swap_leaves_a_whole_export_and_says_which(tmp_path, digit
                     f"the export in {export} is the new one, whole"), proc.stderr[-2000:]
 
 
+def test_a_kill_just_before_or_after_the_exchange_is_named_as_it_is(tmp_path):
+    """A write renamed to ``.export.whole-*`` and killed: before the exchange it is the new
+    export, not used; just after it, the same name holds the earlier export, which was named
+    "a whole write ... not used" (the reverse of the truth) and is now removed, said so."""
+    target = tmp_path / "export"
+    target.mkdir()
+    (target / "saved_model.pb").write_text("the earlier export")
+    stage = tmp_path / ".export.staging-abc"
+    stage.mkdir()
+    (stage / "saved_model.pb").write_text("the new export")
+    whole = tmp_path / f".export.whole-abc-{os.stat(stage).st_ino}"
+    os.rename(stage, whole)  # as staged_dir names it, the moment before the exchange
+    said = []
+    files.recover(str(target), said.append)
+    assert said == [f"{whole}: a whole write of {target}, stopped just before it went in place "
+                    "(not used: the one in place is the earlier): remove it when you no longer "
+                    "need it"]
+    assert (whole / "saved_model.pb").read_text() == "the new export"
+    if not files._exchange(str(whole), str(target)):
+        pytest.skip("this file system cannot exchange two directories")
+    said = []
+    files.recover(str(target), said.append)  # killed right after the exchange
+    assert (target / "saved_model.pb").read_text() == "the new export"
+    assert not whole.exists()
+    assert said == [f"removed {whole}: the earlier export, swapped out by a write that was "
+                    f"stopped just after it went in place (the one in {target} is the new one, "
+                    "whole)"]
+
+
 def test_without_an_exchange_a_kill_between_the_renames_is_undone_by_the_next_run(tmp_path):
     """NFS has no RENAME_EXCHANGE: the earlier export is renamed aside, then the new one into
     place. A kill between the two leaves no export at the path; the next export (or anything

@@ -67,3 +67,44 @@ def test_completing_an_environment_takes_its_markers_away(tmp_path):
     assert runs.read_text() == "xxx"
     markers = [n for n in os.listdir(venv) if n.startswith(".side-env-")]
     assert len(markers) == 1 and markers != [".side-env-0123456789abcdef"]
+
+
+def test_a_marker_answers_only_while_the_environments_files_are_as_they_were(tmp_path):
+    """An environment broken after its marker was written (a package removed) still answered
+    ready; the marker holds a fingerprint of the installed files, so the check runs again (and
+    fails here: WHERE=1 makes nothing). Bytecode caches written by imports change nothing."""
+    venv = _venv(tmp_path)
+    package = venv / "lib" / "python3.11" / "site-packages" / "demo"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    flag = tmp_path / "ran"
+    check = (f"import os, sys; open({str(flag)!r}, 'a').write('x'); "
+             f"sys.exit(0 if os.path.exists({str(package / '__init__.py')!r}) else 1)")
+    assert _side_env(tmp_path, check, 1).returncode == 0 and flag.read_text() == "x"
+    (package / "__pycache__").mkdir()
+    (package / "__pycache__" / "__init__.cpython-311.pyc").write_bytes(b"cache")
+    assert _side_env(tmp_path, check, 1).returncode == 0 and flag.read_text() == "x"
+    (package / "__init__.py").unlink()
+    proc = _side_env(tmp_path, check, 1)
+    assert proc.returncode == 1 and flag.read_text() == "xx"
+
+
+def test_tritonserver_py_in_a_broken_triton_environment_says_how_to_repair_it(tmp_path):
+    """Its advice was to run it with scripts/triton_env.sh's python, the very environment that
+    was broken; in an environment of side_env's cache it says to run triton_env.sh again."""
+    venv = tmp_path / "venvs" / "triton-pytriton0.7.0-py3.11"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    env = {**os.environ, "TF_MODEL_SCRIPTS_CACHE": str(tmp_path)}
+    proc = subprocess.run([str(venv / "bin" / "python"),
+                           os.path.join(ROOT, "scripts", "tritonserver.py")],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 1 and proc.stderr.splitlines() == [
+        f"tritonserver.py: error: nvidia-pytriton cannot be imported in {venv}, which "
+        f"scripts/triton_env.sh made: run scripts/triton_env.sh again, which repairs it (or "
+        f"remove {venv} and it makes it anew)"], proc.stderr
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "tritonserver.py")],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.stderr.splitlines() == ["tritonserver.py: error: nvidia-pytriton is not "
+                                        "installed here: run it with the python "
+                                        "scripts/triton_env.sh prints"], proc.stderr

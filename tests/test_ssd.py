@@ -2,6 +2,7 @@
 every mode end to end on a tiny generated COCO-layout dataset."""
 import json
 import os
+import pathlib
 import shutil
 import sys
 
@@ -271,11 +272,24 @@ def test_float32_parts_outside_the_networks_parts_are_one_line(capsys):
         "trunk, fpn, towers, heads")
 
 
+def test_float32_parts_without_amp_is_one_line(tmp_path, capsys):
+    """It was taken with no note: without AMP every part is float32 already."""
+    assert runner.main(SSDTask, ["main.py", *TINY, "--float32_parts", "fpn", "--mode",
+                                 "training_benchmark", "--iter_unit", "batch", "--num_iter", "2",
+                                 "--warmup_steps", "1", "--results_dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "main.py: error: --float32_parts chooses what AMP keeps in float32; without --amp (or "
+        "TF_ENABLE_AUTO_MIXED_PRECISION=1) the whole network is float32")
+
+
 def test_precision_error_measures_each_precision_against_float32(tmp_path, shapes_records,
-                                                                 capsys, monkeypatch):
-    """ssd320/scripts/precision_error.py (issue 60): float32 against itself is the floor (0),
-    bfloat16's 8 significant bits are further from float32's gradients than float16's 11, in
-    every part; a checkpoint of another model is refused in one line."""
+                                                                 digits_records, capsys,
+                                                                 monkeypatch):
+    """ssd320/scripts/precision_error.py: float32 against itself is the floor (0), bfloat16's
+    8 significant bits are further from float32's gradients than float16's 11, in every part;
+    what it cannot use (no checkpoint, an unreadable or incomplete settings record, another
+    model's checkpoint, a cut checkpoint, cut records, another model's records) is one line
+    and exit status 2."""
     from conftest import load_script
     script = load_script("ssd320", "precision_error")
     out = str(tmp_path / "run")
@@ -296,13 +310,39 @@ def test_precision_error_measures_each_precision_against_float32(tmp_path, shape
         return float(cell.split("%")[0])
     for b16, f16 in zip(rows["bfloat16"][1:], rows["float16"][1:]):
         assert 0 < error(f16) < error(b16) < 100, rows
-    with open(os.path.join(out, "checkpoints", "settings.json")) as fh:
+    # What it cannot use: one line each, exit status 2 (tracebacks before).
+    ckpt = os.path.join(out, "checkpoints")
+    settings_file = os.path.join(ckpt, "settings.json")
+    with open(settings_file) as fh:
         record = json.load(fh)
-    record["model"] = "resnet50v1.5"
-    with open(os.path.join(out, "checkpoints", "settings.json"), "w") as fh:
-        json.dump(record, fh)
-    monkeypatch.setattr("sys.argv", argv)
-    with pytest.raises(SystemExit) as e:
-        script.main()
-    assert e.value.code == 2 and capsys.readouterr().err.splitlines()[-1].endswith(
-        f"--checkpoint {out}/checkpoints is a checkpoint of resnet50v1.5, not of ssd320")
+    cut_ckpt = tmp_path / "cut_checkpoint"
+    shutil.copytree(ckpt, cut_ckpt)
+    (data,) = cut_ckpt.glob("ckpt-*.data-*")
+    data.write_bytes(data.read_bytes()[:100])
+    cut_records = tmp_path / "cut_records"
+    cut_records.mkdir()
+    (first, *_) = sorted(pathlib.Path(shapes_records).glob("train-*"))
+    (cut_records / first.name).write_bytes(first.read_bytes()[:3000])
+
+    def refused(extra, edit=None):
+        with open(settings_file, "w") as fh:
+            fh.write(edit if isinstance(edit, str) else json.dumps(edit or record))
+        monkeypatch.setattr("sys.argv", [*argv, *extra])
+        assert script.main() == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("precision_error.py: error: "), err
+        return err[0].removeprefix("precision_error.py: error: ")
+    assert refused(["--checkpoint", str(tmp_path / "none")]) == (
+        f"--checkpoint {tmp_path / 'none'} is neither a checkpoint prefix (DIR/ckpt-N) nor a "
+        "directory of checkpoints")
+    assert refused([], "{cut").startswith(f"{settings_file} cannot be read (")
+    assert refused([], {**record, "model": "resnet50v1.5"}) == (
+        f"--checkpoint {ckpt} is a checkpoint of resnet50v1.5, not of ssd320")
+    settings = {k: v for k, v in record["settings"].items() if k != "trunk"}
+    assert refused([], {**record, "settings": settings}).startswith(
+        f"--checkpoint {ckpt}: its settings.json lacks trunk")
+    assert refused(["--checkpoint", str(cut_ckpt)]).startswith(f"--checkpoint {cut_ckpt}/ckpt-")
+    assert refused(["--data_dir", str(cut_records)]).startswith(
+        f"--data_dir {cut_records}: its train-* records cannot be read as SSD320's (")
+    assert refused(["--data_dir", digits_records]).startswith(
+        f"--data_dir {digits_records}: its train-* records cannot be read as SSD320's (")

@@ -166,6 +166,29 @@ def test_amp_lists_without_a_table_or_with_a_negative_show_is_one_line(tmp_path,
     assert err == ["amp_lists: error: --show -1: a number of ops, 0 or more"]
 
 
+@pytest.mark.parametrize("column, value", [("ms_per_step", "nan"), ("self_us", "inf"),
+                                           ("ms_per_step", "-3.5"), ("share", "nan"),
+                                           ("share", "-0.5"), ("share", "inf")])
+def test_amp_lists_refuses_times_and_shares_that_are_no_amount(tmp_path, capsys, column,
+                                                                value):
+    """NaN, infinite and negative times and shares were read as figures and printed as
+    "(nan%)"; the table is refused with the row and the value."""
+    from benchtools import amp_lists
+    run = _profile_run(tmp_path / "a")
+    (table,) = run.glob("tensorboard/plugins/profile/*/ops.csv")
+    lines = table.read_text().splitlines()
+    header = lines[0].split(",")
+    cells = lines[1].split(",")
+    cells[header.index(column)] = value
+    table.write_text("\n".join([lines[0], ",".join(cells), *lines[2:]]) + "\n")
+    assert amp_lists.main([str(run)]) == 2
+    captured = capsys.readouterr()
+    err = [ln for ln in captured.err.splitlines() if ln.strip()]
+    assert err == [f"amp_lists: error: {table}, row 2: {column} is '{value}', not a finite "
+                   "amount of 0 or more (a table edited?)"], err
+    assert "nan" not in captured.out
+
+
 def test_profile_diff_finds_the_table_of_a_run_recorded_from_another_directory(tmp_path, capsys,
                                                                              monkeypatch):
     """A summary records its op_table path as the run saw it (relative to its directory)."""

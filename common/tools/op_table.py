@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import re
 
 from common.runtime import quiet_start
@@ -144,22 +145,32 @@ def read(path: str) -> list[dict]:
         raise ValueError(f"{path} is not an op table of --profile (columns {', '.join(COLUMNS)})")
     for n, r in enumerate(rows, 2):  # row 1 is the header
         for column in ("self_us", "ms_per_step"):
-            try:
-                r[column] = float(r[column])
-            except (TypeError, ValueError):
-                what = "missing" if r[column] is None else f"{r[column]!r}, not a number"
-                raise ValueError(f"{path}, row {n}: {column} is {what} (a table cut short or "
-                                 "edited?)") from None
+            r[column] = _amount(path, n, column, r[column])
     shares: dict[str, float] = {}
     for n, r in enumerate(rows, 2):
-        try:
-            shares[r["where"]] = shares.get(r["where"], 0.0) + float(r["share"])
-        except (TypeError, ValueError):
-            raise ValueError(f"{path}, row {n}: share is {r['share']!r}, not a number (a table "
-                             "cut short or edited?)") from None
+        share = _amount(path, n, "share", r["share"])
+        if share > 1.0:
+            raise ValueError(f"{path}, row {n}: share is {r['share']!r}, more than the whole "
+                             "(a table edited?)")
+        shares[r["where"]] = shares.get(r["where"], 0.0) + share
     for where, total in shares.items():
         rows_there = sum(r["where"] == where for r in rows)
         if total > 0 and abs(total - 1.0) > 1e-3 + 1e-5 * rows_there:
             raise ValueError(f"{path}: the {where} ops' shares add up to {total:.3f}, not 1: "
                              f"the table is cut short or edited ({len(rows)} row(s) left)")
     return rows
+
+
+def _amount(path: str, row: int, column: str, text) -> float:
+    """A time or a share: a finite number, 0 or more (NaN, an infinity or a negative one
+    would print as a figure and add up to nonsense)."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        what = "missing" if text is None else f"{text!r}, not a number"
+        raise ValueError(f"{path}, row {row}: {column} is {what} (a table cut short or "
+                         "edited?)") from None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{path}, row {row}: {column} is {text!r}, not a finite amount of 0 "
+                         "or more (a table edited?)")
+    return value

@@ -35,6 +35,7 @@ import tensorflow as tf  # noqa: E402
 from common import precision  # noqa: E402
 from common.checkpoint import settings as recorded_settings  # noqa: E402
 from common.checkpoint import store  # noqa: E402
+from common.errors import DataError, one_line, reported  # noqa: E402
 from ssd import anchors as anchor_gen  # noqa: E402
 from ssd import losses, tfdata_pipeline  # noqa: E402
 from ssd.model import FLOAT32_PARTS as PARTS  # noqa: E402
@@ -87,7 +88,11 @@ def compare(reference: tuple, other: tuple) -> dict:
     return out
 
 
-def main():
+# What the script reads of the checkpoint's settings record to build the network.
+NEEDED = ("arch", "num_classes", "image_size", "trunk")
+
+
+def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--checkpoint", required=True, help="a checkpoint prefix or directory of "
                    "ssd320/main.py's (its settings.json beside it)")
@@ -103,22 +108,40 @@ def main():
         p.error(f"--variants takes any of {', '.join(VARIANTS)}")
     if args.batches < 1 or args.batch_size < 1:
         p.error("--batches and --batch_size must be 1 or more")
+    return reported("precision_error.py", lambda: _measure(args, variants),
+                    {DataError: 2, OSError: 2})
+
+
+def _measure(args, variants) -> int:
+    """The table; a ``DataError`` (one line) for a checkpoint or records it cannot use."""
     prefix = store.resolve(args.checkpoint, "--checkpoint")
     found = recorded_settings.read(prefix)
     if not found:
-        p.error(f"--checkpoint {args.checkpoint}: no settings.json beside it (not a checkpoint "
-                "of ssd320/main.py?)")
+        raise DataError(f"--checkpoint {args.checkpoint}: no settings.json beside it (not a "
+                        "checkpoint of ssd320/main.py?)")
     if found["model"] != "ssd320":
-        p.error(f"--checkpoint {args.checkpoint} is a checkpoint of {found['model']}, not of "
-                "ssd320")
+        raise DataError(f"--checkpoint {args.checkpoint} is a checkpoint of {found['model']}, "
+                        "not of ssd320")
     settings = found["settings"]
+    missing = [k for k in NEEDED if k not in settings]
+    if missing:
+        raise DataError(f"--checkpoint {args.checkpoint}: its settings.json lacks "
+                        f"{', '.join(missing)} (written by an older ssd320/main.py?): the "
+                        "network cannot be built as it was trained")
     files = sorted(tf.io.gfile.glob(os.path.join(args.data_dir, "train-*")))
     if not files:
-        p.error(f"--data_dir {args.data_dir} holds no train-* records")
+        raise DataError(f"--data_dir {args.data_dir} holds no train-* records")
     anchors = anchor_gen.generate(settings["image_size"])
     ds = tfdata_pipeline.dataset(files, args.batch_size, settings["image_size"], True, anchors,
                                  settings["num_classes"], seed=args.seed)
-    batches = list(ds.take(args.batches))
+    try:
+        batches = list(ds.take(args.batches))
+    except tf.errors.OpError as e:
+        raise DataError(f"--data_dir {args.data_dir}: its train-* records cannot be read as "
+                        f"SSD320's ({one_line(e.message)})") from None
+    if len(batches) < args.batches:
+        raise DataError(f"--data_dir {args.data_dir}: its train-* records hold fewer than "
+                        f"{args.batches} batch(es) of {args.batch_size}")
     reference = gradients("float32", (), settings, prefix, batches)
     print(f"float32: loss {reference[0]:.4f} over {args.batches} batch(es) of "
           f"{args.batch_size}, checkpoint {prefix}")
@@ -129,7 +152,8 @@ def main():
         r = compare(reference, gradients(*VARIANTS[name], settings, prefix, batches))
         print(f"| {name} | {r['loss']:+.2%} | " + " | ".join(
             f"{r[part][0]:.2%} ({r[part][1]:.4f})" for part in reference[1]) + " |")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -87,6 +87,9 @@ class SSDTask(RecordTask):
     def __init__(self, ctx):
         super().__init__(ctx)
         f = self.flags
+        if f["float32_parts"].present and ctx.precision.compute_dtype == "float32":
+            raise UsageError("--float32_parts chooses what AMP keeps in float32; without --amp "
+                             "(or TF_ENABLE_AUTO_MIXED_PRECISION=1) the whole network is float32")
         self.label_map = _label_map(f.data_dir)
         self.anchors = anchor_gen.generate(f.image_size)  # (A, 4) normalised
         # Class ids of batches DALI leaves on the device, checked there (the tf.data pipeline
