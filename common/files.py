@@ -92,36 +92,37 @@ def staged_dir(target: str, what: str, replaces=(), log=None):
     target = swap_target(target, what)
     parent, base = os.path.split(target)
     os.makedirs(parent, exist_ok=True)
-    recover(target, log)
-    existed = os.path.isdir(target)
-    graceful_stop.set_phase(f"while writing {what} to {target} (not written; "
-                            + ("the earlier one there is as it was)" if existed else
-                               "nothing was there)"))
-    stage = tempfile.mkdtemp(prefix=f".{base}{STAGING}", dir=parent)
-    old = None
-    try:
-        with graceful_stop.sigint_stops():
-            yield stage
-            if existed:
-                _carry_over(target, stage, set(replaces), log)
-            _keep_mode(stage, target if existed else None)
-            with graceful_stop.deferred():  # one step: SIGTERM and Ctrl-C wait for it
-                # A kill from here on leaves a whole one, named so, with its directory's inode:
-                # once exchanged, the name holds the earlier contents, another inode
-                # (``recover`` tells the two apart).
-                whole = stage.replace(f"{base}{STAGING}", f"{base}{WHOLE}", 1) + \
-                    f"-{os.stat(stage).st_ino}"
-                os.rename(stage, whole)
-                stage = whole
-                old = _swap_in(stage, target, existed)
-                graceful_stop.written(f"{what} in {target} is the new one, whole")
-                graceful_stop.set_phase(f"after writing {what} to {target}")
-    except (OSError, tf.errors.OpError) as e:
-        why = one_line(getattr(e, "message", None) or e.strerror or str(e))
-        raise DataError(f"cannot write {what} in {target} ({why}); nothing of it was kept "
-                        "there") from None
-    finally:
-        shutil.rmtree(stage if old is None else old, ignore_errors=True)
+    with _writer(target, wait=True, log=log):  # one writer at a time
+        _recover(target, log)
+        existed = os.path.isdir(target)
+        graceful_stop.set_phase(f"while writing {what} to {target} (not written; "
+                                + ("the earlier one there is as it was)" if existed else
+                                   "nothing was there)"))
+        stage = tempfile.mkdtemp(prefix=f".{base}{STAGING}", dir=parent)
+        old = None
+        try:
+            with graceful_stop.sigint_stops():
+                yield stage
+                if existed:
+                    _carry_over(target, stage, set(replaces), log)
+                _keep_mode(stage, target if existed else None)
+                with graceful_stop.deferred():  # one step: SIGTERM and Ctrl-C wait for it
+                    # A kill from here on leaves a whole one, named so, with its directory's inode:
+                    # once exchanged, the name holds the earlier contents, another inode
+                    # (``recover`` tells the two apart).
+                    whole = stage.replace(f"{base}{STAGING}", f"{base}{WHOLE}", 1) + \
+                        f"-{os.stat(stage).st_ino}"
+                    os.rename(stage, whole)
+                    stage = whole
+                    old = _swap_in(stage, target, existed)
+                    graceful_stop.written(f"{what} in {target} is the new one, whole")
+                    graceful_stop.set_phase(f"after writing {what} to {target}")
+        except (OSError, tf.errors.OpError) as e:
+            why = one_line(getattr(e, "message", None) or e.strerror or str(e))
+            raise DataError(f"cannot write {what} in {target} ({why}); nothing of it was kept "
+                            "there") from None
+        finally:
+            shutil.rmtree(stage if old is None else old, ignore_errors=True)
 
 
 def swap_target(target: str, what: str) -> str:
@@ -223,12 +224,70 @@ def link_or_copy(src: str, dst: str) -> None:
         shutil.copy2(src, dst)
 
 
+LOCK = ".lock"  # beside the target, held by its one writer (``_writer``)
+
+
+@contextlib.contextmanager
+def _writer(target: str, wait: bool, log=None):
+    """Holds ``<parent>/.<name>.lock`` (``flock``) while ``target`` is written, so that two
+    processes writing it (two runs exporting to one directory) take turns, and neither takes
+    the other's work in progress for a stopped write. Yields whether it holds it: without
+    ``wait``, False at once where another process does. The file is removed by its holder
+    (a kill leaves it, harmless: the kernel releases the lock with the process); a waiter that
+    then finds its file gone takes the new one. Where it cannot be made (a read-only parent),
+    nothing is held and nothing can be written there either."""
+    import fcntl
+    parent, base = os.path.split(target)
+    path = os.path.join(parent, f".{base}{LOCK}")
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            yield True
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not wait:
+                os.close(fd)
+                yield False
+                return
+            if log:
+                log(f"waiting for another process writing {target} to finish")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # its holder removed it meanwhile: lock the one there now
+    try:
+        yield True
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        os.close(fd)
+
+
 def recover(target: str, log=None) -> None:
     """What an earlier write of ``target`` left when it was stopped: a swap cut between its two
     renames (the earlier contents put back, said), earlier contents not yet removed (removed),
     a staging folder (kept and named: it may hold a whole export that never went in place),
-    and trial exports (removed). Exports run on one process at a time per directory (rank 0)."""
+    and trial exports (removed). While another process is writing ``target``, what is beside
+    it is that write's, and is left alone (said)."""
     target = os.path.realpath(target.rstrip(os.sep) or os.sep)
+    if not os.path.isdir(os.path.dirname(target)):
+        return
+    with _writer(target, wait=False) as alone:
+        if alone:
+            _recover(target, log)
+        elif log:
+            log(f"note: another process is writing {target} now; what it has beside it is "
+                "left as it is")
+
+
+def _recover(target: str, log=None) -> None:
+    """``recover``'s work, by the one writer of ``target``."""
     parent, base = os.path.split(target)
     if not os.path.isdir(parent):
         return

@@ -105,7 +105,8 @@ def test_a_stop_in_the_swap_leaves_a_whole_export_and_says_which(tmp_path, digit
     proc = _export(tmp_path, digits_records, 2, export, env,
                    wait=lambda p: (time.sleep(0.5), p.send_signal(sig)))
     now = _whole(export)
-    leftovers = sorted(n for n in os.listdir(tmp_path) if n.startswith(".export."))
+    leftovers = sorted(n for n in os.listdir(tmp_path)  # a kill leaves the writer's lock
+                       if n.startswith(".export.") and n != ".export.lock")
     if sig == signal.SIGKILL:  # killed before the exchange: the earlier export, untouched
         assert proc.returncode == -signal.SIGKILL
         assert now == earlier
@@ -153,6 +154,60 @@ def test_a_kill_just_before_or_after_the_exchange_is_named_as_it_is(tmp_path):
     assert said == [f"removed {whole}: the earlier export, swapped out by a write that was "
                     f"stopped just after it went in place (the one in {target} is the new one, "
                     "whole)"]
+
+
+WRITER = """
+import os, sys, time
+from common import files
+target, name = sys.argv[1], sys.argv[2]
+with files.staged_dir(target, "the export", log=print) as stage:
+    with open(os.path.join(stage, "model.txt"), "w") as f:
+        f.write(name)
+    open(target + "." + name + "-entered", "w").close()
+    while not os.path.exists(target + "." + name + "-release"):
+        time.sleep(0.1)
+"""
+
+
+def test_two_writes_of_one_directory_take_turns_and_neither_calls_the_other_stopped(
+        tmp_path):
+    """Two exports at once both exited 0, the second naming the first's staging "stopped"
+    (and a run starting meanwhile did too): the second now waits for the first, and a check
+    of the directory meanwhile leaves the write in progress alone."""
+    target = tmp_path / "export"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+
+    def start(name):
+        return subprocess.Popen([sys.executable, "-u", "-c", WRITER, str(target), name],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env)
+
+    def wait_for(path, proc):
+        deadline = time.time() + 120
+        while not path.exists():
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()
+            time.sleep(0.1)
+    first = start("first")
+    wait_for(tmp_path / "export.first-entered", first)
+    said = []
+    files.recover(str(target), said.append)
+    assert said == [f"note: another process is writing {target} now; what it has beside it is "
+                    "left as it is"]
+    second = start("second")
+    import select
+    assert select.select([second.stdout], [], [], 120)[0], "the second write said nothing"
+    assert second.stdout.readline().strip() == (f"waiting for another process writing "
+                                                f"{target} to finish")
+    time.sleep(1)
+    assert second.poll() is None and not (tmp_path / "export.second-entered").exists()
+    (tmp_path / "export.first-release").touch()
+    assert first.wait(60) == 0
+    wait_for(tmp_path / "export.second-entered", second)
+    (tmp_path / "export.second-release").touch()
+    out, err = second.communicate(timeout=60)
+    assert second.returncode == 0 and out == "", err[-2000:]
+    assert (target / "model.txt").read_text() == "second"
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".export.")]
 
 
 def test_without_an_exchange_a_kill_between_the_renames_is_undone_by_the_next_run(tmp_path):
