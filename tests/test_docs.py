@@ -209,3 +209,32 @@ def test_adding_a_model_lists_the_serving_interface_as_it_is():
     methods = [n for n, v in vars(serving.Serving).items()
                if isinstance(v, (types.FunctionType, classmethod, staticmethod, property))]
     assert len(methods) <= 10, methods
+
+
+NGC_SERVING_IMAGE = re.compile(r"nvcr\.io/nvidia/(tritonserver|tensorrt):(\d\d\.\d\d)")
+
+
+def test_every_documented_serving_line_names_the_one_release():
+    """A TensorRT engine loads only under the TensorRT that built it: the engines' TensorRT
+    container and the Triton image that serves them must be one NGC release. Every Triton or
+    TensorRT image a tracked file names (docs, scripts, Dockerfiles, code), and
+    docker/Dockerfile.triton's RELEASE, is common/export/tensorrt.py's NGC_RELEASE (25.02
+    engines beside a 25.10 server failed this)."""
+    from conftest import tracked_files
+
+    from common.export.tensorrt import NGC_RELEASE
+    found = {}
+    for rel in tracked_files():
+        if rel.startswith("tests/") or not os.path.isfile(os.path.join(ROOT, rel)):
+            continue
+        try:
+            text = _text(rel)
+        except UnicodeDecodeError:
+            continue
+        for image, release in NGC_SERVING_IMAGE.findall(text):
+            found.setdefault(release, set()).add(f"{rel} ({image})")
+    dockerfile = _text("docker/Dockerfile.triton")
+    (release,) = re.findall(r"^ARG RELEASE=(\S+)$", dockerfile, re.M)
+    found.setdefault(release, set()).add("docker/Dockerfile.triton (ARG RELEASE)")
+    assert "tritonserver:${RELEASE}-py3" in dockerfile
+    assert set(found) == {NGC_RELEASE}, {r: sorted(w) for r, w in found.items()}

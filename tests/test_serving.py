@@ -407,13 +407,14 @@ def test_the_engine_script_builds_fp16_and_int8_and_installs_them(resnet, tmp_pa
 
 def test_transformer_xls_engines_take_its_memory_length(txl):
     """Transformer-XL's TensorRT profile: one token and no memory up to --tgt_len tokens with
-    the model's whole memory (mem_len), not every unknown dimension at the batch size."""
+    the served memory (the evaluation's, --eval_mem_len), not every unknown dimension at the
+    batch size."""
     from common.export import tensorrt
     trainer, _, _ = txl
     serving, cfg, f = trainer.serving, trainer.task.cfg, trainer.flags
     inputs = {"tokens": ("int32", [None, None]),
               "mems": ("float32", [cfg.n_layer, None, None, cfg.d_model])}
-    full = f"mems:{cfg.n_layer}x16x{cfg.mem_len}x{cfg.d_model},tokens:16x{f.tgt_len}"
+    full = f"mems:{cfg.n_layer}x16x{f.eval_mem_len}x{cfg.d_model},tokens:16x{f.tgt_len}"
     assert tensorrt.profile(serving, inputs, 16) == (
         f"mems:{cfg.n_layer}x1x0x{cfg.d_model},tokens:1x1", full, full)
 

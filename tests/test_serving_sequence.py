@@ -157,14 +157,15 @@ def test_ids_outside_the_vocabulary_are_refused_by_the_server_and_the_savedmodel
 
 def test_an_over_long_segment_is_refused_and_the_model_stays_ready_and_answers(
         server, txl, ids, signatures, triton_python, tmp_path):
-    """A segment longer than the config's max_segment (--tgt_len + --mem_len: 16 here) is
+    """A segment longer than the config's max_segment (--tgt_len + the served memory,
+    --eval_mem_len: 8 + 16 here) is
     refused with the limit and the model stays ready and answers (a request of 16,000 tokens
     got its process killed, while ready said 200); the text client refuses such a --segment
     and sends a longer prompt in segments the model takes, as the chained steps do; the
     serving figures refuse such --tokens."""
     trainer, export, repo = txl
     cfg = trainer.task.cfg
-    longest = trainer.flags.tgt_len + cfg.mem_len
+    longest = trainer.flags.tgt_len + trainer.flags.eval_mem_len
     config = (repo / "cpu" / "transformerxl" / "config.pbtxt").read_text()
     assert f'key: "max_segment"\n    value {{\n      string_value: "{longest}"' in config
     got = sequence_steps(triton_python, server, [

@@ -123,14 +123,25 @@ def test_export_scores_and_continues_like_the_model(tmp_path, corpus):
     model = trainer.model
     tokens = tf.constant(np.load(os.path.join(corpus, "test.npy"))[:20].reshape(2, 10))
     empty = tf.zeros((2, 2, 0, 32))
+    # The export serves with the evaluation's memory (NVIDIA's protocol: --eval_mem_len 16,
+    # --eval_clamp_len 12 and --eval_same_length at the tiny preset), as evaluation scores.
+    f = trainer.flags
+    memory = {"mem_len": f.eval_mem_len, "clamp_len": f.eval_clamp_len,
+              "same_length": f.eval_same_length}
     served = loaded.signatures["serving_default"](tokens=tokens, mems=empty)
-    logp, mems = model.log_prob(tokens, model.empty_mems(2))
+    logp, mems = model.log_prob(tokens, model.empty_mems(2), **memory)
     np.testing.assert_allclose(served["log_probs"].numpy(), logp[:, -1].numpy(), atol=1e-5)
-    assert served["new_mems"].shape == (2, 2, 8, 32)  # memory kept to --mem_len
+    again = loaded.signatures["serving_default"](tokens=tokens, mems=served["new_mems"])
+    assert again["new_mems"].shape == (2, 2, 16, 32)  # memory kept to --eval_mem_len
+    start = tf.stack(model.initial_mems(2, f.eval_mem_len))  # evaluation's first memory
     scored = loaded.signatures["score"](tokens=tokens[:, :-1], targets=tokens[:, 1:],
-                                        mems=tf.stack(model.initial_mems(2)))
-    nll, _ = model(tokens[:, :-1], model.initial_mems(2), tokens[:, 1:], training=False)
+                                        mems=start)
+    nll, _ = model(tokens[:, :-1], tf.unstack(start), tokens[:, 1:], training=False,
+                   **memory)
     np.testing.assert_allclose(scored["nll"].numpy(), nll.numpy(), rtol=1e-5)
+    info = json.loads((export / "assets" / "client.json").read_text())
+    assert {k: info[k] for k in ("memory", *memory)} == {"memory": "evaluation", **memory}
+    assert info["max_segment"] == f.tgt_len + f.eval_mem_len
     assert (export / "assets" / "vocab.txt").read_text().split("\n")[0] == "<eos>"
 
 
@@ -251,3 +262,14 @@ def test_two_processes_train_and_evaluate_as_one(tmp_path, corpus):
     assert two["eval_ppl"] == pytest.approx(one["eval_ppl"], rel=1e-5)
     assert two["eval_ppl_token_weighted"] == pytest.approx(one["eval_ppl_token_weighted"],
                                                            rel=1e-5)
+
+
+def test_export_memory_chooses_the_served_memory_lengths():
+    from types import SimpleNamespace
+
+    from txl.serving import served_memory
+    f = SimpleNamespace(mem_len=192, clamp_len=-1, same_length=False, eval_mem_len=640,
+                        eval_clamp_len=400, eval_same_length=True, export_memory="eval")
+    assert served_memory(f) == {"mem_len": 640, "clamp_len": 400, "same_length": True}
+    f.export_memory = "train"
+    assert served_memory(f) == {"mem_len": 192, "clamp_len": -1, "same_length": False}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds this export's TensorRT engines on the GPU that will serve them (an engine is tied to its
-# GPU and TensorRT version; NVIDIA's TensorRT container has trtexec), then moves each model, its
+# GPU and TensorRT version: build them in nvcr.io/nvidia/tensorrt:@RELEASE@-py3, whose TensorRT
+# is that of the Triton @RELEASE@ image docker/Dockerfile.triton builds), then moves each model, its
 # config and plan, into the triton/ repository whole and, for an image model, points its
 # ensemble at the FP16 engine. Written beside the repositories by --export_triton from
 # common/export/build_engines.sh, its values filled in: the engines and the ensemble.
@@ -17,7 +18,7 @@ ENSEMBLE=@ENSEMBLE@  # the ensemble the FP16 engine serves, or none
 DRY=0; [ "${1:-}" = --dry-run ] && DRY=1
 run() { echo "+ $*"; [ "$DRY" = 1 ] || "$@"; }
 if [ "$DRY" = 0 ] && ! command -v trtexec >/dev/null; then
-  echo "build_engines.sh: trtexec is not on PATH: run this in NVIDIA's TensorRT container (nvcr.io/nvidia/tensorrt:<yy.mm>-py3) on the serving GPU" >&2
+  echo "build_engines.sh: trtexec is not on PATH: run this in NVIDIA's TensorRT container (nvcr.io/nvidia/tensorrt:@RELEASE@-py3, the release of the Triton image that serves the engines) on the serving GPU" >&2
   exit 2
 fi
 [ -d "$REPO" ] || { echo "build_engines.sh: no repository at $REPO (set REPO)" >&2; exit 2; }

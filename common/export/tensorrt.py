@@ -24,6 +24,12 @@ from common.export.triton_config import (
 )
 
 TEMPLATE = os.path.join(os.path.dirname(__file__), "build_engines.sh")
+# The one NGC release of the GPU serving path: the Triton image docker/Dockerfile.triton builds
+# on (its RELEASE), and the TensorRT container that builds the engines it serves (an engine
+# loads only under the TensorRT it was built with: the same yy.mm carries the same TensorRT).
+# 25.02 is the last Triton with the TensorFlow backend (DIR/tensorflow) and the release of the
+# default training image. The documented commands name it; tests/test_docs.py holds them to it.
+NGC_RELEASE = "25.02"
 
 
 def profile(serving, inputs, max_batch_size: int) -> tuple[str, str, str]:
@@ -44,7 +50,8 @@ def script(engines: list[tuple[str, bool, tuple[str, str, str]]], ensemble_name:
     rows = "\n".join("  " + shlex.quote("|".join([model, "--int8" if int8 else "", *shapes]))
                      for model, int8, shapes in engines)
     return text.replace("@ENGINES@", rows).replace(
-        "@ENSEMBLE@", shlex.quote(ensemble_name) if ensemble_name else '""')
+        "@ENSEMBLE@", shlex.quote(ensemble_name) if ensemble_name else '""').replace(
+        "@RELEASE@", NGC_RELEASE)
 
 
 def write(serving, export_dir: str, triton_dir: str, labels_file, image: bool, log=None
@@ -83,6 +90,7 @@ def write(serving, export_dir: str, triton_dir: str, labels_file, image: bool, l
         path = os.path.join(stage, "build_engines.sh")
         write_text(path, script(built, name if image and built else None))
         os.chmod(path, 0o755)
-    return [f"TensorRT: bash {os.path.join(pending, 'build_engines.sh')} on the serving GPU "
-            f"builds {' and '.join(m for m, _, _ in built)} and adds them to "
+    return [f"TensorRT: bash {os.path.join(pending, 'build_engines.sh')} on the serving GPU, "
+            f"in nvcr.io/nvidia/tensorrt:{NGC_RELEASE}-py3 (the release of the Triton image "
+            f"that serves them), builds {' and '.join(m for m, _, _ in built)} and adds them to "
             f"{os.path.join(triton_dir, 'triton')}"]

@@ -13,10 +13,11 @@ loaded.
   ``<name>_python`` (``model.onnx`` run by ONNX Runtime); Transformer-XL holds ``<name>``, its
   SavedModel served as a sequence (``triton_python/sequence.py``: the memory stays in the
   server, a request carries its tokens only).
-* ``DIR/triton``: NVIDIA's Triton container, any release, as ``docker/Dockerfile.triton``
-  builds it (its Python holding docker/triton-requirements.txt): the image models' ``<name>``
-  over ``<name>_onnx`` (the ONNX Runtime backend; after ``build_engines.sh``, TensorRT) with
-  the same ``<name>_preprocess``; Transformer-XL's sequence model.
+* ``DIR/triton``: NVIDIA's Triton container of ``tensorrt.NGC_RELEASE``, as
+  ``docker/Dockerfile.triton`` builds it (its Python holding docker/triton-requirements.txt):
+  the image models' ``<name>`` over ``<name>_onnx`` (the ONNX Runtime backend; after
+  ``build_engines.sh``, TensorRT) with the same ``<name>_preprocess``; Transformer-XL's
+  sequence model.
 * ``DIR/tensorflow``: ``<name>_savedmodel``, the SavedModel's ``serving_default`` on the
   TensorFlow backend, which NVIDIA's containers have up to 25.02: served beside ``DIR/triton``
   (``--model-repository`` twice). Transformer-XL's takes and returns its memory.
@@ -53,6 +54,7 @@ from common.export.triton_config import (
     batched,
     config,
     ensemble,
+    max_sequences,
     onnx_tensors,
     sequence,
     to_text,
@@ -254,7 +256,8 @@ def _sequence_config(serving, export_dir: str) -> dict:
     optional = set(inputs) - set.intersection(*each)
     c = sequence(serving.triton_name, inputs, outputs, (state_in, state_out), optional,
                  serving.triton_max_batch_size,
-                 {k: described.get(k) for k in ("vocab_size", "vocab_sha256", "max_segment")})
+                 {**{k: described.get(k) for k in ("vocab_size", "vocab_sha256", "max_segment")},
+                  "max_sequences": max_sequences(described.get("state_bytes"))})
     c["parameters"].append({"key": "state_batch_axis", "value": {"string_value": str(axis)}})
     return c
 

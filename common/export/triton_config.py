@@ -32,13 +32,22 @@ QUEUE_DELAY_US = 0
 # and the memory the model keeps for it); a client that comes back later starts anew.
 SEQUENCE_IDLE_US = 60_000_000
 # The sequences the model keeps a state for at once (``max_sequences``; the start of one more
-# is refused with a line, never a silent drop): each holds its memory, n_layer x mem_len x
-# d_model float32 (6.3 MB at Transformer-XL base), so 256 of them about 1.6 GB. The sequence
-# batcher's candidate slots are four times that: a start the model refuses keeps its slot
-# until it idles out, and a sequence waiting for a slot would wait silently (Triton queues it
-# until another sequence ends or idles out).
+# is refused with a line, never a silent drop): at most 256, fewer where their states would
+# take more than 2 GiB together (Transformer-XL base: n_layer x mem_len x d_model float32 is
+# 21 MB with the evaluation's memory of 640, so 102 sequences; 6.3 MB with the training's 192,
+# so 256). The sequence batcher's candidate slots are four times the most: a start the model
+# refuses keeps its slot until it idles out, and a sequence waiting for a slot would wait
+# silently (Triton queues it until another sequence ends or idles out).
 MAX_SEQUENCES = 256
+SEQUENCE_MEMORY = 2 << 30
 SEQUENCE_SLOTS = 4 * MAX_SEQUENCES
+
+
+def max_sequences(state_bytes: int | None) -> int:
+    """How many sequences of ``state_bytes`` each the model keeps at once (at least 16)."""
+    if not state_bytes:
+        return MAX_SEQUENCES
+    return max(16, min(MAX_SEQUENCES, SEQUENCE_MEMORY // state_bytes))
 
 
 class Enum(str):
@@ -167,8 +176,8 @@ def sequence(name: str, inputs, outputs, state: tuple[str, str], optional, max_b
     strategy: each execution takes the oldest request of each waiting sequence, of up to
     ``SEQUENCE_SLOTS`` open sequences), and releases a sequence idle for
     ``SEQUENCE_IDLE_US``, as the model then drops its state. ``limits`` become parameters the
-    model checks each request against (``vocab_size``, ``max_segment``; ``vocab_sha256`` for
-    clients), with ``max_sequences`` (``MAX_SEQUENCES``)."""
+    model checks each request against (``vocab_size``, ``max_segment``, ``max_sequences``;
+    ``vocab_sha256`` for clients); without ``max_sequences``, ``MAX_SEQUENCES``."""
     c = config(name, {"backend": "python"}, inputs, outputs, max_batch_size, reshape=False,
                cpu=True)
     c.pop("dynamic_batching", None)

@@ -99,6 +99,11 @@ def define_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_integer("eval_mem_len", 640, "Memory length in evaluation.", lower_bound=0, **d)
     flags.DEFINE_integer("eval_clamp_len", 400, "clamp_len in evaluation.", **d)
     flags.DEFINE_boolean("eval_same_length", True, "same_length in evaluation.", **d)
+    flags.DEFINE_enum("export_memory", "eval", ("eval", "train"), "The memory an export (and "
+                      "its Triton sequence model) keeps and reads: eval, the evaluation "
+                      "protocol's (--eval_mem_len, --eval_clamp_len, --eval_same_length: "
+                      "NVIDIA's 640, 400 and True at base); train, the training's (--mem_len, "
+                      "--clamp_len, --same_length).", **d)
     # Prediction.
     flags.DEFINE_integer("gen_len", 50, "predict: words to generate after each prompt.",
                          lower_bound=1, **d)

@@ -152,9 +152,11 @@ class TransformerXL(keras.Model):
                            tf.reshape(targets, [-1]))
         return tf.reshape(nll, [b, q]), new_mems
 
-    def log_prob(self, tokens, mems):
-        """(log-probabilities (B, Q, vocab) of the next word, new memories): for generation."""
-        h, new_mems = self.hidden(tokens, mems, training=False)
+    def log_prob(self, tokens, mems, mem_len=None, clamp_len=None, same_length=None):
+        """(log-probabilities (B, Q, vocab) of the next word, new memories): for generation;
+        overrides as ``hidden``'s."""
+        h, new_mems = self.hidden(tokens, mems, training=False, mem_len=mem_len,
+                                  clamp_len=clamp_len, same_length=same_length)
         b, q = tf.shape(h)[0], tf.shape(h)[1]
         lp = self.softmax.log_prob(tf.reshape(h, [b * q, -1]), self.embedding.embeddings)
         return tf.reshape(lp, [b, q, -1]), new_mems

@@ -1,11 +1,16 @@
 """Transformer-XL's export: next-word log-probabilities and scoring, both with memory.
 
 Two signatures over (B, Q) int32 ``tokens`` (ids of ``assets/vocab.txt``'s lines) and the
-memory ``mems`` (n_layer, B, M, d_model) float32 (zeros of any M to start; M grows up to
---mem_len): ``serving_default`` -> the next word's log-probabilities ``log_probs`` (B, vocab)
-and the new memory ``new_mems`` (an output named as an input would clash in ONNX); ``score``
-(also given ``targets``) -> the NLL ``nll`` (B, Q) and the new memory. The memory is float32 at
-the signatures under every policy (the model keeps it in its compute dtype).
+memory ``mems`` (n_layer, B, M, d_model) float32 (zeros of any M to start; M grows up to the
+served memory length): ``serving_default`` -> the next word's log-probabilities ``log_probs``
+(B, vocab) and the new memory ``new_mems`` (an output named as an input would clash in ONNX);
+``score`` (also given ``targets``) -> the NLL ``nll`` (B, Q) and the new memory. The memory is
+float32 at the signatures under every policy (the model keeps it in its compute dtype).
+
+The memory an export keeps and reads is the evaluation protocol's by default
+(``--export_memory eval``: --eval_mem_len, --eval_clamp_len, --eval_same_length; NVIDIA's 640,
+400 and True at base), so that a served text is scored as evaluation scores it; ``train`` keeps
+the training's. ``client.json`` records which (``memory``) and its lengths.
 """
 from __future__ import annotations
 
@@ -30,23 +35,23 @@ class TXLServing(Serving):
     inference_streams = True  # the memory runs from batch to batch
 
     def engine_shapes(self, inputs, rows, least):
-        """Segments of one token with no memory up to --tgt_len tokens with the model's whole
-        memory (``mem_len`` positions), one row up to ``rows``."""
+        """Segments of one token with no memory up to --tgt_len tokens with the served memory
+        (its ``mem_len`` positions), one row up to ``rows``."""
         cfg = self.task.cfg
-        q, m = (1, 0) if least else (self.flags.tgt_len, cfg.mem_len)
+        q, m = (1, 0) if least else (self.flags.tgt_len, served_memory(self.flags)["mem_len"])
         shapes = {"tokens": [rows, q], "targets": [rows, q],
                   "mems": [cfg.n_layer, rows, m, cfg.d_model]}
         return {n: shapes[n] for n in inputs}
 
     def signatures(self, model):
-        cfg = self.task.cfg
+        cfg, memory = self.task.cfg, served_memory(self.flags)
         tokens = tf.TensorSpec([None, None], tf.int32, name="tokens")
         mems = tf.TensorSpec([cfg.n_layer, None, None, cfg.d_model], tf.float32, name="mems")
 
         @tf.function(input_signature=[tokens, mems])
         def next_word(tokens, mems):
             with tf.control_dependencies(_ids_checked(tokens=tokens, vocab=cfg.vocab_size)):
-                logp, new = model.log_prob(tokens, tf.unstack(mems, cfg.n_layer))
+                logp, new = model.log_prob(tokens, tf.unstack(mems, cfg.n_layer), **memory)
             return {"log_probs": logp[:, -1], "new_mems": tf.cast(tf.stack(new), tf.float32)}
 
         @tf.function(input_signature=[tokens, tf.TensorSpec([None, None], tf.int32,
@@ -55,7 +60,7 @@ class TXLServing(Serving):
             with tf.control_dependencies(_ids_checked(tokens=tokens, targets=targets,
                                                       vocab=cfg.vocab_size)):
                 nll, new = model(tokens, tf.unstack(mems, cfg.n_layer), targets,
-                                 training=False)
+                                 training=False, **memory)
             return {"nll": nll, "new_mems": tf.cast(tf.stack(new), tf.float32)}
         return {"serving_default": next_word, "score": score}
 
@@ -68,17 +73,21 @@ class TXLServing(Serving):
     def client_info(self):
         cfg, f = self.task.cfg, self.flags
         vocab = self.assets().get("vocab.txt")
+        memory = served_memory(f)
         # The longest segment a request may carry (the served sequence model refuses longer
-        # ones): the attention span the model was trained with, --tgt_len new tokens over
-        # --mem_len of memory. Each layer's attention holds heads x segment x (segment +
-        # memory) scores, so a request of thousands of tokens would take the serving
-        # process's memory; a longer text goes in several segments of one sequence.
-        max_segment = f.tgt_len + cfg.mem_len
+        # ones): --tgt_len new tokens over the served memory. Each layer's attention holds
+        # heads x segment x (segment + memory) scores, so a request of thousands of tokens
+        # would take the serving process's memory; a longer text goes in several segments
+        # of one sequence.
+        max_segment = f.tgt_len + memory["mem_len"]
         return {"vocab": "vocab.txt" if vocab else None, "config": "config.json",
                 "vocab_size": cfg.vocab_size,
                 "vocab_sha256": hashlib.sha256(vocab.encode()).hexdigest() if vocab else None,
-                "n_layer": cfg.n_layer, "d_model": cfg.d_model, "mem_len": f.mem_len,
-                "max_segment": max_segment,
+                "n_layer": cfg.n_layer, "d_model": cfg.d_model,
+                "memory": {"eval": "evaluation", "train": "training"}[f.export_memory],
+                **memory, "max_segment": max_segment,
+                # What the server keeps of each open sequence (float32 memory).
+                "state_bytes": cfg.n_layer * memory["mem_len"] * cfg.d_model * 4,
                 "start_memory": f"zeros of shape ({cfg.n_layer}, batch, 0, {cfg.d_model})"}
 
     def serving_call(self, inputs, state):
@@ -123,3 +132,12 @@ def _ids_checked(vocab: int, **ids) -> list:
             for name, v in ids.items()
             for check, bound in ((tf.debugging.assert_greater_equal, 0),
                                  (tf.debugging.assert_less, vocab))]
+
+
+def served_memory(f) -> dict:
+    """The memory lengths an export serves with (``--export_memory``): ``mem_len``,
+    ``clamp_len`` and ``same_length``, as ``TransformerXL.hidden`` takes them."""
+    if f.export_memory == "train":
+        return {"mem_len": f.mem_len, "clamp_len": f.clamp_len, "same_length": f.same_length}
+    return {"mem_len": f.eval_mem_len, "clamp_len": f.eval_clamp_len,
+            "same_length": f.eval_same_length}
