@@ -379,9 +379,10 @@ def test_the_engine_script_builds_fp16_and_int8_and_installs_them(resnet, tmp_pa
     shutil.copy(with_int8 / "model.onnx", with_int8 / "model_int8.onnx")  # stands for INT8's
     lines = triton.write_repository(trainer.serving, str(with_int8), str(tmp_path / "triton"))
     script = tmp_path / "triton.tensorrt" / "build_engines.sh"
-    assert lines[-1] == (f"TensorRT: bash {script} on the serving GPU builds resnet50_tensorrt "
-                         f"and resnet50_tensorrt_int8 and adds them to "
-                         f"{tmp_path / 'triton' / 'triton'}")
+    assert lines[-1] == (f"TensorRT: bash {script} on the serving GPU, in "
+                         "nvcr.io/nvidia/tensorrt:25.02-py3 (the release of the Triton image "
+                         "that serves them), builds resnet50_tensorrt and resnet50_tensorrt_int8 "
+                         f"and adds them to {tmp_path / 'triton' / 'triton'}")
     proc = subprocess.run(["bash", str(script), "--dry-run"], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr

@@ -33,6 +33,7 @@ scripts/triton_env.sh's).
 """
 import json
 import os
+import re
 import threading
 import time
 
@@ -188,7 +189,14 @@ class TritonPythonModel:
 
 
 def _first_line(e: Exception) -> str:
-    lines = str(e).strip().splitlines()
+    """The line that says what failed: a TensorFlow error's message without its wrapping
+    ("Graph execution error:", "Detected at node ... defined at" and its traceback, which the
+    message follows; the op and node names), else the error's first line."""
+    text = re.sub(r"\{\{[^}]*\}\}|\[Op:[^\]]*\]|\[\[[^\]]*\]\]", "",
+                  getattr(e, "message", None) or str(e))
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if "Detected at node" in text:
+        lines = lines[-1:]
     return lines[0][:500] if lines else type(e).__name__
 
 
