@@ -65,6 +65,16 @@ def run(script: str, target: str) -> int:
     return obj()
 
 
+def main_of(target: str):
+    """A model package's ``main`` (``python -m PACKAGE``, and the console scripts of
+    pyproject.toml's ``[project.scripts]``): ``run`` of ``target``, its errors and ``--help``
+    naming the command as it was started (``prog``, else the script's name)."""
+    def main(prog: str | None = None) -> int:
+        sys.argv[0] = prog or os.path.basename(sys.argv[0])
+        return run(sys.argv[0], target)
+    return main
+
+
 def _parse_early(flags_module: str) -> int | None:
     """The model's flags (its config module: ``define_flags``, ``FLAG_DEFAULTS``) parse the
     command line before TensorFlow: 0 once ``--help`` printed every flag with its default; 2,

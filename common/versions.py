@@ -230,12 +230,15 @@ def lifted_constraints(lines: list[str], requirements_txt: str) -> tuple[list[st
             below = True
         if below:
             needs[_name(r.package)] = Version(r.pin)
-    with open(requirements_txt) as f:
-        for line in f:
-            line = line.split("#")[0].strip()
-            if line:
-                spec = Spec(line)
-                needs.setdefault(_name(spec.name), spec.specifier)
+    # requirements.txt and, beside it, the test extra's file: install_deps.sh installs both.
+    test_txt = os.path.join(os.path.dirname(requirements_txt), "requirements-test.txt")
+    for path in (requirements_txt, *([test_txt] if os.path.exists(test_txt) else [])):
+        with open(path) as f:
+            for line in f:
+                line = line.split("#")[0].strip()
+                if line:
+                    spec = Spec(line)
+                    needs.setdefault(_name(spec.name), spec.specifier)
     kept, notes = [], []
     for line in lines:
         text = line.split("#")[0].strip()

@@ -11,7 +11,7 @@
 # call after TensorFlow's is constrained to the installed numpy, protobuf, ml-dtypes, h5py,
 # TensorFlow, Horovod and DALI. Where no TensorFlow is installed, the pip stack comes from
 # requirements.lock (exact versions and hashes, written by scripts/lock.sh from
-# common/versions.py's pins and requirements.txt); the sources of Horovod and the DALI plugin,
+# common/versions.py's pins, requirements.txt and requirements-test.txt); the sources of Horovod and the DALI plugin,
 # compiled here, are checked against their hashes below.
 # Horovod and the DALI TensorFlow plugin are compiled here when missing; the wheels are kept in
 # $TF_MODEL_SCRIPTS_CACHE (default ~/.cache/tf-model-scripts) for the next environment with the
@@ -105,7 +105,7 @@ elif py_ok 'import importlib.metadata as m; m.distribution("tensorflow")'; then
   exit 1
 else
   # No image fixed the versions: the locked pip stack (scripts/lock.sh), every file checked
-  # against its hash: TensorFlow, Keras, DALI and requirements.txt in one resolution.
+  # against its hash: TensorFlow, Keras, DALI and requirements*.txt in one resolution.
   case "${TF_PIP_EXTRAS:-}" in
     "") lock="$here/requirements.lock" ;;
     and-cuda) lock="$here/requirements-cuda.lock" ;;
@@ -146,7 +146,8 @@ if ! has keras versions --satisfied keras 2>/dev/null; then
 fi
 
 # --- Light Python dependencies (pip is quick when they are already satisfied) -------------------
-pip_install -c "$constraints" -r "$here/requirements.txt"
+# With the test and lint tools (the package's "test" extra) that `make test` runs.
+pip_install -c "$constraints" -r "$here/requirements.txt" -r "$here/requirements-test.txt"
 
 # A wheel compiled here is kept per package version, Python, TensorFlow and environment.
 build_key() {

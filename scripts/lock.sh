@@ -3,8 +3,9 @@
 # may take, for Python 3.11 and later on Linux): what scripts/install_deps.sh installs where no
 # image fixes the versions already (a bare machine, docker/Dockerfile.cuda).
 #   requirements.lock       TensorFlow and Keras (common/versions.py's pins), DALI, requirements.txt
+#                           and requirements-test.txt
 #   requirements-cuda.lock  the same with tensorflow[and-cuda] (CUDA and cuDNN from pip)
-# Run it after changing a pin or requirements.txt; tests/test_lock.py checks that they agree.
+# Run it after changing a pin or a requirements file; tests/test_lock.py checks that they agree.
 # The versions already locked are kept (uv prefers what its output file pins), so adding a
 # requirement changes only what it brings; LOCK_UPGRADE=1 takes the newest of everything.
 # Needs uv (pip install uv); reads the package index, installs nothing.
@@ -26,7 +27,7 @@ for variant in "" cuda; do
   upgrade=()
   if [ "${LOCK_UPGRADE:-0}" = 1 ]; then upgrade=(--upgrade)
   elif [ -f "$out" ]; then cp "$out" "$work/$out"; fi  # uv keeps the versions it finds there
-  uv pip compile "$work/pins.in" requirements.txt --universal --python-version 3.11 \
+  uv pip compile "$work/pins.in" requirements.txt requirements-test.txt --universal --python-version 3.11 \
     --generate-hashes --no-header --no-annotate --quiet "${upgrade[@]}" -o "$work/$out"
   { echo "# The pip stack, locked by scripts/lock.sh (uv pip compile --universal --generate-hashes)"
     echo "# from tensorflow$extra==$tf, keras==$keras, nvidia-dali-cuda120==$dali and requirements.txt."

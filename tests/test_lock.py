@@ -36,7 +36,9 @@ def _locked(name: str) -> dict[str, set[Version]]:
 
 
 def _requirements() -> list[Requirement]:
-    lines = open(os.path.join(ROOT, "requirements.txt")).read().splitlines()
+    """requirements.txt's and requirements-test.txt's (install_deps.sh installs both)."""
+    lines = [ln for name in ("requirements.txt", "requirements-test.txt")
+             for ln in open(os.path.join(ROOT, name)).read().splitlines()]
     return [Requirement(ln.split("#")[0]) for ln in lines if ln.split("#")[0].strip()]
 
 

@@ -1,8 +1,10 @@
 """``pip wheel .`` builds a package that installs and runs: every module of the checkout's
-packages is in it (sub-packages and the Triton Python-backend models included; it once lacked
-``common/export/`` and ``common/checkpoint/``, which the editable install and ``entry.py``'s
-path hid), it imports in a fresh environment outside the checkout, and ``python -m rn50``,
-``ssd`` and ``txl`` answer ``--help`` from it."""
+packages is in it (sub-packages, the Triton Python-backend models and the TensorRT engine
+script included; it once lacked ``common/export/`` and ``common/checkpoint/``, which the
+editable install and ``entry.py``'s path hid), it imports in a fresh environment outside the
+checkout, ``python -m rn50``, ``ssd`` and ``txl`` and the console scripts answer ``--help``
+from it, a tiny training run exports to Triton from it, and its requirements hold no test or
+lint tool (the "test" extra does)."""
 import os
 import subprocess
 import sys
@@ -42,6 +44,7 @@ def test_the_wheel_holds_every_module_and_runs_outside_the_checkout(tmp_path):
             for m, f in modules.items()}
     python_models = sorted(os.listdir(os.path.join(ROOT, "common", "export", "triton_python")))
     want |= {f"common/export/triton_python/{f}" for f in python_models if f.endswith(".py")}
+    want.add("common/export/build_engines.sh")  # the template the TensorRT export fills in
     assert sorted(want - held) == []
     # A fresh environment: the wheel installed into it, the stack's packages (TensorFlow ...)
     # reached through a path file, not through the site this checkout is installed in.
@@ -73,3 +76,35 @@ def test_the_wheel_holds_every_module_and_runs_outside_the_checkout(tmp_path):
                               env={**os.environ, "PYTHONPATH": ""})
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert proc.stdout.startswith(f"usage: python -m {package} ") and flag in proc.stdout
+    # The wheel's own requirements leave the test and lint tools to its "test" extra.
+    meta = next(n for n in held if n.endswith(".dist-info/METADATA"))
+    lines = zipfile.ZipFile(wheel).read(meta).decode().splitlines()
+    required = [ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("Requires-Dist:")]
+    plain = {r.split(";")[0].split(">")[0].split("=")[0].strip() for r in required
+             if "extra ==" not in r}
+    extra = {r.split(";")[0].split(">")[0].split("=")[0].strip() for r in required
+             if "extra == \"test\"" in r}
+    assert not plain & {"pytest", "pytest-xdist", "ruff"}, plain
+    assert extra == {"pytest", "pytest-xdist", "ruff"}, extra
+    # Console scripts, and an export to Triton from outside the checkout: the export reads
+    # files beside its modules (build_engines.sh, the Python-backend models), which the wheel
+    # lacked (it exited 1: "cannot write the TensorRT models to build").
+    env = {**os.environ, "PYTHONPATH": ""}
+    bin_dir = venv / "bin"
+    for script, flag in (("tf-resnet50", "--eval_preprocessing"), ("tf-ssd320", "--trunk"),
+                         ("tf-transformerxl", "--mem_len"),
+                         ("tf-resnet50-import-weights", "--from")):
+        proc = subprocess.run([str(bin_dir / script), "--help"], capture_output=True,
+                              text=True, timeout=120, cwd=tmp_path, env=env)
+        assert proc.returncode == 0 and flag in proc.stdout, (script, proc.stderr[-2000:])
+    run = tmp_path / "run"
+    proc = subprocess.run([str(bin_dir / "tf-resnet50"), "--preset", "tiny", "--mode", "train",
+                           "--iter_unit", "batch", "--num_iter", "1", "--results_dir", str(run),
+                           "--export_dir", str(run / "export"), "--export_triton",
+                           str(run / "triton")], capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (run / "triton" / "cpu" / "resnet50_preprocess" / "1" / "model.py").is_file()
+    assert (run / "triton" / "cpu" / "resnet50_python" / "1" / "model.onnx").is_file()
+    script = (run / "triton.tensorrt" / "build_engines.sh").read_text()
+    assert "resnet50_tensorrt" in script and "@ENGINES@" not in script

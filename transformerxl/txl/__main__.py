@@ -1,9 +1,11 @@
 """``python -m txl``: ``transformerxl/main.py`` where the package is installed (``pip install .``)
-rather than run from the checkout; the same start (``common/entry.py``)."""
+rather than run from the checkout; the same start (``common/entry.py``). ``main`` is also the
+console script pyproject.toml installs."""
 import sys
 
 from common import entry
 
+main = entry.main_of("txl.task:TransformerXLTask")
+
 if __name__ == "__main__":
-    sys.argv[0] = "python -m txl"  # what its one-line errors and --help name
-    sys.exit(entry.run(sys.argv[0], "txl.task:TransformerXLTask"))
+    sys.exit(main("python -m txl"))  # what its one-line errors and --help name
