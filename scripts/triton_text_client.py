@@ -74,12 +74,11 @@ def encode(text: str, vocab: list[str], lines: bool) -> list[int]:
 def served_limits(server, model: str, protocol: str) -> dict:
     """The sequence model's parameters as the server serves them (``vocab_sha256``,
     ``vocab_size``, ``max_segment``: strings; absent from an export older than them)."""
+    from triton_client import _config
     try:
-        config = server.get_model_config(model, as_json=True) if protocol == "grpc" else \
-            server.get_model_config(model)
+        config = _config(server, model, protocol)
     except Exception as e:  # tritonclient's errors, per protocol
         raise ClientError(f"{model}: {str(e).strip().splitlines()[0][:300]}") from None
-    config = config.get("config", config)
     if "sequence_batching" not in config:
         raise ClientError(f"{model} is not a sequence model (Transformer-XL's): images go to "
                           "scripts/triton_client.py")
