@@ -18,6 +18,10 @@ class Model:
     package: str  # the model's code, importable (pyproject.toml maps it)
     task: str  # module:class of its Task
     item_unit: str  # what its throughput counts
+    # Its model card's task and data, as the Hugging Face hub names them (``pipeline_tag``,
+    # the dataset's hub id).
+    pipeline_tag: str
+    dataset: str
 
     @property
     def benchmarks(self) -> str:
@@ -27,9 +31,12 @@ class Model:
 
 
 MODELS = {
-    "resnet50v1.5": Model("resnet50v1.5", "rn50", "rn50.task:ResNetTask", "images"),
-    "ssd320": Model("ssd320", "ssd", "ssd.task:SSDTask", "images"),
-    "transformerxl": Model("transformerxl", "txl", "txl.task:TransformerXLTask", "tokens"),
+    "resnet50v1.5": Model("resnet50v1.5", "rn50", "rn50.task:ResNetTask", "images",
+                          "image-classification", "ILSVRC/imagenet-1k"),
+    "ssd320": Model("ssd320", "ssd", "ssd.task:SSDTask", "images", "object-detection",
+                    "detection-datasets/coco"),
+    "transformerxl": Model("transformerxl", "txl", "txl.task:TransformerXLTask", "tokens",
+                           "text-generation", "Salesforce/wikitext"),
 }
 
 

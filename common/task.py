@@ -186,6 +186,10 @@ class Task(abc.ABC):
         streams) start at the micro-batch the step would have read next."""
         return self.train_dataset()
 
+    def eval_split(self) -> str:
+        """The split evaluation reads, as a model card names it (Hugging Face's split names)."""
+        return "validation"
+
     def eval_dataset(self) -> tf.data.Dataset:
         """This rank's shard of the evaluation data, one pass."""
         raise NotImplementedError(f"{self.name} has no evaluation data")

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from common import export, files, precision
 from common import task as task_lib
-from common.checkpoint import start, store
+from common.checkpoint import scores, start, store
 from common.core import benchmark, inference, loop, train_step
 from common.core.evaluation import Evaluator
 from common.core.nonfinite import NonFiniteGuard, first_non_finite
@@ -56,6 +56,7 @@ class Trainer:
             loss_scale, keep=self.flags.keep_checkpoints, log=self.log.print)
         # The model's serving object: what its exports hold and what inference is.
         self.serving = task.serving_class(task) if task.serving_class else None
+        self.scored: dict | None = None  # what evaluate() scored, for the model card
         self._check_output_dirs()
         self._compiled_step = None
         self.inference_model = inference.InferenceModel(task, self.model, ctx)
@@ -248,10 +249,16 @@ class Trainer:
             epoch = loop.epoch_of(self.step, self.steps_per_epoch)
         results = self.evaluator.evaluate(self.step, epoch)
         f = self.flags
-        self.serving.scored = {"metrics": json.loads(json.dumps(results, default=float)),
-                               "step": self.step,
-                               "data_dir": f.data_dir and os.path.abspath(f.data_dir),
-                               "split": "validation"}
+        # The card's figures: the model's quality apart from what the pass counted and its
+        # speed on this machine.
+        plain = json.loads(json.dumps(results, default=float))
+        counts = {f"eval_{self.task.item_unit}", self.task.config.LOG_NAMES.eval_throughput}
+        self.scored = {"split": self.task.eval_split(), "step": self.step,
+                       "data": f.data_dir and os.path.basename(os.path.normpath(f.data_dir)),
+                       "metrics": {k: v for k, v in plain.items() if k not in counts},
+                       "evaluated": {k: v for k, v in plain.items() if k in counts}}
+        if self.dist.is_chief and f.model_dir:
+            scores.record(f.model_dir, self.scored, self.log.print)
         return results
 
     def benchmark_training(self) -> dict:
@@ -288,7 +295,10 @@ class Trainer:
     def export(self, export_dir: str) -> None:
         if self.dist.is_chief:
             f = self.flags
+            # What these weights scored: this run's evaluation, else one that an earlier run
+            # recorded for this checkpoint's step in --model_dir.
+            scored = self.scored or scores.at(f.model_dir, self.step)
             export.export(self.serving, self.model, export_dir,
-                          export.writes_onnx(self.serving, f), self.log,
+                          export.writes_onnx(self.serving, f), self.log, scored=scored,
                           int8=f.export_onnx_int8, triton_dir=f.export_triton,
                           triton_replace=f.triton_replace)

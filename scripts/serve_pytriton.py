@@ -8,7 +8,7 @@ Triton's own container (README, "Deployment").
     "$(bash scripts/triton_env.sh)" scripts/serve_pytriton.py --export_dir export
 
 It serves ``--signature`` (``serving_default``) under the name of the repository's SavedModel
-model (``client.json``'s ``triton_model``) with the same inputs and outputs, so
+model (``client.json``'s ``savedmodel_model``) with the same inputs and outputs, so
 ``scripts/triton_client.py`` talks to either; requests are batched. A model whose
 signatures carry a state (Transformer-XL's memory) is refused with one line: the repository's
 sequence model keeps the state in the server. Runs until interrupted (Ctrl-C, SIGTERM);
@@ -95,8 +95,10 @@ def read_export(export_dir: str) -> dict:
     try:
         with open(info_path, encoding="utf-8") as fh:
             info = json.load(fh)
-        if not isinstance(info["triton_model"], str) or not info["triton_model"]:
-            raise TypeError(f"triton_model is {info['triton_model']!r}, not a model's name")
+        key = "savedmodel_model" if "savedmodel_model" in info else "triton_model"  # older
+        if not isinstance(info[key], str) or not info[key]:
+            raise TypeError(f"{key} is {info[key]!r}, not a model's name")
+        info["served_name"] = info[key]
     except (ValueError, UnicodeDecodeError, KeyError, TypeError) as e:
         raise ServeError(f"{info_path} is damaged ({type(e).__name__}: "
                          f"{str(e).splitlines()[0] if str(e) else ''}): export again") from None
@@ -164,7 +166,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--export_dir", required=True, help="what --export_dir wrote")
     p.add_argument("--signature", default="serving_default")
-    p.add_argument("--model_name", help="default: client.json's triton_model")
+    p.add_argument("--model_name", help="default: client.json's savedmodel_model")
     p.add_argument("--max_batch_size", type=int, default=64)
     p.add_argument("--http_port", type=int, default=8000)
     p.add_argument("--grpc_port", type=int, default=8001)
@@ -185,7 +187,7 @@ def main(argv=None) -> int:
     from pytriton.triton import Triton, TritonConfig
 
     inputs, outputs, batched = tensors(fn)
-    name = args.model_name or info["triton_model"]
+    name = args.model_name or info["served_name"]
     config = TritonConfig(http_port=args.http_port, grpc_port=args.grpc_port,
                           metrics_port=args.metrics_port)
     with Triton(config=config) as triton:

@@ -341,6 +341,30 @@ def _same_answer(got, want):
         assert list(np.argsort(-g)[:5]) == list(np.argsort(-w)[:5])
 
 
+def test_torchvision_weights_are_named_by_their_download_name_when_the_hash_agrees(
+        torch_files, tmp_path, monkeypatch):
+    """torchvision's download name (``resnet50-<hash>``) names the weights only when the file's
+    SHA-256 begins with that hash, as torchvision's own download checks; the name chooses the
+    recipe and the published accuracy."""
+    from rn50 import eval_preprocessing, weights_torch
+    src = torch_files / "torchvision.safetensors"
+    sha = hashlib.sha256(src.read_bytes()).hexdigest()
+    posing = tmp_path / "resnet50-11ad3fa6.safetensors"
+    os.symlink(src, posing)
+    found, notes = pretrained.identity("torchvision", str(posing), None)
+    assert found["name"] is None and "published" not in found and found["sha256"] == sha
+    assert notes == [f"resnet50-11ad3fa6.safetensors is named as torchvision's IMAGENET1K_V2 "
+                     f"but its SHA-256 begins {sha[:8]}: not recorded as IMAGENET1K_V2"]
+    monkeypatch.setitem(weights_torch.TORCHVISION_FILES, sha[:8], "IMAGENET1K_V1")
+    own = tmp_path / f"resnet50-{sha[:8]}.safetensors"
+    os.symlink(src, own)
+    found, notes = pretrained.identity("torchvision", str(own), None)
+    assert (found["name"], found["published"]["top1_accuracy"], notes) == (
+        "IMAGENET1K_V1", 0.7613, [])
+    assert pretrained.source_recipe("torchvision", str(own), None, found["name"])[0] == \
+        eval_preprocessing.torchvision("V1").spec()
+
+
 @pytest.mark.parametrize("source", ["torchvision", "timm"])
 def test_imported_weights_answer_as_their_source_on_photographs(torch_files, tmp_path, source,
                                                                 capsys):
@@ -351,7 +375,8 @@ def test_imported_weights_answer_as_their_source_on_photographs(torch_files, tmp
     src = torch_files / ("torchvision.safetensors" if source == "torchvision" else
                          "timm/model.safetensors")
     ckpt = tmp_path / "ckpt"
-    assert pretrained.main([str(src), str(ckpt), "--from", source]) == 0
+    named = ["--weights_name", "IMAGENET1K_V2"] if source == "torchvision" else []
+    assert pretrained.main([str(src), str(ckpt), "--from", source, *named]) == 0
     recorded = checkpoint_settings.read(str(ckpt))["settings"]["eval_preprocessing"]
     key = "torchvision_v2" if source == "torchvision" else "timm"
     want = np.load(torch_files / f"photos_{key}.npy")
@@ -364,12 +389,24 @@ def test_imported_weights_answer_as_their_source_on_photographs(torch_files, tmp
     info = json.load(open(tmp_path / "run" / "export" / "assets" / "client.json"))
     assert info["recipe"] == recorded and info["checkpoint_settings"]["eval_preprocessing"] == \
         recorded
-    # The model card: the weights' source and where it states their terms, the recipe, the
-    # packages; predict evaluated nothing, so nothing scored.
+    # The model card: the weights' source, name, file hash (no path of this machine), licence
+    # and terms, the source's published accuracy, the recipe, the packages; nothing evaluated
+    # this checkpoint, so nothing scored.
     card = info["model_card"]
-    assert card["weights"]["from"] == f"{source} weights imported by import_weights.py"
-    assert card["weights"]["file"] == str(src)
-    assert card["weights"]["terms"] == pretrained.SOURCES[source].terms
+    assert card == json.load(open(tmp_path / "run" / "export" / "model_card.json"))
+    weights = card["weights"]
+    assert weights["from"] == f"{source} weights imported by import_weights.py"
+    assert (weights["file_name"], weights["sha256"]) == (
+        src.name, hashlib.sha256(src.read_bytes()).hexdigest())
+    assert str(src.parent) not in json.dumps(card) and str(tmp_path) not in json.dumps(card)
+    if source == "torchvision":
+        assert (weights["name"], weights["license"]) == ("IMAGENET1K_V2", "BSD-3-Clause")
+        assert weights["published"]["top1_accuracy"] == 0.80858  # torchvision's meta
+        assert "base_model" not in card
+    else:  # from the pretrained_cfg beside the weights
+        assert (weights["name"], weights["license"], card["license"], card["base_model"]) == (
+            "resnet50.a1_in1k", "Apache-2.0", "Apache-2.0", "timm/resnet50.a1_in1k")
+        assert "huggingface.co/timm/resnet50.a1_in1k" in weights["terms"]
     assert card["evaluation_preprocessing"] == recorded and card["scored"] is None
     assert card["exported_with"]["tensorflow"] == tf.__version__
     if source == "torchvision":  # a given flag wins over the checkpoint's recipe

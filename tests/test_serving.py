@@ -352,8 +352,8 @@ def test_re_exporting_into_a_repository_adds_a_version_or_replaces(resnet, tmp_p
         "1", "2", "config.pbtxt", "labels.txt"]
     first, second = (again / "cpu" / "resnet50_python" / v / "model.onnx" for v in ("1", "2"))
     assert first.read_bytes() == second.read_bytes() and first.stat().st_ino == inode
-    assert sorted(os.listdir(again / "triton" / "resnet50")) == ["1", "2", "config.pbtxt",
-                                                                 "labels.txt"]
+    assert sorted(os.listdir(again / "triton" / "resnet50")) == [
+        "1", "2", "README.md", "config.pbtxt", "labels.txt", "model_card.json"]
     assert not (again / "triton" / "resnet50_tensorrt").exists()
     assert (again / "README.txt").read_text() == "notes\n"
     assert (again / "cpu" / "other_model" / "config.pbtxt").exists()
@@ -932,9 +932,9 @@ def test_serve_pytriton_refuses_what_it_cannot_serve_with_one_line(resnet, txl, 
     numbered = copy("numbered")
     info = numbered / "assets" / "client.json"
     described = json.loads(info.read_text())
-    described["triton_model"] = 7
+    described["savedmodel_model"] = 7
     info.write_text(json.dumps(described))
-    assert serve(numbered) == (f"{info} is damaged (TypeError: triton_model is 7, not a "
+    assert serve(numbered) == (f"{info} is damaged (TypeError: savedmodel_model is 7, not a "
                                "model's name): export again")
 
 
@@ -1062,12 +1062,7 @@ def test_the_readmes_cpu_host_commands_serve_a_jpeg(tmp_path, digits_records, tr
                                   if (tmp_path / "server.log").exists() else "")
     answer = proc.stdout.strip().splitlines()[-1]
     assert not any("exit-on-error" in block or "pip install" in block for block in (cpu, gpu))
-    # The export's model card: trained here on the digits, scored by this evaluation.
-    card = json.loads((results / "export" / "assets" / "client.json").read_text())["model_card"]
-    assert card["weights"] == {"from": "trained by this repository's resnet50v1.5/main.py",
-                               "trained_on": os.path.abspath(digits_records)}
-    assert card["scored"]["step"] == 1 and card["scored"]["data_dir"] == os.path.abspath(
-        digits_records) and 0 <= card["scored"]["metrics"]["top1_accuracy"] <= 1, card["scored"]
+    _check_card(results, digits_records, tmp_path)
     names = (results / "export" / "assets" / "labels.txt").read_text().split()
     probs = _signature(results / "export", "serving_default")(
         images=tf.constant([open(photo, "rb").read()]))["probabilities"].numpy()[0]
@@ -1075,3 +1070,47 @@ def test_the_readmes_cpu_host_commands_serve_a_jpeg(tmp_path, digits_records, tr
     # The GPU host's commands: the engine script the first one runs is where it says.
     assert "bash /results/triton.tensorrt/build_engines.sh" in gpu
     assert (results / "triton.tensorrt" / "build_engines.sh").exists()
+
+
+def _check_card(results, digits_records, tmp_path):
+    """The README's export's model card: trained here on the digits, scored on their validation
+    split by this evaluation, the project's commit, no path of this machine; the same card
+    (JSON and README.md, whose front matter is the hub's metadata) beside the export and the
+    model a client calls in each Triton repository."""
+    import hashlib
+
+    import yaml
+    export = results / "export"
+    card = json.loads((export / "model_card.json").read_text())
+    assert card == json.loads((export / "assets" / "client.json").read_text())["model_card"]
+    assert card["weights"] == {"source": "trained", "dataset": os.path.basename(digits_records),
+                               "from": "trained by this repository's resnet50v1.5/main.py",
+                               "model": "resnet50v1.5"}
+    scored = card["scored"]
+    assert (scored["split"], scored["step"], scored["data"]) == (
+        "validation", 1, os.path.basename(digits_records)), scored
+    assert 0 <= scored["metrics"]["top1_accuracy"] <= 1
+    assert str(tmp_path) not in json.dumps(card) and digits_records not in json.dumps(card)
+    head = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert card["project"]["commit"] == head and card["project"]["name"] == "tf-model-scripts"
+    # The exported weights are the ones the card's hash names (float32 in variable order).
+    digest = hashlib.sha256()
+    for w in tf.saved_model.load(str(export)).weights:
+        digest.update(np.ascontiguousarray(w.numpy(), dtype="<f4").tobytes())
+    assert card["exported_weights_sha256"] == digest.hexdigest()
+    assert card["parameter_count"] == sum(int(np.prod(w.shape)) for w in
+                                          tf.saved_model.load(str(export)).weights)
+    readme = (export / "README.md").read_text()
+    front = yaml.safe_load(readme.split("---\n")[1])
+    assert front["pipeline_tag"] == "image-classification"
+    assert front["datasets"] == ["ILSVRC/imagenet-1k"]
+    result = front["model-index"][0]["results"][0]
+    assert result["dataset"]["split"] == "validation"
+    assert {m["type"]: m["value"] for m in result["metrics"]}["top1_accuracy"] == \
+        scored["metrics"]["top1_accuracy"]
+    for repo, model in (("cpu", "resnet50"), ("triton", "resnet50"),
+                        ("tensorflow", "resnet50_savedmodel")):
+        folder = results / "triton" / repo / model
+        assert json.loads((folder / "model_card.json").read_text()) == card, folder
+        assert (folder / "README.md").read_text() == readme

@@ -222,8 +222,9 @@ def test_an_export_replaces_the_whole_earlier_one_and_clears_stale_staging(tmp_p
                             "--num_iter", "1", "--results_dir", str(tmp_path / "r"),
                             "--export_dir", str(export)])
     out = capsys.readouterr().out
-    assert sorted(os.listdir(export)) == ["assets", "fingerprint.pb", "notes.txt",
-                                          "preprocess", "saved_model.pb", "variables"]
+    assert sorted(os.listdir(export)) == ["README.md", "assets", "fingerprint.pb",
+                                          "model_card.json", "notes.txt", "preprocess",
+                                          "saved_model.pb", "variables"]
     assert f"removed {export / 'model_int8.onnx'}: the previous export's" in out
     assert f"removed {export / '.staging-abc123'}, left by an export that was stopped" in out
 

@@ -114,7 +114,20 @@ def test_inference_under_amp_runs_on_bfloat16_weights_with_the_mixed_models_resu
 def test_export_scores_and_continues_like_the_model(tmp_path, corpus):
     _run(["--mode", "train", "--iter_unit", "batch", "--num_iter", "3"], corpus, tmp_path)
     export = tmp_path / "export"
-    _run(["--mode", "evaluate", "--export_dir", str(export)], corpus, tmp_path)
+    evaluated = _run(["--mode", "evaluate", "--export_dir", str(export)], corpus, tmp_path)
+    # The model card names the split evaluate read (the test split, its default), and a later
+    # run's export of the same checkpoint (predict, as the README's steps go) carries it.
+    card = json.loads((export / "model_card.json").read_text())
+    assert (card["scored"]["split"], card["scored"]["step"]) == ("test", 3), card["scored"]
+    assert card["scored"]["metrics"]["eval_ppl"] == pytest.approx(evaluated["eval_ppl"])
+    assert card["model-index"][0]["results"][0]["dataset"] == {
+        "name": "Salesforce/wikitext", "type": "Salesforce/wikitext", "split": "test"}
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("the king sees\n")
+    _run(["--mode", "predict", "--to_predict", str(prompts), "--gen_len", "1", "--export_dir",
+          str(tmp_path / "later")], corpus, tmp_path)
+    assert json.loads((tmp_path / "later" / "model_card.json").read_text())["scored"] == \
+        card["scored"]
     loaded = tf.saved_model.load(str(export))
     trainer = runner.setup(TransformerXLTask, ["main.py", *TINY, "--data_dir", corpus,
                                                 "--results_dir", str(tmp_path), "--mode",

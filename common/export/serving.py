@@ -23,6 +23,7 @@ import tensorflow as tf
 from common import files, precision
 from common.checkpoint.settings import settings_of
 from common.data.images import MEAN, STD
+from common.export import card as cards
 
 CLIENT_INFO = "client.json"  # in the SavedModel's assets/
 # The image models' preprocessing alone, a SavedModel of its own (no weights) in the export:
@@ -65,8 +66,6 @@ class Serving:
 
     def __init__(self, task):
         self.task, self.flags = task, task.flags
-        # The run's evaluation before it exports, for the model card (``Trainer.export``).
-        self.scored: dict | None = None
 
     # --- what the SavedModel holds ---------------------------------------------------------
     def signatures(self, model: keras.Model) -> dict:
@@ -143,10 +142,10 @@ def preprocess_function(serving):
     return preprocess
 
 
-def describe(serving, signatures: Mapping) -> dict:
+def describe(serving, signatures: Mapping, card: dict | None = None) -> dict:
     """``client.json``: each signature's inputs and outputs (dtype, shape; -1 where any
-    size goes), the model's own fields, the precision it was trained in and its
-    checkpoint's settings."""
+    size goes), the model's own fields, the precision it was trained in, its checkpoint's
+    settings and its model card."""
     def spec(t):
         return {"dtype": t.dtype.name, "shape": [-1 if d is None else int(d)
                                                  for d in t.shape]}
@@ -161,47 +160,45 @@ def describe(serving, signatures: Mapping) -> dict:
     if serving.triton_state:  # the repositories' model that keeps the state in the server
         pre["sequence_model"] = serving.triton_name
     return {"model": serving.task.name, "signatures": described, **serving.client_info(), **pre,
-            "triton_model": f"{serving.triton_name}_savedmodel",
+            # The model a client of the Triton repositories calls (the ensemble, the sequence),
+            # and the SavedModel's own (tensorflow/; what serve_pytriton.py serves).
+            "triton_model": serving.triton_name,
+            "savedmodel_model": f"{serving.triton_name}_savedmodel",
             "trained_precision": p.policy, "exported_weights": "float32"
             if not p.amp else f"float32 (computed in {p.compute_dtype})",
-            "checkpoint_settings": settings_of(serving.task), "model_card": model_card(serving)}
+            "checkpoint_settings": settings_of(serving.task), "model_card": card}
 
-def model_card(serving) -> dict:
-    """What a reader of the export needs to know of its weights: where they come from
-    (and on what terms, for imported ones), how evaluation prepared an image, what they
-    scored in the run that exported them (``scored``: its evaluation, if it made one) and
-    the packages that exported them."""
-    import importlib.metadata
-    import platform
 
+def model_card(serving, model: keras.Model, scored: dict | None) -> dict:
+    """The export's model card (``common/export/card.py``): the weights' source as their
+    checkpoint recorded it, the evaluation recipe, what they scored (``scored``: the exporting
+    run's evaluation, or one recorded for this step), the network's size and the packages."""
     from common.checkpoint.start import weights_source
+    from common.models import MODELS
+    task = serving.task
+    return cards.build(
+        model=task.name, pipeline_tag=MODELS[task.name].pipeline_tag,
+        dataset=MODELS[task.name].dataset, weights=weights_source(task),
+        recipe=getattr(serving.flags, "eval_preprocessing", None) or (
+            "nvidia" if serving.prepare_image is not None else None),
+        scored=scored, parameter_count=model.count_params(),
+        exported_weights_sha256=cards.weights_sha256(model), triton_model=serving.triton_name)
 
-    def version(package):
-        try:
-            return importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            return None
-    f = serving.flags
-    return {"weights": weights_source(serving.task),
-            "evaluation_preprocessing": getattr(f, "eval_preprocessing", None) or (
-                "nvidia" if serving.prepare_image is not None else None),
-            "scored": serving.scored,
-            "exported_with": {"python": platform.python_version(), **{
-                n: version(n) for n in ("tensorflow", "keras", "numpy", "tf2onnx",
-                                        "onnx")}}}
 
-def save(serving, model: keras.Model, export_dir: str) -> None:
+def save(serving, model: keras.Model, export_dir: str, model_card: dict | None = None
+         ) -> None:
     """The SavedModel of ``model`` in ``export_dir``: ``signatures``, and ``assets`` with
     ``client.json`` in its ``assets/``; an image model's preprocessing alone beside them
-    (``preprocess/``, the same function as ``serving_default``'s)."""
+    (``preprocess/``, the same function as ``serving_default``'s); with ``model_card``, the
+    card beside them (``README.md``, ``model_card.json``)."""
     module = tf.Module()
     # The variables, not the Keras model: tracking the model would have the SavedModel
     # trace its own call, which not every model's call can be (memories, targets).
     module.weights = [v.value for v in model.variables]
     signatures = serving.signatures(model)
     module.functions = dict(signatures)
-    texts = {**serving.assets(), CLIENT_INFO: json.dumps(describe(serving, signatures), indent=1)
-             + "\n"}
+    texts = {**serving.assets(), CLIENT_INFO: json.dumps(
+        describe(serving, signatures, model_card), indent=1) + "\n"}
     with tempfile.TemporaryDirectory() as tmp:
         module.assets = []
         for name, text in texts.items():
@@ -216,6 +213,8 @@ def save(serving, model: keras.Model, export_dir: str) -> None:
         alone.preprocess = preprocess
         tf.saved_model.save(alone, os.path.join(export_dir, PREPROCESS),
                             signatures={"serving_default": preprocess})
+    if model_card is not None:
+        cards.write(export_dir, model_card)
 
 
 def prepare_each(images, prepare, size: int):

@@ -33,6 +33,9 @@ TensorRT engines are built on the GPU that serves them, so ``<name>_tensorrt`` (
 ``DIR/triton`` (then points ``<name>`` at the FP16 engine). Nothing there is in a repository
 before its plan exists: Triton refuses to start with a model that has no version.
 
+The export's model card (``README.md``, ``model_card.json``) is in the folder of the model a
+client calls in each repository (``<name>``; ``<name>_savedmodel`` in ``DIR/tensorflow``).
+
 Inputs and outputs are named as the model names them (``client.json``'s signatures, the ONNX
 files' graphs); the configs are ``triton_config``'s. ResNet-50's ``probabilities`` carry
 ``label_filename`` (Triton's classification extension answers names); the networks and the
@@ -48,6 +51,7 @@ import struct
 import tempfile
 
 from common import files
+from common.export import card as cards
 from common.export import serving as serving_lib
 from common.export import tensorrt
 from common.export.triton_config import (
@@ -163,6 +167,9 @@ def write_repository(serving, export_dir: str, triton_dir: str, replace: bool = 
     net = onnx_tensors(onnx_path) if os.path.exists(onnx_path) else None
     preprocess = os.path.join(export_dir, serving_lib.PREPROCESS)
     image = os.path.isdir(preprocess)
+    # The export's model card, beside the model a client calls in each repository.
+    card = {n: os.path.join(export_dir, n) for n in (cards.CARD_README, cards.CARD_JSON)
+            if os.path.isfile(os.path.join(export_dir, n))}
     if image and not net:
         raise ValueError(f"{export_dir} has no model.onnx: the image models' repositories "
                          "run it (--export_onnx)")
@@ -178,17 +185,17 @@ def write_repository(serving, export_dir: str, triton_dir: str, replace: bool = 
             version = repos["tensorflow"].add(config(
                 f"{name}_savedmodel", {"platform": "tensorflow_savedmodel"}, inputs, outputs,
                 batch, labels=labels, warmup=warmup(inputs, batched(inputs, outputs),
-                                                    "images")), {**label_files, **warm})
+                                                    "images")), {**label_files, **warm, **card})
             _link_saved_model(export_dir, version)
             if image:
                 pre = _image_models(repos, serving, net, preprocess, labels, label_files, warm)
                 for target, network in (("cpu", f"{name}_python"), ("triton", f"{name}_onnx")):
                     repos[target].add(ensemble(name, f"{name}_preprocess", pre, network, net,
-                                               batch, labels), label_files)
+                                               batch, labels), {**label_files, **card})
             elif serving.triton_state:
                 for target in ("cpu", "triton"):
                     c = _sequence_config(serving, export_dir)
-                    version = repos[target].add(c)
+                    version = repos[target].add(c, card)
                     _link_saved_model(export_dir, version)
                     shutil.copy2(os.path.join(PYTHON_MODELS, "sequence.py"),
                                  os.path.join(version, "model.py"))

@@ -11,21 +11,24 @@ import tensorflow as tf
 
 from common import files
 from common.errors import DataError, one_line
+from common.export import card as cards
 from common.export import onnx_convert, onnx_int8, triton
 from common.export import serving as serving_lib
 
 
 def export(serving, model: keras.Model, export_dir: str, with_onnx: bool, log,
-           int8: bool = False, triton_dir: str | None = None, triton_replace: bool = False
-           ) -> None:
+           int8: bool = False, triton_dir: str | None = None, triton_replace: bool = False,
+           scored: dict | None = None) -> None:
     """``serving``'s SavedModel of ``model`` in ``export_dir``, and its ONNX files beside it
     (rank 0 only), with ``int8`` their INT8 forms too, swapped in only once all of them are
     written (``files.staged_dir``): a full disk or a failed conversion leaves no half-written
     export. With ``triton_dir``, a Triton model repository of what was written, after it (a
-    new version of each model, or with ``triton_replace`` its only one)."""
+    new version of each model, or with ``triton_replace`` its only one). The model card
+    (``common/export/card.py``; ``scored``: what the weights scored) goes beside the export and
+    into each repository."""
     with files.staged_dir(export_dir, "the export", replaces=export_names(serving),
                           log=log.print) as stage:
-        serving_lib.save(serving, model, stage)
+        serving_lib.save(serving, model, stage, serving_lib.model_card(serving, model, scored))
         onnx = onnx_convert.export_serving(serving, model, stage) if with_onnx else []
         if int8:
             onnx += onnx_int8.export_serving(serving, stage, log.print)
@@ -96,7 +99,7 @@ def export_names(serving) -> set[str]:
     INT8 file left from an earlier export would be taken for this one's)."""
     onnx = set(serving.onnx_files) | {onnx_int8.int8_name(n) for n in serving.onnx_files}
     return {"saved_model.pb", "fingerprint.pb", "variables", "assets", "assets.extra",
-            serving_lib.PREPROCESS, *onnx}
+            serving_lib.PREPROCESS, cards.CARD_JSON, cards.CARD_README, *onnx}
 
 
 def export_bytes(serving, model: keras.Model, export_dir: str, with_onnx: bool,

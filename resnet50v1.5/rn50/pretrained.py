@@ -66,16 +66,29 @@ from rn50 import config, eval_preprocessing, weights_keras, weights_nvidia, weig
 from rn50.imported import Imported
 
 
+def _named_by_file(path: str, sha256: str) -> tuple[dict, list[str]]:
+    """No name the source's files carry: --weights_name gives one."""
+    return {}, []
+
+
+def _keras_hub_identity(path: str, sha256: str) -> tuple[dict, list[str]]:
+    """A keras-hub preset is named by its directory, as Kaggle and ``from_preset`` name it."""
+    return {"name": os.path.basename(os.path.normpath(path))}, []
+
+
 @dataclasses.dataclass(frozen=True)
 class Source:
     """One source of ImageNet weights, all that the importer knows of it: how its files are
     read into this network (``read(path, arch)``: its names mapped to ours), the evaluation
-    recipe its weights are measured with (``recipe(path)``: the spec and notes), and where it
-    states the terms of its weights (recorded beside the checkpoint and in its exports' model
-    card: the source's own statement, not a summary of it)."""
+    recipe its weights are measured with (``recipe(path, name)``: the spec and notes), what
+    names the weights (``identify(path, sha256)``: their name, hub id, SPDX licence and the
+    accuracy the source publishes, where its files say), and where it states the terms of its
+    weights (recorded beside the checkpoint and in its exports' model card: the source's own
+    statement, not a summary of it)."""
     read: Callable[[str, str], Imported]
-    recipe: Callable[[str], tuple[str, list[str]]]
+    recipe: Callable[[str, str | None], tuple[str, list[str]]]
     terms: str
+    identify: Callable[[str, str], tuple[dict, list[str]]] = _named_by_file
 
 
 SOURCES = {
@@ -83,20 +96,48 @@ SOURCES = {
         weights_torch.read, weights_torch.torchvision_recipe,
         "torchvision's BSD-3-Clause licence (github.com/pytorch/vision/blob/main/LICENSE); its "
         "models' documentation says pre-trained weights may carry terms of the data they were "
-        "trained on (ImageNet)"),
+        "trained on (ImageNet)", weights_torch.torchvision_identity),
     "timm": Source(weights_torch.read, weights_torch.timm_recipe,
-                   "the model's card on the Hugging Face hub (huggingface.co/timm/<model>)"),
-    "nvidia": Source(weights_nvidia.from_nvidia, lambda path: (eval_preprocessing.NVIDIA, []),
+                   "the model's card on the Hugging Face hub (huggingface.co/{hub_id})",
+                   weights_torch.timm_identity),
+    "nvidia": Source(weights_nvidia.from_nvidia, lambda path, name: (eval_preprocessing.NVIDIA, []),
                      "the checkpoint's page in NVIDIA's NGC catalog (catalog.ngc.nvidia.com)"),
-    "keras": Source(weights_keras.from_keras, weights_keras.keras_recipe,
+    "keras": Source(weights_keras.from_keras, lambda path, name: weights_keras.keras_recipe(path),
                     "Keras' applications documentation (keras.io/api/applications)"),
-    "keras_hub": Source(weights_keras.from_keras_hub, weights_keras.keras_hub_recipe,
-                        "the preset's model card on Kaggle (kaggle.com/models/keras/resnetv1)"),
+    "keras_hub": Source(weights_keras.from_keras_hub,
+                        lambda path, name: weights_keras.keras_hub_recipe(path),
+                        "the preset's model card on Kaggle (kaggle.com/models/keras/resnetv1)",
+                        _keras_hub_identity),
 }
 
 
-def source_recipe(source: str, path: str, asked: str | None) -> tuple[str, list[str]]:
-    """(the recipe to record, notes): ``asked`` (``--recipe``), else the source's own."""
+def identity(source: str, path: str, name: str | None) -> tuple[dict, list[str]]:
+    """(what the checkpoint records of the weights' source, notes): the source, the weights'
+    name (``name``, --weights_name, over what the files say), the file's name and SHA-256 (no
+    path of this machine), the licence and terms, the published accuracy, the day."""
+    import datetime
+
+    from common.export.card import file_sha256
+    src = SOURCES[source]
+    sha256 = file_sha256(path)
+    found, notes = src.identify(path, sha256)
+    if name and source == "torchvision":  # the published figures are the named weights'
+        found = weights_torch.torchvision_named(name)
+    elif name:
+        found = {**found, "name": name}
+    hub_id = found.get("hub_id") or "timm/" + (found.get("name") or "")
+    return {"source": source, "from": f"{source} weights imported by import_weights.py",
+            "name": found.get("name"),
+            "file_name": os.path.basename(os.path.normpath(path)), "sha256": sha256,
+            **{k: found[k] for k in ("hub_id", "license", "published") if found.get(k)},
+            "terms": src.terms.format(hub_id=hub_id),
+            "imported": datetime.date.today().isoformat()}, notes
+
+
+def source_recipe(source: str, path: str, asked: str | None, name: str | None = None
+                  ) -> tuple[str, list[str]]:
+    """(the recipe to record, notes): ``asked`` (``--recipe``), else the source's own for the
+    weights named ``name``."""
     if asked:
         named = {"torchvision_v1": eval_preprocessing.torchvision("V1"),
                  "torchvision_v2": eval_preprocessing.torchvision("V2"),
@@ -106,7 +147,7 @@ def source_recipe(source: str, path: str, asked: str | None) -> tuple[str, list[
                     config.parse_eval_preprocessing(asked)).spec(), []
         except ValueError as e:
             raise UsageError(f"--recipe {asked}: {e}") from None
-    return SOURCES[source].recipe(path)
+    return SOURCES[source].recipe(path, name)
 
 
 def read(source: str, path: str, arch: str) -> Imported:
@@ -243,6 +284,10 @@ def main(argv=None) -> int:
                    "size (default: 224)")
     p.add_argument("--labels", help="a file of class names, one a line, kept beside the "
                    "checkpoint as labels.txt (predict names its classes)")
+    p.add_argument("--weights_name", help="the weights' name at their source, recorded in the "
+                   "checkpoint and every export's model card (torchvision: IMAGENET1K_V1 or "
+                   "IMAGENET1K_V2, which also chooses the recipe; default: what the files say, "
+                   "torchvision's download name or timm's pretrained_cfg)")
     p.add_argument("--recipe", help="the evaluation recipe to record: torchvision_v1, "
                    "torchvision_v2, keras, nvidia, or key:value pairs "
                    "(rn50/eval_preprocessing.py); default: the source's own")
@@ -253,14 +298,11 @@ def main(argv=None) -> int:
 def _import(args) -> int:
     check_output(args.out_dir, args.arch)  # before the import, not after it
     names = read_labels(args.labels) if args.labels else None
-    recipe, recipe_notes = source_recipe(args.source, args.src, args.recipe)
-    imported = read(args.source, args.src, args.arch)
+    imported = read(args.source, args.src, args.arch)  # the source's files, checked first
+    source, id_notes = identity(args.source, args.src, args.weights_name)
+    recipe, recipe_notes = source_recipe(args.source, args.src, args.recipe, source["name"])
     model, settings, notes = build(imported, args.arch, args.num_classes, args.image_size, recipe)
-    notes += recipe_notes
-    import datetime
-    source = {"from": f"{args.source} weights imported by import_weights.py",
-              "file": os.path.abspath(args.src), "terms": SOURCES[args.source].terms,
-              "imported": datetime.date.today().isoformat()}
+    notes += id_notes + recipe_notes
     prefix = write(model, settings, args.out_dir, names, source=source)
     for note in notes:
         print(f"note: {note}")

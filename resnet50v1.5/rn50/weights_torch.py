@@ -7,39 +7,85 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 from common.errors import DataError, one_line
 from rn50 import eval_preprocessing
 from rn50.imported import BN, Imported, blocks, conv_kernel, leftovers, take
 
-# torchvision's download names of ResNet-50's ImageNet weights, by recipe.
-TORCHVISION_FILES = {"resnet50-0676ba61": "V1", "resnet50-11ad3fa6": "V2"}
+# torchvision's download names of ResNet-50's ImageNet weights: the file name's hash (the start
+# of the file's SHA-256, which torchvision's download checks) -> the weights' name.
+TORCHVISION_FILES = {"0676ba61": "IMAGENET1K_V1", "11ad3fa6": "IMAGENET1K_V2"}
+# What torchvision publishes of them (``ResNet50_Weights.<name>.meta["_metrics"]``, ImageNet-1k).
+TORCHVISION_PUBLISHED = {"IMAGENET1K_V1": {"top1_accuracy": 0.7613, "top5_accuracy": 0.92862},
+                         "IMAGENET1K_V2": {"top1_accuracy": 0.80858, "top5_accuracy": 0.95434}}
 # timm's resnet50 default tag, resnet50.a1_in1k: its pretrained_cfg's evaluation fields.
 TIMM_DEFAULT_CFG = {"input_size": (3, 224, 224), "crop_pct": 0.95, "interpolation": "bicubic",
                     "mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)}
+# The hub's licence ids (lower case) as SPDX spells them.
+SPDX = {"apache-2.0": "Apache-2.0", "mit": "MIT", "bsd-3-clause": "BSD-3-Clause",
+        "cc-by-4.0": "CC-BY-4.0", "cc-by-nc-4.0": "CC-BY-NC-4.0", "cc0-1.0": "CC0-1.0"}
 
 
-def torchvision_recipe(path: str) -> tuple[str, list[str]]:
-    """(torchvision's recipe for the weights at ``path``, notes)."""
-    found = next((v for k, v in TORCHVISION_FILES.items() if k in os.path.basename(path)),
-                 None)
-    if found:
-        return eval_preprocessing.torchvision(found).spec(), []
+def torchvision_identity(path: str, sha256: str) -> tuple[dict, list[str]]:
+    """(the weights' name and what torchvision publishes of them, notes): the name from
+    torchvision's download name, ``resnet50-<hash>.pth``, when the file's SHA-256 begins with
+    that hash (torchvision's own check); a renamed file is named with --weights_name."""
+    match = re.search(r"resnet50-([0-9a-f]{8})", os.path.basename(path))
+    name = TORCHVISION_FILES.get(match.group(1)) if match else None
+    if name and not sha256.startswith(match.group(1)):
+        return {}, [f"{os.path.basename(path)} is named as torchvision's {name} but its "
+                    f"SHA-256 begins {sha256[:8]}: not recorded as {name}"]
+    return torchvision_named(name), []
+
+
+def torchvision_named(name: str | None) -> dict:
+    out = {"name": name, "license": "BSD-3-Clause"}
+    if name in TORCHVISION_PUBLISHED:
+        out["published"] = {**TORCHVISION_PUBLISHED[name], "dataset": "imagenet-1k",
+                            "reference": f"torchvision.models.ResNet50_Weights.{name}"}
+    return out
+
+
+def torchvision_recipe(path: str, name: str | None = None) -> tuple[str, list[str]]:
+    """(torchvision's recipe for the weights named ``name`` (IMAGENET1K_V1 or V2), notes)."""
+    if name in TORCHVISION_PUBLISHED:
+        return eval_preprocessing.torchvision(name[-2:]).spec(), []
     return eval_preprocessing.torchvision("V2").spec(), [
         "recorded torchvision's IMAGENET1K_V2 evaluation recipe (resize 232, torchvision's "
-        "default weights); for IMAGENET1K_V1's (resize 256) import with --recipe "
-        "torchvision_v1"]
+        "default weights); for IMAGENET1K_V1's (resize 256) import with --weights_name "
+        "IMAGENET1K_V1 or --recipe torchvision_v1"]
 
 
-def timm_recipe(path: str) -> tuple[str, list[str]]:
-    """(timm's recipe from the ``pretrained_cfg`` beside ``path``, notes)."""
+def _timm_cfg(path: str) -> tuple[str, dict | None]:
     config = os.path.join(os.path.dirname(os.path.abspath(path)), "config.json")
     try:
         with open(config, encoding="utf-8") as f:
             cfg = json.load(f).get("pretrained_cfg")
     except (OSError, ValueError, AttributeError):
         cfg = None
-    if isinstance(cfg, dict):
+    return config, cfg if isinstance(cfg, dict) else None
+
+
+def timm_identity(path: str, sha256: str) -> tuple[dict, list[str]]:
+    """(the weights' hub id, name and licence from the ``pretrained_cfg`` beside them, notes)."""
+    _, cfg = _timm_cfg(path)
+    if not cfg:
+        return {}, []
+    hub_id = cfg.get("hf_hub_id")
+    name = (hub_id.split("/")[-1] if isinstance(hub_id, str) else
+            ".".join(str(cfg[k]) for k in ("architecture", "tag") if cfg.get(k)) or None)
+    licence = cfg.get("license")
+    out = {"name": name, "hub_id": hub_id if isinstance(hub_id, str) else None}
+    if isinstance(licence, str):
+        out["license"] = SPDX.get(licence.lower(), licence)
+    return out, []
+
+
+def timm_recipe(path: str, name: str | None = None) -> tuple[str, list[str]]:
+    """(timm's recipe from the ``pretrained_cfg`` beside ``path``, notes)."""
+    config, cfg = _timm_cfg(path)
+    if cfg:
         try:
             return eval_preprocessing.timm(cfg).spec(), []
         except ValueError as e:

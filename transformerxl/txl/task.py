@@ -251,6 +251,9 @@ class TransformerXLTask(Task):
     def _eval_split(self):
         return self.flags.eval_split or ("test" if self.flags.mode == "evaluate" else "valid")
 
+    def eval_split(self) -> str:
+        return {"valid": "validation"}.get(self._eval_split(), self._eval_split())
+
     def eval_dataset(self, drop_short: bool = False):
         """This rank's rows of NVIDIA's evaluation segments, in order; the last is shorter."""
         f, dist = self.flags, self.ctx.dist
