@@ -226,9 +226,10 @@ class Settings:
 
 
 def parse(fv: flags.FlagValues, argv: Sequence[str], model: str = "the model",
-          int8_export: bool = True) -> Settings:
+          int8_export: bool = True, loading: bool = False) -> Settings:
     """Parses ``argv`` (program name first); raises ``UsageError`` with one line on any problem
-    (``model`` and whether it has an INT8 export, for that flag's).
+    (``model`` and whether it has an INT8 export, for that flag's). ``loading``: for the Python
+    API, which loads a checkpoint to evaluate later, if at all (no --data_dir needed yet).
     ``--help`` (``-h``, ``--helpfull``) prints every flag with its default and exits 0."""
     if any(a in ("-h", "--help", "--helpfull") for a in argv[1:]):
         prog = os.path.basename(argv[0]) if argv else "main.py"
@@ -250,10 +251,10 @@ def parse(fv: flags.FlagValues, argv: Sequence[str], model: str = "the model",
     if fv.export_onnx_int8 and not int8_export:  # before what it would need
         raise UsageError(f"--export_onnx_int8: {model}'s ONNX is not calibrated for INT8 (the "
                          "image models are: ResNet-50, SSD320)")
-    return Settings(fv, validate(fv))
+    return Settings(fv, validate(fv, loading))
 
 
-def validate(f: flags.FlagValues) -> dict:
+def validate(f: flags.FlagValues, loading: bool = False) -> dict:
     """Refuses what cannot work, with one line; returns the defaults that follow from other
     flags (``--no_tf32``, ``--model_dir``, ``--data_idx_dir``)."""
     derived = {}
@@ -279,7 +280,7 @@ def validate(f: flags.FlagValues) -> dict:
                          "--dali_cpu decodes on the CPU: give one of them")
     if f.dali and f.data_dir is None:
         raise UsageError("--dali needs --data_dir: synthetic data does not go through DALI")
-    if f.mode == "evaluate" and f.data_dir is None:
+    if f.mode == "evaluate" and f.data_dir is None and not loading:
         raise UsageError("--mode evaluate needs --data_dir (accuracy on synthetic data means "
                          "nothing; use --mode inference_benchmark for speed)")
     if f.export_onnx and not f.export_dir:
