@@ -300,6 +300,13 @@ def test_the_triton_repositories_parse_and_name_the_models_tensors(resnet, txl, 
                        ("tensorrt", "resnet50_tensorrt")):
         steps = configs[r, "resnet50"]["ensemble_scheduling"]["step"]
         assert [s["model_name"] for s in steps] == ["resnet50_preprocess", network]
+    # The GPU host's preprocessing: host instances (two batches in flight), the network one an
+    # instance on each GPU; the CPU host's, one each.
+    assert configs["triton", "resnet50_preprocess"]["instance_group"] == [
+        {"kind": "KIND_CPU", "count": triton.GPU_HOST_PREPROCESS_INSTANCES}]
+    assert configs["triton", "resnet50_onnx"]["instance_group"] == [{"count": 1}]
+    assert configs["cpu", "resnet50_preprocess"]["instance_group"] == [
+        {"kind": "KIND_CPU", "count": 1}]
     for r in ("cpu", "triton"):
         warm = configs[r, "resnet50_preprocess"]["model_warmup"][0]["inputs"]["images"]
         assert warm["input_data_file"] == "images"

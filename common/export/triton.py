@@ -74,6 +74,13 @@ TARGETS = {
     "tensorflow": "beside triton/ where the container has the TensorFlow backend (25.02 and "
                   "earlier)",
 }
+# The triton/ repository is for a GPU host: its networks (``<name>_onnx``, the TensorRT
+# engines) run on each GPU (``KIND_AUTO``, one instance a GPU; dynamic batching fills a batch
+# from what queued), and its TensorFlow preprocessing on the host. One preprocessing instance
+# decodes a batch's images side by side on every core (``serving.prepare_each``); two let a
+# batch be prepared while the previous one is handed to the network. cpu/ keeps one: on a
+# CPU host a second only splits the cores the network needs (triton_config.QUEUE_DELAY_US).
+GPU_HOST_PREPROCESS_INSTANCES = 2
 # What a repository held before the repositories per server (one flat directory): a new
 # export replaces these too.
 FLAT = ("", "_cpu", "_savedmodel", "_onnx", "_preprocess", "_python", "_tensorrt",
@@ -226,8 +233,8 @@ def _image_models(repos, serving, net, preprocess: str, labels, label_files, war
     for target in ("cpu", "triton"):
         version = repos[target].add(config(
             f"{name}_preprocess", {"backend": "python"}, inputs, outputs, batch,
-            reshape=False, cpu=True, warmup=warmup(inputs, True, "images")),
-            warm)
+            reshape=False, cpu=True, warmup=warmup(inputs, True, "images"),
+            count=GPU_HOST_PREPROCESS_INSTANCES if target == "triton" else 1), warm)
         _link_tree(preprocess, os.path.join(version, "model.savedmodel"))
         shutil.copy2(os.path.join(PYTHON_MODELS, "preprocess.py"),
                      os.path.join(version, "model.py"))

@@ -112,15 +112,17 @@ def tensors(described, is_batched: bool, reshape: bool = True, labels: dict | No
 
 
 def config(name: str, kind: dict, inputs, outputs, max_batch_size: int, *, reshape=True,
-           labels=None, cpu=False, warmup=None) -> dict:
-    """A model's ``ModelConfig``: ``kind`` its ``platform`` or ``backend``."""
+           labels=None, cpu=False, warmup=None, count=1) -> dict:
+    """A model's ``ModelConfig``: ``kind`` its ``platform`` or ``backend``; ``count`` instances
+    (on each GPU, for a model not on the CPU)."""
     is_batched = batched(inputs, outputs)
     c = {"name": name, **kind, "version_policy": {"latest": {"num_versions": 1}},
          "max_batch_size": max_batch_size if is_batched else 0,
          "input": tensors(inputs, is_batched, reshape),
          "output": tensors(outputs, is_batched, reshape, labels)}
     if kind.get("platform") != "ensemble":
-        c["instance_group"] = [{"kind": Enum("KIND_CPU" if cpu else "KIND_AUTO"), "count": 1}]
+        c["instance_group"] = [{"kind": Enum("KIND_CPU" if cpu else "KIND_AUTO"),
+                                "count": count}]
         if is_batched:
             c["dynamic_batching"] = {"max_queue_delay_microseconds": QUEUE_DELAY_US}
     if warmup:
