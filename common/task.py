@@ -186,10 +186,6 @@ class Task(abc.ABC):
         streams) start at the micro-batch the step would have read next."""
         return self.train_dataset()
 
-    def eval_split(self) -> str:
-        """The split evaluation reads, as a model card names it (Hugging Face's split names)."""
-        return "validation"
-
     def eval_dataset(self) -> tf.data.Dataset:
         """This rank's shard of the evaluation data, one pass."""
         raise NotImplementedError(f"{self.name} has no evaluation data")
@@ -216,6 +212,8 @@ class Task(abc.ABC):
     serving_class: type = None
     # What to check when the evaluation data gave no batch, for the error line.
     empty_eval_hint = "the evaluation split holds no examples"
+    # The split evaluation reads, as a model card names it (Hugging Face's split names).
+    eval_split = "validation"
 
 
 class Repeated:

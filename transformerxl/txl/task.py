@@ -251,6 +251,7 @@ class TransformerXLTask(Task):
     def _eval_split(self):
         return self.flags.eval_split or ("test" if self.flags.mode == "evaluate" else "valid")
 
+    @property
     def eval_split(self) -> str:
         return {"valid": "validation"}.get(self._eval_split(), self._eval_split())
 
