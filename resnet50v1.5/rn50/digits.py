@@ -52,10 +52,11 @@ def prepare(root: str, size: int = 32, limit: int | None = None, train_shards: i
 
 if __name__ == "__main__":
     import argparse
-    import sys
+    import runpy
 
-    _package = os.path.dirname(os.path.abspath(__file__))  # this checkout's code, installed or not
-    sys.path[:0] = [os.path.dirname(_package), os.path.dirname(os.path.dirname(_package))]
+    # This checkout's code first, installed or not: the entry every script starts from.
+    runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
+                                os.pardir, "common", "entry.py"))["own_checkout_first"]()
 
     p = argparse.ArgumentParser(description="Writes the digits as an ImageNet-style folder "
                                 "(DIR/folder) and prepares its records (DIR/records).")

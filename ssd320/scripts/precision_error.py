@@ -19,14 +19,13 @@ its cosine to float32's, over all the part's weights and the batches.
 import argparse
 import inspect
 import os
+import runpy
 import sys
 
-# The checkout's root, then (common.entry) its model packages ahead of any installed copy: SSD
-# builds its trunk from rn50, as main.py does.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from common.entry import own_checkout_first  # noqa: E402
-
-own_checkout_first()
+# The checkout's root, then its model packages, ahead of any installed copy (the entry every
+# script starts from): SSD builds its trunk from rn50, as main.py does.
+runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir,
+                            "common", "entry.py"))["own_checkout_first"]()
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402

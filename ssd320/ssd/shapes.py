@@ -132,10 +132,11 @@ def prepare(root: str, train: int = 600, val: int = 100, seed: int = 0, train_sh
 
 if __name__ == "__main__":
     import argparse
-    import sys
+    import runpy
 
-    _package = os.path.dirname(os.path.abspath(__file__))  # this checkout's code, installed or not
-    sys.path[:0] = [os.path.dirname(_package), os.path.dirname(os.path.dirname(_package))]
+    # This checkout's code first, installed or not: the entry every script starts from.
+    runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
+                                os.pardir, "common", "entry.py"))["own_checkout_first"]()
 
     p = argparse.ArgumentParser(description="Writes the generated shapes dataset in COCO's "
                                 "layout (DIR/coco) and prepares its records (DIR/records).")
