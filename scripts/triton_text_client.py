@@ -71,12 +71,25 @@ def encode(text: str, vocab: list[str], lines: bool) -> list[int]:
     return ids
 
 
+def _image_client():
+    """``triton_client.py`` beside this file, loaded from its path (the connection and the
+    config it reads are the image client's; this script runs where tritonclient is, not the
+    repository's packages)."""
+    import importlib.util
+    if "triton_client" not in sys.modules:
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "triton_client.py")
+        spec = importlib.util.spec_from_file_location("triton_client", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["triton_client"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["triton_client"]
+
+
 def served_limits(server, model: str, protocol: str) -> dict:
     """The sequence model's parameters as the server serves them (``vocab_sha256``,
     ``vocab_size``, ``max_segment``: strings; absent from an export older than them)."""
-    from triton_client import _config
     try:
-        config = _config(server, model, protocol)
+        config = _image_client()._config(server, model, protocol)
     except Exception as e:  # tritonclient's errors, per protocol
         raise ClientError(f"{model}: {str(e).strip().splitlines()[0][:300]}") from None
     if "sequence_batching" not in config:
@@ -221,12 +234,10 @@ def main(argv=None) -> int:
             ids = encode(text, vocab, lines=True)
         else:
             ids = encode(args.prompt, vocab, lines=False)
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from triton_client import ClientError as ImageClientError
-        from triton_client import _client
+        image_client = _image_client()
         try:
-            client, server = _client(args.url, args.protocol)
-        except ImageClientError as e:
+            client, server = image_client._client(args.url, args.protocol)
+        except image_client.ClientError as e:
             raise ClientError(str(e)) from None
         longest = check_served(served_limits(server, args.model, args.protocol), args.model,
                                args.vocab, vocab,

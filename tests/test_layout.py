@@ -148,7 +148,7 @@ LEVELS = [["common.errors"], ["common.runtime"],
            "common.models", "common.main_py", "common.ranks"],
           ["common.layers", "common.data", "common.tools", "common.checkpoint"],
           ["common.task"], ["common.export"], ["common.core"], ["common.trainer"],
-          ["common.runner"], ["common.entry"]]
+          ["common.runner"], ["common.entry", "common.api"]]
 FLAT_LIMIT = 15  # modules directly in common/ (its __init__ counted)
 
 
@@ -190,3 +190,22 @@ def test_imagenets_statistics_are_defined_once():
     # rn50/eval_preprocessing.py names it TORCH_STD, the one other place they are written.
     assert sorted(found) == ["common/data/imagenet_stats.py",
     "resnet50v1.5/rn50/eval_preprocessing.py"]
+
+
+def test_only_the_entry_point_edits_the_import_path():
+    """``sys.path`` is changed in one place outside the tests, ``common/entry.py`` (every
+    script's start: its own checkout first); the scripts run by path call it."""
+    from conftest import tracked_files
+    editing = []
+    for rel in tracked_files():
+        if not rel.endswith(".py") or rel.startswith("tests/"):
+            continue
+        tree = ast.parse(open(os.path.join(ROOT, rel), encoding="utf-8").read())
+        for node in ast.walk(tree):
+            target = (node.func.value if isinstance(node, ast.Call) and isinstance(
+                node.func, ast.Attribute) else node.targets[0].value if isinstance(
+                node, ast.Assign) and isinstance(node.targets[0], ast.Subscript) else None)
+            if (isinstance(target, ast.Attribute) and target.attr == "path"
+                    and isinstance(target.value, ast.Name) and target.value.id == "sys"):
+                editing.append(f"{rel}:{node.lineno}")
+    assert {e.split(":")[0] for e in editing} == {"common/entry.py"}, editing
