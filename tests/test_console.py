@@ -62,15 +62,18 @@ def test_filtered_stderr_replays_everything_else_in_order_even_on_an_exception(t
 @OWN_HANDLING
 def test_a_start_up_that_hangs_shows_its_lines_after_a_bound(tmp_path):
     """A start-up that hangs (a lock, a driver, NCCL on a cluster) and is then killed showed
-    nothing: the held lines reach the console after QUIET_START_HOLD_S, filtered, and later
-    lines as they come."""
+    nothing: the held lines reach the console within QUIET_START_HOLD_S, filtered, and so do
+    later ones: a start-up slower than the bound (a loaded machine) still keeps its benign lines
+    off the console (they came through once the bound had passed)."""
     code = ("import os, sys, time\nfrom common.runtime import quiet_start\n"
             "with quiet_start.filtered_stderr():\n"
             f"    os.write(2, {CPU_START[0]!r}.encode())\n"
             "    os.write(2, b'E0000 waiting for the driver\\n')\n"
             "    time.sleep(1.5)\n"
+            f"    os.write(2, {CPU_START[1]!r}.encode())\n"
             "    os.write(2, b'E0000 still waiting\\n')\n"
             "    sys.stderr.flush()\n"
+            "    time.sleep(1.5)\n"
             "    os.kill(os.getpid(), 9)\n")
     proc = run_cli([sys.executable, "-c", code], timeout=60, env={"QUIET_START_HOLD_S": "0.5"})
     assert proc.returncode == -9
@@ -145,9 +148,9 @@ def test_a_healthy_run_writes_nothing_on_stderr_and_says_what_it_ran_on(tmp_path
     proc = run_cli([sys.executable, os.path.join(ROOT, "resnet50v1.5", "main.py"), "--mode",
                     "train", *TINY, "--iter_unit", "batch", "--num_iter", "2", "--warmup_steps",
                     "5", "--results_dir", str(tmp_path)],
-                   # The lines are held until the start-up ends, however long a loaded machine
-                   # takes (past HOLD_SECONDS they are shown as they come, by design).
-                   env={"TF_CPP_MIN_LOG_LEVEL": "0", "QUIET_START_HOLD_S": "300"})
+                   # Filtered however long a loaded machine's start-up takes (past
+                   # HOLD_SECONDS they are shown, filtered, as they come).
+                   env={"TF_CPP_MIN_LOG_LEVEL": "0"})
     assert proc.returncode == 0, proc.stderr
     if quiet_start.nvidia_driver_present():
         pytest.skip("this machine has an NVIDIA driver: its start-up lines are shown")

@@ -10,8 +10,9 @@ an unknown line, or a real error, reaches the console in full and in order. The 
 device line (``common.runner``) says what was found instead.
 
 Lines are held for ``HOLD_SECONDS`` at most: a start-up that hangs (a lock, a driver, NCCL
-initialisation on a cluster) shows what it has written by then, filtered, and everything after
-it as it comes. A stop signal ends the block by an exception, which writes them back too.
+initialisation on a cluster) shows what it has written, filtered, every ``HOLD_SECONDS``; a slow
+one (a loaded machine) keeps its benign lines off the console however long it takes. A stop
+signal ends the block by an exception, which writes them back too.
 
 Only the standard library is imported here: it runs before TensorFlow.
 """
@@ -107,35 +108,49 @@ def filtered_stderr(extra=()):
         faulthandler.enable(file=real)
     with tempfile.TemporaryFile() as caught:
         os.dup2(caught.fileno(), 2)
-        lock, released = threading.Lock(), []
+        lock, released, shown = threading.Lock(), [], [0]
 
-        def release():
-            """Descriptor 2 back to the console, and what it caught written there (once)."""
+        def flush(final: bool) -> None:
+            """The whole lines caught since the last flush, filtered, to the console (with
+            ``final`` the rest too, and descriptor 2 given back: once)."""
             with lock:
                 if released:
                     return
-                released.append(True)
                 try:
                     sys.stderr.flush()
                 except (OSError, ValueError):
                     pass
-                os.dup2(saved, 2)
-                caught.seek(0)
-                text = caught.read().decode("utf-8", errors="replace")
+                if final:
+                    released.append(True)
+                    os.dup2(saved, 2)
+                # pread: the descriptor's offset is the one fd 2 writes at (dup2 shares it)
+                fd = caught.fileno()
+                data = os.pread(fd, os.fstat(fd).st_size - shown[0], shown[0])
+                if not final:
+                    data = data[:data.rfind(b"\n") + 1]
+                shown[0] += len(data)
+                text = data.decode("utf-8", errors="replace")
                 out = "".join(kept(text.splitlines(keepends=True), nvidia_driver_present(),
                                    extra))
                 if out:
-                    os.write(2, out.encode("utf-8"))
+                    os.write(saved, out.encode("utf-8"))
 
-        timer = threading.Timer(HOLD_SECONDS, release)  # a hang shows its lines
-        timer.daemon = True
+        def release():
+            flush(True)
+
+        def tick():
+            while not stop.wait(HOLD_SECONDS):  # a hang shows its lines as they come
+                flush(False)
+
+        stop = threading.Event()
+        timer = threading.Thread(target=tick, daemon=True)
         timer.start()
         _releases.append(release)
         try:
             yield
         finally:
             _releases.remove(release)
-            timer.cancel()
+            stop.set()
             if ours:
                 faulthandler.disable()
                 real.close()
