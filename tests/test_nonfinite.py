@@ -123,7 +123,7 @@ def test_consecutive_non_finite_steps_stop_the_run_and_name_the_variable(
 
 
 def test_ssd_at_64_pixels_trains_under_amp_as_under_fp32(tmp_path):
-    """The issue's case: SSD's tiny trunk at --image_size 64, 4 steps in FP32, then resumed for
+    """The reported case: SSD's tiny trunk at --image_size 64, 4 steps in FP32, then resumed for
     4 more under --amp (bfloat16). It used to exit 0 with fpn_p7's kernel near 1e23."""
     common = [sys.executable, SSD_MAIN, "--mode", "train", "--arch", "resnet_tiny", "--image_size",
               "64", "--batch_size", "8", "--iter_unit", "batch", "--seed", "1",

@@ -66,7 +66,7 @@ def test_training_benchmark_profile_types_the_convolution_time_and_diffs_per_op(
 
 def test_amp_lists_finds_the_ssd_feature_pyramid_and_only_it_in_float32(tmp_path, capsys,
                                                                       shapes_records):
-    """Issue 60's op-level listing: under AMP (bfloat16) every convolution SSD320 runs, forward
+    """The op-level listing: under AMP (bfloat16) every convolution SSD320 runs, forward
     and backward, is bfloat16 but the feature pyramid's, which the rewrite NVIDIA's TF1 scripts
     used would run in 16 bits; the only deny-list ops in 16 bits are the bias gradients' Sum
     (common/layers/bias.py), which the rewrite would keep in float32."""
