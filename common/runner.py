@@ -15,9 +15,10 @@ import tensorflow as tf
 
 from common import files, flags, precision
 from common.checkpoint import settings as checkpoint_settings
+from common.core import tftrt
 from common.core.inference import INFERENCE_MODES
 from common.errors import DataError, TrainingError, UsageError, say
-from common.export import onnx_convert, onnx_int8, tftrt, writes_onnx
+from common.export import onnx_convert, onnx_int8, writes_onnx
 from common.runtime import devices, distributed, graceful_stop, machine
 from common.runtime.dllogger import Logger
 from common.task import RunContext, Task

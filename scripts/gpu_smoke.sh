@@ -148,7 +148,7 @@ short=(--iter_unit batch --num_iter "$STEPS" --display_every 5)
 if [ -z "${TFTRT:-}" ]; then
   TFTRT=$(cd "$root" && "$PY" -c 'from common.runtime import quiet_start
 with quiet_start.filtered_stderr():
-    from common.export import tftrt
+    from common.core import tftrt
     print(int(tftrt.available()))' 2>/dev/null || echo 0)
 fi
 

@@ -11,7 +11,7 @@ import pytest
 from conftest import RN50, TINY, run_cli, stderr_last_line
 
 from common import runner
-from common.export import tftrt
+from common.core import tftrt
 from rn50.task import ResNetTask
 from txl.task import TransformerXLTask
 

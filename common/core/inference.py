@@ -9,8 +9,8 @@ import keras
 import tensorflow as tf
 
 from common import files, precision
+from common.core import tftrt
 from common.errors import DataError, UsageError, one_line
-from common.export import tftrt
 
 INFERENCE_MODES = ("evaluate", "predict", "inference_benchmark")  # the runs that only infer
 

@@ -1,9 +1,9 @@
 """Exports of a trained model, the same for every model: ``--export_dir`` (a SavedModel whose
 signatures a client calls, with ``assets/``), ``--export_onnx`` and ``--export_onnx_int8`` (its
 ONNX files for TensorRT and ONNX Runtime), ``--export_triton`` (Triton model repositories, one
-per kind of server), and
-the SavedModel that ``--use_tftrt`` converts. What each holds is the model's serving object's
-(``common.export.serving.Serving``); this package writes it.
+per kind of server). What each holds is the model's serving object's
+(``common.export.serving.Serving``); this package writes it. TF-TRT's conversion for the
+inference benchmark (``--use_tftrt``) is ``common.core.tftrt``, beside that benchmark.
 
 * ``writer``: the export and the Triton repository written whole, and the checks before
   training.
@@ -13,7 +13,6 @@ the SavedModel that ``--use_tftrt`` converts. What each holds is the model's ser
 * ``onnx_int8``: INT8 ONNX in Q/DQ form, calibrated on training images.
 * ``triton``: the Triton Inference Server model repositories of the export (``triton_config``:
   their configs; ``triton_python/``: the Python-backend models they copy).
-* ``tftrt``: TF-TRT conversion for the inference benchmark.
 * ``tools``: the external tools' runs, their logs kept only on failure.
 """
 from common.export.writer import (
