@@ -39,7 +39,7 @@ PEER_ENV = os.path.join(ROOT, "benchtools", "peer_env.sh")
 # --- the peers (run in a process of their own, under the peer environment's python) -----------
 def _policy(precision: str) -> str:
     from common.runtime import devices
-    from common.tools.precisions import compute_dtype
+    from common.tools.named_precisions import compute_dtype
     dtype = compute_dtype(precision, gpu=bool(devices.physical_gpus()))
     return "float32" if dtype == "float32" else f"mixed_{dtype}"
 

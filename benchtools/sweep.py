@@ -25,7 +25,7 @@ import sys
 from benchtools import failure
 from common import models
 from common.runtime.dllogger import read_records
-from common.tools.precisions import PRECISION_FLAGS
+from common.tools.named_precisions import PRECISION_FLAGS
 
 LAUNCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
                       "launch.sh")
@@ -43,7 +43,7 @@ def _summary(results_dir: str) -> dict:
 
 
 def run_one(main_py, mode, batch, precision, xla, gpus, results_dir, extra) -> dict:
-    # Through the launchers' own script: the precisions (common/tools/precisions.py), and mpirun
+    # Through the launchers' own script: the precisions (tools/named_precisions.py), and mpirun
     # with each rank bound to its GPU's NUMA node (scripts/bind.sh) when there are several GPUs.
     cmd = ["bash", LAUNCH, os.path.abspath(main_py), precision, str(gpus),
            "xla" if xla else "noxla", "--mode", mode, "--batch_size", str(batch),

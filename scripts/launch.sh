@@ -29,7 +29,7 @@ XLA=${4:-noxla}
 shift $(( $# < 4 ? $# : 4 ))
 [[ "$GPUS" =~ ^[1-9][0-9]*$ ]] || die "GPUS must be a positive number, not $GPUS"
 
-# The precisions of common/tools/precisions.py (PRECISION_FLAGS), copied: this script runs where Python may
+# The precisions of common/tools/named_precisions.py (PRECISION_FLAGS), copied: this script runs where Python may
 # not (the batch host of a pyxis job); tests/test_launchers.py checks that the two agree.
 case "$PRECISION" in
   amp) flags=(--amp) ;;

@@ -214,7 +214,7 @@ def test_bind_runs_unbound_where_there_is_nothing_to_follow(tmp_path):
 def test_launch_sh_keeps_the_precisions_of_common_precisions(precision):
     """launch.sh runs where Python may not (a pyxis job's batch host), so it keeps its own copy
     of the table: the same flags."""
-    from common.tools import precisions
+    from common.tools import named_precisions as precisions
     code, cmd, _ = dry("scripts/launch.sh", "m/main.py", precision, "1")
     assert code == 0 and cmd[2:] == precisions.precision_flags(precision)
 

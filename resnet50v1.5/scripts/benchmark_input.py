@@ -7,12 +7,17 @@ on generated ImageNet-sized JPEGs (smooth random colour fields plus noise, about
 import argparse
 import io
 import os
+import runpy
 import tempfile
 import time
 
-import numpy as np
+# This checkout's code first, installed or not: the entry every script starts from.
+runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir,
+                            "common", "entry.py"))["own_checkout_first"]()
 
-from common.runtime import quiet_start
+import numpy as np  # noqa: E402
+
+from common.runtime import quiet_start  # noqa: E402
 
 with quiet_start.filtered_stderr():  # TensorFlow's start-up lines, as main.py's
     import tensorflow as tf

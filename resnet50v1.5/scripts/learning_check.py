@@ -15,7 +15,12 @@ With --results_dir the runs are kept (DIR/fp32-1, DIR/amp-1, ...) for
 """
 import argparse
 import os
+import runpy
 import tempfile
+
+# This checkout's code first, installed or not: the entry every script starts from.
+runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir,
+                            "common", "entry.py"))["own_checkout_first"]()
 
 _here = os.path.dirname(os.path.abspath(__file__))
 _model_dir = os.path.dirname(_here)
@@ -24,11 +29,11 @@ import numpy as np  # noqa: E402
 
 from common import main_py, runner  # noqa: E402
 from common.runtime import dllogger  # noqa: E402
-from common.tools import precisions  # noqa: E402
+from common.tools import named_precisions as precisions  # noqa: E402
 from rn50 import config, digits  # noqa: E402
 from rn50.task import ResNetTask  # noqa: E402
 
-PRECISIONS = {p: precisions.precision_flags(p) for p in ("fp32", "amp")}  # tools/precisions.py
+PRECISIONS = {p: precisions.precision_flags(p) for p in ("fp32", "amp")}  # the tools' table
 
 
 def train(records: str, results: str, precision: str, epochs: int, seed: int) -> dict:

@@ -34,10 +34,15 @@ it, then renamed): a full disk leaves no truncated graph.
 """
 import argparse
 import os
+import runpy
 import sys
 
-from common.errors import DataError, reported
-from common.runtime import quiet_start
+# This checkout's code first, installed or not: the entry every script starts from.
+runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir,
+                            "common", "entry.py"))["own_checkout_first"]()
+
+from common.errors import DataError, reported  # noqa: E402
+from common.runtime import quiet_start  # noqa: E402
 
 with quiet_start.filtered_stderr():  # TensorFlow's start-up lines (ssd.postprocess imports it)
     from ssd import postprocess

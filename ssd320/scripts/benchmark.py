@@ -7,21 +7,27 @@ precisions, so drift on a noisy machine hits both alike; the median round is rep
     python ssd320/scripts/benchmark.py --batch_size 8 --steps 8 --warmup 2 --rounds 2
 """
 import argparse
+import os
+import runpy
 import tempfile
 
-from common.runtime import quiet_start
+# This checkout's code first, installed or not: the entry every script starts from.
+runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir,
+                            "common", "entry.py"))["own_checkout_first"]()
+
+from common.runtime import quiet_start  # noqa: E402
 
 with quiet_start.filtered_stderr():  # TensorFlow's start-up lines, as main.py's
     import tensorflow as tf
 
 from common import runner  # noqa: E402
-from common.tools import precisions  # noqa: E402
+from common.tools import named_precisions as precisions  # noqa: E402
 from common.tools.mfu import forward_flops, matmul_ceiling  # noqa: E402
 from common.tools.rounds import alternating_rounds, mfu_rows  # noqa: E402
 from ssd.model import build_ssd  # noqa: E402
 from ssd.task import SSDTask  # noqa: E402
 
-# The precisions every tool shares (common/tools/precisions.py), and the type their matmuls run in
+# The precisions every tool shares (tools/named_precisions.py), and the type their matmuls run in
 # here.
 PRECISIONS = {p: (precisions.precision_flags(p),
                   tf.as_dtype(precisions.compute_dtype(p, gpu=False))) for p in ("fp32", "amp")}

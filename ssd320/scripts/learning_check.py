@@ -36,21 +36,26 @@ here from the digits learning check's ResNet-50 (resnet50v1.5/scripts/learning_c
 """
 import argparse
 import os
+import runpy
 import statistics
 import tempfile
+
+# This checkout's code first, installed or not: the entry every script starts from.
+runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir,
+                            "common", "entry.py"))["own_checkout_first"]()
 
 _here = os.path.dirname(os.path.abspath(__file__))
 _model_dir = os.path.dirname(_here)
 
 from common import main_py  # noqa: E402
 from common.runtime import dllogger  # noqa: E402
-from common.tools import precisions  # noqa: E402
+from common.tools import named_precisions as precisions  # noqa: E402
 from ssd import shapes  # noqa: E402
 from ssd.config import LOG_NAMES  # noqa: E402
 
 AP, AP50, AP75 = (LOG_NAMES.metric(k) for k in ("AP", "AP50", "AP75"))
 
-PRECISIONS = {p: precisions.precision_flags(p) for p in ("fp32", "amp")}  # tools/precisions.py
+PRECISIONS = {p: precisions.precision_flags(p) for p in ("fp32", "amp")}  # the tools' table
 RECIPE = ["--preset", "shapes"]  # ssd/config.py: a curve (an evaluation every epoch)
 
 

@@ -12,7 +12,12 @@ softmax's tail clusters see a natural share of the tokens.
 import argparse
 import gc
 import os
+import runpy
 import tempfile
+
+# This checkout's code first, installed or not: the entry every script starts from.
+runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir,
+                            "common", "entry.py"))["own_checkout_first"]()
 
 _here = os.path.dirname(os.path.abspath(__file__))
 _model_dir = os.path.dirname(_here)
@@ -25,12 +30,12 @@ with quiet_start.filtered_stderr():  # TensorFlow's start-up lines, as main.py's
 
 from common import main_py, models  # noqa: E402
 from common.runtime import dllogger  # noqa: E402
-from common.tools import precisions  # noqa: E402
+from common.tools import named_precisions as precisions  # noqa: E402
 from common.tools.mfu import matmul_ceiling  # noqa: E402
 from common.tools.rounds import alternating_rounds, mfu_rows  # noqa: E402
 from txl.flops import run_flops_per_token  # noqa: E402
 
-# The precisions every tool shares (common/tools/precisions.py), and the type their matmuls run in
+# The precisions every tool shares (tools/named_precisions.py), and the type their matmuls run in
 # here.
 PRECISIONS = {p: (precisions.precision_flags(p),
                   tf.as_dtype(precisions.compute_dtype(p, gpu=False))) for p in ("fp32", "amp")}

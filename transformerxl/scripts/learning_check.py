@@ -29,23 +29,28 @@ import argparse
 import json
 import math
 import os
+import runpy
 import subprocess
 import sys
 import tempfile
 from collections import Counter
 
-import numpy as np
+# This checkout's code first, installed or not: the entry every script starts from.
+runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir,
+                            "common", "entry.py"))["own_checkout_first"]()
+
+import numpy as np  # noqa: E402
 
 _here = os.path.dirname(os.path.abspath(__file__))
 _model_dir = os.path.dirname(_here)
 
 from common import main_py  # noqa: E402
 from common.runtime import dllogger  # noqa: E402
-from common.tools import precisions  # noqa: E402
+from common.tools import named_precisions as precisions  # noqa: E402
 from txl.config import LOG_NAMES  # noqa: E402
 from txl.plays import fetch, write_corpus  # noqa: E402
 
-PRECISIONS = {p: precisions.precision_flags(p) for p in ("fp32", "amp")}  # tools/precisions.py
+PRECISIONS = {p: precisions.precision_flags(p) for p in ("fp32", "amp")}  # the tools' table
 RECIPE = ["--preset", "small", "--display_every", "50"]  # txl/config.py's PRESETS["small"]
 
 

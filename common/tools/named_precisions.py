@@ -1,7 +1,7 @@
 """The precisions the launchers and tools name (``amp``, ``tf32``, ``fp32``) and the ``main.py``
 flags each means; on a CPU, amp means bfloat16 (``common/precision.py`` decides the dtype). No
 TensorFlow import: ``scripts/launch.sh`` keeps a copy of the table, which the tests hold to
-this one (``python -m common.tools.precisions amp`` prints its flags).
+this one (``python -m common.tools.named_precisions amp`` prints its flags).
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def compute_dtype(name: str, gpu: bool) -> str:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2 or sys.argv[1] not in PRECISION_FLAGS:
-        print(f"usage: python -m common.tools.precisions {{{','.join(PRECISION_FLAGS)}}}",
+        print(f"usage: python -m common.tools.named_precisions {{{','.join(PRECISION_FLAGS)}}}",
               file=sys.stderr)
         sys.exit(2)
     print(" ".join(PRECISION_FLAGS[sys.argv[1]]))
