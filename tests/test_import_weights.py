@@ -286,8 +286,10 @@ def test_each_source_records_its_own_recipe(tmp_path):
     v1, v2 = recipes.torchvision("V1").spec(), recipes.torchvision("V2").spec()
     assert v1.startswith("resize:256,crop:224,interpolation:bilinear,antialias:1,")
     assert v2.startswith("resize:232,crop:224,interpolation:bilinear,antialias:1,")
-    assert pretrained.source_recipe("torchvision", "/w/resnet50-0676ba61.pth", None) == (v1, [])
-    assert pretrained.source_recipe("torchvision", "/w/resnet50-11ad3fa6.pth", None) == (v2, [])
+    # torchvision: the weights' name (--weights_name, or its download name when the file's hash
+    # agrees: test_torchvision_weights_are_named_by_their_download_name_when_the_hash_agrees).
+    assert pretrained.source_recipe("torchvision", "/w/a.pth", None, "IMAGENET1K_V1") == (v1, [])
+    assert pretrained.source_recipe("torchvision", "/w/a.pth", None, "IMAGENET1K_V2") == (v2, [])
     spec, notes = pretrained.source_recipe("torchvision", "/w/weights.safetensors", None)
     assert spec == v2 and "--recipe torchvision_v1" in notes[0]
     assert pretrained.source_recipe("torchvision", "/w/x.pth", "torchvision_v1") == (v1, [])

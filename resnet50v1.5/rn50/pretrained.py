@@ -118,9 +118,14 @@ def identity(source: str, path: str, name: str | None) -> tuple[dict, list[str]]
     import datetime
 
     from common.export.card import file_sha256
+    if source not in SOURCES:
+        raise UsageError(f"--from must be one of {', '.join(SOURCES)}")
     src = SOURCES[source]
-    sha256 = file_sha256(path)
-    found, notes = src.identify(path, sha256)
+    try:
+        sha256 = file_sha256(path)
+    except OSError:  # read() names what is missing or unreadable
+        sha256 = None
+    found, notes = src.identify(path, sha256 or "") if sha256 else ({}, [])
     if name and source == "torchvision":  # the published figures are the named weights'
         found = weights_torch.torchvision_named(name)
     elif name:
@@ -298,9 +303,9 @@ def main(argv=None) -> int:
 def _import(args) -> int:
     check_output(args.out_dir, args.arch)  # before the import, not after it
     names = read_labels(args.labels) if args.labels else None
-    imported = read(args.source, args.src, args.arch)  # the source's files, checked first
     source, id_notes = identity(args.source, args.src, args.weights_name)
     recipe, recipe_notes = source_recipe(args.source, args.src, args.recipe, source["name"])
+    imported = read(args.source, args.src, args.arch)
     model, settings, notes = build(imported, args.arch, args.num_classes, args.image_size, recipe)
     notes += id_notes + recipe_notes
     prefix = write(model, settings, args.out_dir, names, source=source)
