@@ -254,7 +254,7 @@ class Trainer:
         plain = json.loads(json.dumps(results, default=float))
         counts = {f"eval_{self.task.item_unit}", self.task.config.LOG_NAMES.eval_throughput}
         self.scored = {"split": self.task.eval_split, "step": self.step,
-                       "data": f.data_dir and os.path.basename(os.path.normpath(f.data_dir)),
+                       "data": start.dir_name(f.data_dir),
                        "metrics": {k: v for k, v in plain.items() if k not in counts},
                        "evaluated": {k: v for k, v in plain.items() if k in counts}}
         if self.dist.is_chief and f.model_dir:

@@ -11,7 +11,7 @@ from common.checkpoint import settings as checkpoint_settings
 from common.checkpoint import store
 
 
-def _name(path: str | None) -> str | None:
+def dir_name(path: str | None) -> str | None:
     """A directory's own name: what a card says of it, never a path of this machine."""
     return path and os.path.basename(os.path.normpath(path))
 
@@ -35,14 +35,14 @@ def weights_source(task) -> dict:
         found = checkpoint_settings.read(path) if path and os.path.exists(
             checkpoint_settings.directory_of(path)) else None
         if found and found.get("source"):
-            return ({**public(found["source"]), "fine_tuned_from": _name(path),
-                     "fine_tuned_on": _name(f.data_dir)} if fine_tuned
+            return ({**public(found["source"]), "fine_tuned_from": dir_name(path),
+                     "fine_tuned_on": dir_name(f.data_dir)} if fine_tuned
                     else public(found["source"]))
         if fine_tuned and path:
-            return {"source": "fine-tuned", "fine_tuned_from": _name(path),
-                    "fine_tuned_on": _name(f.data_dir)}
+            return {"source": "fine-tuned", "fine_tuned_from": dir_name(path),
+                    "fine_tuned_on": dir_name(f.data_dir)}
     return {"source": "trained", "from": f"trained by this repository's {task.name}/main.py",
-            "model": task.name, "dataset": _name(f.data_dir)}
+            "model": task.name, "dataset": dir_name(f.data_dir)}
 
 
 def record(task, directory: str) -> None:
