@@ -93,9 +93,9 @@ class Checkpoint:
         self.serving = self._trainer.serving
         self._signatures = self.serving.signatures(self.model)
         from common.checkpoint import scores
-        self.card = serving_lib.model_card(self.serving, self.model,
-                                           scores.at(self.task.flags.model_dir,
-                                                     self._trainer.step))
+        # What evaluation scored at this checkpoint's step: the card's, and its exports'.
+        self._scored = scores.at(self.task.flags.model_dir, self._trainer.step)
+        self.card = serving_lib.model_card(self.serving, self.model, self._scored)
         self.recipe = self.card["evaluation_preprocessing"]
 
     @property
@@ -109,12 +109,14 @@ class Checkpoint:
     def export(self, export_dir: str, onnx: bool = False, triton: str | None = None) -> str:
         """What ``main.py --export_dir`` (``--export_onnx``, ``--export_triton``) writes, for this
         checkpoint; returns ``export_dir``."""
+        import types
+
         from common import export
-        from common.checkpoint import scores
-        log = self._trainer.log
-        export.export(self.serving, self.model, export_dir, bool(onnx or (
-            triton and self.serving.onnx_for_triton)), log, triton_dir=triton,
-            scored=scores.at(self.task.flags.model_dir, self._trainer.step))
+        asked = types.SimpleNamespace(export_onnx=onnx, export_onnx_int8=False,
+                                      export_triton=triton)
+        export.export(self.serving, self.model, export_dir,
+                      export.writes_onnx(self.serving, asked), self._trainer.log,
+                      triton_dir=triton, scored=self._scored)
         return export_dir
 
 

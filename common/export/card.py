@@ -202,8 +202,3 @@ def write(directory: str, card: dict) -> None:
         f.write("\n")
     with open(os.path.join(directory, CARD_README), "w", encoding="utf-8") as f:
         f.write(markdown(card))
-
-
-def read(directory: str) -> dict:
-    with open(os.path.join(directory, CARD_JSON), encoding="utf-8") as f:
-        return json.load(f)

@@ -125,7 +125,7 @@ def identity(source: str, path: str, name: str | None) -> tuple[dict, list[str]]
         sha256 = file_sha256(path)
     except OSError:  # read() names what is missing or unreadable
         sha256 = None
-    found, notes = src.identify(path, sha256 or "") if sha256 else ({}, [])
+    found, notes = src.identify(path, sha256) if sha256 else ({}, [])
     if name and source == "torchvision":  # the published figures are the named weights'
         found = weights_torch.torchvision_named(name)
     elif name:
