@@ -47,6 +47,14 @@ def pytest_collection_modifyitems(config, items):
                 reason=f"runs in the {mark.args[0]} stack's suite only: {mark.args[1]}"))
 
 
+def pytest_collection_finish(session):
+    """The test modules' imports (TensorFlow's, Keras') frozen out of the garbage collector's
+    walks, as every main.py does (``common.entry.settle_imports``): the in-process tests' full
+    collections skip them."""
+    import gc
+    gc.freeze()
+
+
 def pytest_addoption(parser):
     parser.addoption("--keep_runs", metavar="DIR",
                      help="the learning checks (-m slow) keep their runs in DIR/MODEL, for "

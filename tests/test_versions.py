@@ -107,6 +107,20 @@ def test_scripts_import_every_model_package_from_their_own_checkout():
     assert proc.returncode == 1 and "No module named 'rn50'" in proc.stderr
 
 
+def test_the_target_runs_with_tensorflows_modules_out_of_the_collectors_walks():
+    """The entry freezes what the start-up imported (``settle_imports``): the target, here
+    ``gc.get_freeze_count`` itself, finds TensorFlow's and Keras' objects frozen, where a bare
+    ``import tensorflow`` leaves none."""
+    entry = os.path.join(ROOT, "common", "entry.py")
+    probe = ("import runpy, sys\n"
+             "print(runpy.run_path({entry!r})['run'](sys.argv[0], 'gc:get_freeze_count'))\n")
+    proc = run_cli([sys.executable, "-c", probe.format(entry=entry)])
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout.split()[-1]) > 100_000
+    bare = run_cli([sys.executable, "-c", "import gc, tensorflow; print(gc.get_freeze_count())"])
+    assert bare.stdout.split()[-1] == "0"
+
+
 def test_two_clones_side_by_side_each_run_their_own_code(tmp_path):
     """A second clone beside this one (which the environment's editable install points at)
     runs its own common/ and models, and its tests import its own code: nothing to reinstall
