@@ -91,7 +91,7 @@ class Checkpoint:
         self.messages = said.getvalue().splitlines()
         self.task, self.model = self._trainer.task, self._trainer.model
         self.serving = self._trainer.serving
-        self._signatures = self.serving.signatures(self.model)
+        self._signatures = serving_lib.traced(self.serving, self.model)[0]  # export reuses them
         from common.checkpoint import scores
         # What evaluation scored at this checkpoint's step: the card's, and its exports'.
         self._scored = scores.at(self.task.flags.model_dir, self._trainer.step)

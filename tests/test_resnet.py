@@ -137,6 +137,30 @@ def test_predict_returns_classes_for_image_files_and_exports(tmp_path, digits_re
     assert (tmp_path / "export" / "assets" / "labels.txt").read_text().split()[0] == "digit_0"
 
 
+def test_the_trial_export_and_the_export_share_one_trace_and_the_trained_weights(
+        tmp_path, digits_records, monkeypatch):
+    """--export_dir's room is measured by a trial export before training; the export after
+    it saves the same traced signatures (made once), with the trained weights: its answers are
+    the final checkpoint's, not the untrained network's of the trial."""
+    from common import api
+    from rn50.serving import ResNetServing
+    made = []  # the weights each time the signatures are made
+    signatures = ResNetServing.signatures
+    monkeypatch.setattr(ResNetServing, "signatures", lambda self, model: made.append(
+        model.get_weights()) or signatures(self, model))
+    runner.run(ResNetTask, ["main.py", *TINY, "--data_dir", digits_records, "--results_dir",
+                            str(tmp_path), "--mode", "train", "--num_iter", "3",
+                            "--export_dir", str(tmp_path / "export")])
+    assert len(made) == 1
+    images = tf.random.stateless_uniform((2, 32, 32, 3), (1, 2), -2, 2)
+    served = tf.saved_model.load(str(tmp_path / "export")).signatures["preprocessed"]
+    trained = api.load(str(tmp_path / "checkpoints")).predict("preprocessed", images=images)
+    np.testing.assert_allclose(served(images=images)["logits"], trained["logits"], atol=1e-5)
+    at_the_trial = build_resnet("resnet_tiny", num_classes=10, image_size=32)
+    at_the_trial.set_weights(made[0])
+    assert np.abs(trained["logits"] - at_the_trial(images, training=False)).max() > 1e-3
+
+
 def test_amp_environment_variable_through_main(tmp_path):
     proc = run_cli([sys.executable, os.path.join(RN50, "main.py"), *TINY, "--mode",
                     "training_benchmark", "--iter_unit", "batch", "--num_iter", "2",

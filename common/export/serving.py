@@ -185,6 +185,18 @@ def model_card(serving, model: keras.Model, scored: dict | None) -> dict:
         exported_weights_sha256=cards.weights_sha256(model), triton_model=serving.triton_name)
 
 
+def traced(serving, model: keras.Model) -> tuple[dict, tf.types.experimental.Function | None]:
+    """``serving``'s signatures over ``model`` and its preprocessing alone
+    (``preprocess_function``), made once for this serving object and model: the trial export
+    before training (``writer.check_export_dir``) and the export after it save the same
+    functions, traced once (the trace is most of a save's work); their variables hold the
+    trained values by the time of the second save."""
+    memo = vars(serving).setdefault("_traced", {})  # the functions keep ``model`` alive
+    if id(model) not in memo:
+        memo[id(model)] = (serving.signatures(model), preprocess_function(serving))
+    return memo[id(model)]
+
+
 def save(serving, model: keras.Model, export_dir: str, model_card: dict | None = None
          ) -> None:
     """The SavedModel of ``model`` in ``export_dir``: ``signatures``, and ``assets`` with
@@ -195,7 +207,7 @@ def save(serving, model: keras.Model, export_dir: str, model_card: dict | None =
     # The variables, not the Keras model: tracking the model would have the SavedModel
     # trace its own call, which not every model's call can be (memories, targets).
     module.weights = [v.value for v in model.variables]
-    signatures = serving.signatures(model)
+    signatures, preprocess = traced(serving, model)
     module.functions = dict(signatures)
     texts = {**serving.assets(), CLIENT_INFO: json.dumps(
         describe(serving, signatures, model_card), indent=1) + "\n"}
@@ -207,7 +219,6 @@ def save(serving, model: keras.Model, export_dir: str, model_card: dict | None =
                 fh.write(text)
             module.assets.append(tf.saved_model.Asset(path))
         tf.saved_model.save(module, export_dir, signatures=signatures)
-    preprocess = preprocess_function(serving)
     if preprocess is not None:
         alone = tf.Module()
         alone.preprocess = preprocess
