@@ -161,6 +161,25 @@ def test_the_trial_export_and_the_export_share_one_trace_and_the_trained_weights
     assert np.abs(trained["logits"] - at_the_trial(images, training=False)).max() > 1e-3
 
 
+def test_a_recipe_is_checked_at_the_runs_image_size(tmp_path, digits_records):
+    """``resize:146`` leaves the crop out: at --image_size 128 it is a 128 crop of 146, which the
+    flag's check (before the image size is known) took for a 224 crop and refused. A crop that
+    does not fit is refused at the run's size, before any checkpoint is written."""
+    from common.errors import UsageError
+    base = ["main.py", *TINY, "--image_size", "128", "--data_dir", digits_records,
+            "--mode", "train_and_evaluate", "--iter_unit", "batch", "--num_iter", "1"]
+    s = runner.run(ResNetTask, [*base, "--eval_preprocessing", "resize:146",
+                                "--results_dir", str(tmp_path / "ok")])
+    assert s["final_step"] == 1 and "top1_accuracy" in s
+    recorded = json.loads((tmp_path / "ok" / "checkpoints" / "settings.json").read_text())
+    assert recorded["settings"]["eval_preprocessing"] == "resize:146"
+    with pytest.raises(UsageError, match=r"^--eval_preprocessing resize:100 at --image_size 128: "
+                       r"resize 100 and crop 128: the crop must fit the resize$"):
+        runner.run(ResNetTask, [*base, "--eval_preprocessing", "resize:100", "--mode", "train",
+                                "--results_dir", str(tmp_path / "refused")])
+    assert not (tmp_path / "refused" / "checkpoints").exists()
+
+
 def test_amp_environment_variable_through_main(tmp_path):
     proc = run_cli([sys.executable, os.path.join(RN50, "main.py"), *TINY, "--mode",
                     "training_benchmark", "--iter_unit", "batch", "--num_iter", "2",

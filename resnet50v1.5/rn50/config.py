@@ -23,10 +23,10 @@ def eval_resize(size: int) -> int | None:
 
 
 def parse_eval_preprocessing(text: str | None) -> eval_preprocessing.EvalPreprocessing:
-    """A command line's evaluation preprocessing (``--eval_preprocessing``, and
-    ``import_weights.py --recipe``) checked: ``ValueError`` naming what is wrong. The run's own
-    object is the task's ``eval_prep``, at its image size."""
-    return eval_preprocessing.parse(text)
+    """``--eval_preprocessing`` checked alone, before the run knows its image size:
+    ``ValueError`` naming what is wrong. The run's own object is the task's ``eval_prep``, at
+    its image size, where a crop left out is checked against the resize."""
+    return eval_preprocessing.parse(text, size=None)
 
 
 # --preset (common/flags.py): nvidia is the flags' own defaults; digits is `make demo`'s, the

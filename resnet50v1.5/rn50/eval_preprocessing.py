@@ -99,11 +99,14 @@ def nvidia(size: int = 224) -> EvalPreprocessing:
     return EvalPreprocessing(int(round(size / NVIDIA_CROP_FRACTION)), size, nvidia=True)
 
 
-def parse(text: str | None, size: int = 224) -> EvalPreprocessing:
-    """The evaluation preprocessing of a flag value (None: NVIDIA's); ``ValueError`` naming
-    what is wrong."""
+def parse(text: str | None, size: int | None = 224) -> EvalPreprocessing:
+    """The evaluation preprocessing of a flag value (None: NVIDIA's) for ``size`` pixels;
+    ``ValueError`` naming what is wrong. ``size`` None checks the text alone: the flag's
+    check, before the run knows its image size (the command line's, else the checkpoint's);
+    a crop left out is that size, so whether it fits the resize is the run's check (the
+    task's ``eval_prep``)."""
     if text in (None, "", NVIDIA):
-        return nvidia(size)
+        return nvidia(size or 224)
     fields = {}
     for part in text.split(","):
         key, sep, value = part.partition(":")
@@ -119,7 +122,7 @@ def parse(text: str | None, size: int = 224) -> EvalPreprocessing:
         keras_mode = fields.get("resize") if fields.get("resize") in KERAS_MODES else None
         resize = (None if keras_mode or fields.get("resize", "squash") == "squash"
                   else int(fields["resize"]))
-        crop = int(fields.get("crop", size))
+        crop = int(fields["crop"]) if "crop" in fields else size
         mean = tuple(float(v) for v in fields.get("mean", "/".join(map(str, NVIDIA_MEAN)))
                      .split("/"))
         std = tuple(float(v) for v in fields.get("std", "/".join(map(str, NVIDIA_STD)))
@@ -138,7 +141,7 @@ def parse(text: str | None, size: int = 224) -> EvalPreprocessing:
                          f"finite numbers within +-{LIMIT:g}, the std at least {1 / LIMIT:g} "
                          "(on the 0..255 scale; anything else makes every input NaN or the "
                          "same)")
-    if crop < 1 or (resize is not None and resize < crop):
+    if crop is not None and (crop < 1 or (resize is not None and resize < crop)):
         raise ValueError(f"resize {resize} and crop {crop}: the crop must fit the resize")
     return EvalPreprocessing(resize, crop, interpolation, fields.get("antialias", "1") == "1",
                   mean, std, keras=keras_mode)

@@ -62,7 +62,7 @@ import numpy as np
 
 from common.checkpoint import settings as checkpoint_settings
 from common.errors import DataError, UsageError, one_line, reported
-from rn50 import config, eval_preprocessing, weights_keras, weights_nvidia, weights_torch
+from rn50 import eval_preprocessing, weights_keras, weights_nvidia, weights_torch
 from rn50.imported import Imported
 
 
@@ -149,7 +149,7 @@ def source_recipe(source: str, path: str, asked: str | None, name: str | None = 
                  "keras": eval_preprocessing.keras_applications()}
         try:
             return (named[asked] if asked in named else
-                    config.parse_eval_preprocessing(asked)).spec(), []
+                    eval_preprocessing.parse(asked)).spec(), []  # at the weights' 224
         except ValueError as e:
             raise UsageError(f"--recipe {asked}: {e}") from None
     return SOURCES[source].recipe(path, name)

@@ -7,7 +7,6 @@ parameters or biases), 90 epochs.
 """
 from __future__ import annotations
 
-import functools
 import os
 
 import keras
@@ -36,6 +35,15 @@ def read_labels(directory: str | None) -> list[str] | None:
         return None
     with open(path, encoding="utf-8") as fh:
         return [line.strip() for line in fh if line.strip()]
+
+
+def eval_recipe(text: str | None, size: int) -> eval_preprocessing.EvalPreprocessing:
+    """``--eval_preprocessing`` at the run's ``--image_size`` (the flag's own check had no
+    size: a crop left out is this one); one line where the crop does not fit."""
+    try:
+        return eval_preprocessing.parse(text, size)
+    except ValueError as e:
+        raise UsageError(f"--eval_preprocessing {text} at --image_size {size}: {e}") from None
 
 
 class ResNetTask(RecordTask):
@@ -82,6 +90,10 @@ class ResNetTask(RecordTask):
         # Labels are checked where the batch is (DALI leaves it on the GPU): 1-based, as the
         # records hold them and the tf.data pipeline's own check names them.
         self.label_check = DeviceRangeCheck("label", 1, f.num_classes, shift=1)
+        # How evaluation prepares an image (--eval_preprocessing, or the checkpoint's record of
+        # it), parsed once at the run's image size and handed to the pipelines, predict and
+        # the exports: a crop that does not fit is refused now, before any checkpoint.
+        self.eval_prep = eval_recipe(f.eval_preprocessing, f.image_size)
 
     # --- model and optimisation ---------------------------------------------------------
     def build_model(self):
@@ -143,13 +155,6 @@ class ResNetTask(RecordTask):
         return state
 
     # --- data ---------------------------------------------------------------------------
-    @functools.cached_property
-    def eval_prep(self) -> eval_preprocessing.EvalPreprocessing:
-        """How evaluation prepares an image (``--eval_preprocessing``, or the checkpoint's
-        record of it): parsed here, once, and handed as this object to the pipelines,
-        predict and the exports."""
-        return eval_preprocessing.parse(self.flags.eval_preprocessing, self.flags.image_size)
-
     def record_check(self):
         return tfdata_pipeline.record_check(self.flags.num_classes)
 
