@@ -115,12 +115,17 @@ def pipelines(model: str, data_dir: str, idx_dir: str, image_size: int | None, b
         return {"train": (("inputs", "targets"), lambda where: pipe.build_pipeline(
             path, batch_size, tgt_len, where=where))}
     size = image_size or {"resnet50v1.5": 224, "ssd320": 320}[model]
+    # ResNet-50's evaluation recipe, which its pipelines take (NVIDIA's: its DALI and tf.data
+    # pipelines' own agreement is what is compared); SSD320 has one preparation.
+    recipe = ({"prep": importlib.import_module("rn50.eval_preprocessing").nvidia(size)}
+              if model == "resnet50v1.5" else {})
     out = {}
     for split, training in (("train", True), ("eval", False)):
         files = _first_shard(data_dir, "train" if training else "validation", model)
         _indexes(files, idx_dir)
         out[split] = (pipe.NAMES, lambda where, files=files, training=training:
-                      pipe.build_pipeline(files, idx_dir, training, size, where=where))
+                      pipe.build_pipeline(files, idx_dir, training, size, where=where,
+                                          **recipe))
     return out
 
 

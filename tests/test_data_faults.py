@@ -16,7 +16,7 @@ from reliability_helpers import digests, tmpfs
 
 from common import runner
 from common.data import tfrecord_index
-from rn50 import dali_pipeline, digits, prepare, tfdata_pipeline
+from rn50 import dali_pipeline, digits, eval_preprocessing, prepare, tfdata_pipeline
 from rn50.task import ResNetTask
 
 MAIN = os.path.join(RN50, "main.py")
@@ -160,9 +160,11 @@ def test_png_records_work_alike_in_both_pipelines(tmp_path):
     os.makedirs(data / "idx")
     shutil.move(tmp_path / "validation.idx", data / "idx" / "validation-00000-of-00001.idx")
     files = tfrecord_index.shard_files(str(data), "validation", "test")
-    a_img, a_lab = next(iter(tfdata_pipeline.dataset(files, 8, 32, training=False, num_classes=10)))
+    nvidia = eval_preprocessing.nvidia(32)
+    a_img, a_lab = next(iter(tfdata_pipeline.dataset(files, 8, 32, training=False, num_classes=10,
+                                                     prep=nvidia)))
     b_img, b_lab = next(iter(dali_pipeline.dataset(files, str(data / "idx"), 8, 32,
-                                                   training=False)))
+                                                   training=False, prep=nvidia)))
     np.testing.assert_array_equal(a_lab.numpy(), b_lab.numpy())
     assert np.abs(a_img.numpy() - b_img.numpy()).mean() < 0.05  # lossless: resize kernels only
     for dali in (False, True):

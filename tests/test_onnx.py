@@ -183,18 +183,38 @@ def test_txl_onnx_gives_log_probs_and_memory(tmp_path, corpus):
 
 
 @MODELOPT
-def test_resnet_int8_onnx_is_calibrated_on_training_images(tmp_path, digits_records, capsys):
+def test_resnet_int8_onnx_is_calibrated_on_training_images(tmp_path, digits_records, capsys,
+                                                           monkeypatch):
+    """Calibrated on training images prepared by the weights' own recipe: here torchvision's
+    IMAGENET1K_V1, which import_weights.py records for torchvision's weights (the calibration
+    prepared NVIDIA's way whatever the recipe was)."""
+    from common.export import onnx_int8
+    from rn50 import eval_preprocessing, tfdata_pipeline
+    torchvision = eval_preprocessing.torchvision("V1")
+    calibrated = []
+    quantize = onnx_int8.quantize
+    monkeypatch.setattr(onnx_int8, "quantize", lambda src, dst, images, *a, **k: (
+        calibrated.append(images), quantize(src, dst, images, *a, **k))[1])
     out = tmp_path / "export"
     runner.run(ResNetTask, ["main.py", *TINY, *BENCH, "--results_dir", str(tmp_path),
                             "--data_dir", digits_records, "--export_dir", str(out),
-                            "--export_onnx_int8", "--calibration_images", "20"])
+                            "--export_onnx_int8", "--calibration_images", "20",
+                            "--eval_preprocessing", torchvision.spec()])
     assert ("INT8 by NVIDIA Model Optimizer, calibrated on 20 training images (max)"
             in capsys.readouterr().out)
     assert (out / "model.onnx").exists()  # the float32 graph it comes from
+    train = sorted(str(p) for p in Path(digits_records).glob("train-*"))
+    first = [next(iter(tfdata_pipeline.dataset(train, 20, 32, False, num_classes=10,
+                                               prep=prep)))[0].numpy()
+             for prep in (eval_preprocessing.parse(torchvision.spec(), 32),
+                          eval_preprocessing.nvidia(32))]
+    assert len(calibrated) == 1 and calibrated[0].shape == (20, 32, 32, 3)
+    np.testing.assert_allclose(calibrated[0], first[0], atol=1e-5)
+    assert np.abs(calibrated[0] - first[1]).max() > 0.1  # not NVIDIA's preparation
     # Held-out images as evaluation prepares them: what the ranges were calibrated for.
-    from rn50 import tfdata_pipeline
     shards = sorted(str(p) for p in Path(digits_records).glob("validation-*"))
-    images = next(iter(tfdata_pipeline.dataset(shards, 12, 32, False, num_classes=10)))[0]
+    images = next(iter(tfdata_pipeline.dataset(shards, 12, 32, False, num_classes=10,
+                                               prep=torchvision)))[0]
     images = images.numpy()
     _check_int8(out / "model_int8.onnx", {"images": images}, "logits")
     float32, int8 = (ort.InferenceSession(str(out / name)).run(["logits"], {"images": images})[0]

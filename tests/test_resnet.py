@@ -13,7 +13,7 @@ from conftest import RN50, TINY, dtype_policy, run_cli
 
 from common import runner
 from common.data import tfrecord_index
-from rn50 import dali_pipeline, digits, prepare, tfdata_pipeline
+from rn50 import dali_pipeline, digits, eval_preprocessing, prepare, tfdata_pipeline
 from rn50.model import build_resnet
 from rn50.task import ResNetTask
 
@@ -53,9 +53,11 @@ def test_dali_and_tfdata_eval_preprocessing_agree(tmp_path):
     prepare.prepare(str(tmp_path / "f"), str(tmp_path / "r"), 1, 1, log=lambda *_: None)
     files = tfrecord_index.shard_files(str(tmp_path / "r"), "validation", "test")
     for size in (32, 56):  # a resize with an odd margin to crop, and a crop alone
-        a_img, a_lab = next(iter(tfdata_pipeline.dataset(files, 8, size, training=False)))
+        nvidia = eval_preprocessing.nvidia(size)
+        a_img, a_lab = next(iter(tfdata_pipeline.dataset(files, 8, size, training=False,
+                                                         prep=nvidia)))
         b_img, b_lab = next(iter(dali_pipeline.dataset(files, str(tmp_path / "r" / "idx"), 8,
-                                                       size, training=False)))
+                                                       size, training=False, prep=nvidia)))
         np.testing.assert_array_equal(a_lab.numpy(), b_lab.numpy())
         diff = np.abs(a_img.numpy() - b_img.numpy())
         # Two JPEG decoders and resize kernels: ~1 grey level on average, a few at worst.
@@ -67,7 +69,8 @@ def test_seeded_training_data_repeat_exactly_and_other_seeds_differ(digits_recor
     files = tfrecord_index.shard_files(digits_records, "train", "test")
 
     def first_batches(seed):
-        ds = tfdata_pipeline.dataset(files, 8, 32, True, seed=seed, num_classes=10)
+        ds = tfdata_pipeline.dataset(files, 8, 32, True, seed=seed, num_classes=10,
+                                     prep=eval_preprocessing.nvidia(32))
         return [(x.numpy(), y.numpy()) for x, y in ds.take(4)]
     a, b, c = first_batches(5), first_batches(5), first_batches(6)
     for (xa, ya), (xb, yb) in zip(a, b):

@@ -76,7 +76,8 @@ def test_resnet_signatures_on_image_bytes_equal_the_evaluation_pipeline(resnet):
     f = trainer.flags
     shard, encoded = _records(trainer, lambda r: rn50_data.parse(r, f.num_classes)[0])
     images, _ = next(iter(rn50_data.dataset(shard, 64, f.image_size, False,
-                                            num_classes=f.num_classes)))
+                                            num_classes=f.num_classes,
+                                            prep=trainer.task.eval_prep)))
     want = trainer.model(images, training=False).numpy()
     assert len(encoded) == len(want) > 1
     served = _signature(export, "serving_default")(images=tf.constant(encoded))

@@ -55,12 +55,13 @@ def int8_data(data: str, smoke: bool = False) -> tuple[str, list[str]]:
 
 def int8_validation(records: str, image_size: int) -> list:
     """The held-out split's batches of 32 through the evaluation's own tf.data pipeline."""
-    from rn50 import tfdata_pipeline
+    from rn50 import eval_preprocessing, tfdata_pipeline
     from rn50.task import read_labels
     files = sorted(glob.glob(os.path.join(records, "validation-*")))
     classes = len(read_labels(records))
     return [(x.numpy(), y.numpy()) for x, y in
-            tfdata_pipeline.dataset(files, 32, image_size, False, num_classes=classes)]
+            tfdata_pipeline.dataset(files, 32, image_size, False, num_classes=classes,
+                                    prep=eval_preprocessing.nvidia(image_size))]  # the recipe's
 
 
 def int8_accuracy(run, files: dict, batches, records: str) -> dict:

@@ -18,17 +18,17 @@ NAMES = ("images", "labels")  # the pipeline's outputs, in order
 
 def build_pipeline(files, idx_dir: str, training: bool, image_size: int, shard_id: int = 0,
                    num_shards: int = 1, where: dali_graph.Placement = dali_graph.CPU,
-                   min_area: float = 0.08,
-                   prep: eval_preprocessing.EvalPreprocessing | None = None):
+                   min_area: float = 0.08, *,
+                   prep: eval_preprocessing.EvalPreprocessing):
     """The ``@pipeline_def`` function of this rank's shard of ``files``: images (size, size, 3)
     normalised, float16 where ``where`` says, and 0-based int32 labels. Evaluation prepares
-    images by ``prep`` (``--eval_preprocessing``, None: NVIDIA's: its resize, interpolation and
-    normalisation; DALI's own crop and rounding); training normalises by its mean and std."""
+    images by ``prep`` (``--eval_preprocessing``: its resize, interpolation and normalisation;
+    DALI's own crop and rounding); training normalises by its mean and std."""
     import nvidia.dali.tfrecord as tfrec
     from nvidia.dali import fn, pipeline_def, types
 
     idx_files = [tfrecord_index.index_path(idx_dir, f) for f in files]
-    r = prep or eval_preprocessing.nvidia(image_size)
+    r = prep
     interp = {"bilinear": types.INTERP_LINEAR, "bicubic": types.INTERP_CUBIC,
               "nearest": types.INTERP_NN}[r.interpolation]
 
@@ -68,8 +68,8 @@ def build_pipeline(files, idx_dir: str, training: bool, image_size: int, shard_i
 
 def dataset(files, idx_dir: str, batch_size: int, image_size: int, training: bool, rank: int = 0,
             world: int = 1, where: dali_graph.Placement = dali_graph.CPU,
-            seed: int | None = None, num_threads: int = 4, min_area: float = 0.08,
-            prep: eval_preprocessing.EvalPreprocessing | None = None):
+            seed: int | None = None, num_threads: int = 4, min_area: float = 0.08, *,
+            prep: eval_preprocessing.EvalPreprocessing):
     """(images (N, size, size, 3) float32 or float16, labels (N,) int32 0-based) batches for
     this rank: endless for training, one pass over its shard per iteration for evaluation
     (``dali.EvalPass``)."""
@@ -78,7 +78,7 @@ def dataset(files, idx_dir: str, batch_size: int, image_size: int, training: boo
     from common.data import dali
     from common.runtime.distributed import rank_seed
     pipe = build_pipeline(files, idx_dir, training, image_size, rank, world, where, min_area,
-                          prep)
+                          prep=prep)
     ds = dali.serve(pipe, where, batch_size,
                     ((batch_size, image_size, image_size, 3), (batch_size,)),
                     (dali.tf_image_dtype(where), tf.int32), num_threads, rank_seed(seed, rank))

@@ -75,7 +75,8 @@ class ResNetServing(Serving):
     def calibration_dataset(self):
         f = self.flags
         return tfdata_pipeline.dataset(record_files(self.task, "train"), f.batch_size,
-                                       f.image_size, False, num_classes=f.num_classes).map(
+                                       f.image_size, False, num_classes=f.num_classes,
+                                       prep=self.task.eval_prep).map(
                                            lambda x, _: x)
 
     # --- what inference is --------------------------------------------------------------

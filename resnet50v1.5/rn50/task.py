@@ -164,13 +164,13 @@ class ResNetTask(RecordTask):
         return dali_pipeline.dataset(files, f.data_idx_dir, f.batch_size, f.image_size,
                                      training, dist.rank, dist.size,
                                      dali.placement(self.ctx.capabilities, f),
-                                     f.seed, f.dali_threads, f.crop_area_min, self.eval_prep)
+                                     f.seed, f.dali_threads, f.crop_area_min, prep=self.eval_prep)
 
     def tfdata_dataset(self, files, training, seed):
         f, dist = self.flags, self.ctx.dist
         return tfdata_pipeline.dataset(files, f.batch_size, f.image_size, training, dist.rank,
                                        dist.size, seed, f.crop_area_min, f.num_classes,
-                                       self.eval_prep)
+                                       prep=self.eval_prep)
 
     def synthetic_dataset(self):
         f = self.flags

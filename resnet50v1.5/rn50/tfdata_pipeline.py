@@ -33,12 +33,11 @@ def record_check(num_classes: int):
     return check
 
 
-def train_image(encoded, size: int, seed, min_area: float = 0.08,
-                prep: eval_preprocessing.EvalPreprocessing | None = None):
+def train_image(encoded, size: int, seed, min_area: float,
+                prep: eval_preprocessing.EvalPreprocessing):
     """Random crop (area min_area-100%, aspect 3/4-4/3), resize to size x size, random flip;
     ``seed`` ((2,) int64) decides both (stateless ops: see common/data/record_reader.py); normalised
-    by ``prep``'s mean and std (``--eval_preprocessing``: what the weights expect; None:
-    NVIDIA's)."""
+    by ``prep``'s mean and std (``--eval_preprocessing``: what the weights expect)."""
     crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
 
     def window(shape):
@@ -61,27 +60,25 @@ def train_image(encoded, size: int, seed, min_area: float = 0.08,
     image = tf.cond(tf.io.is_jpeg(encoded), jpeg, other)
     image = tf.image.resize(image, (size, size), antialias=True)
     image = tf.image.stateless_random_flip_left_right(image, flip_seed)
-    r = prep or eval_preprocessing.nvidia(size)
-    if r.nvidia:
+    if prep.nvidia:
         return normalize(image)
-    return (image - tf.constant(r.mean, tf.float32)) / tf.constant(r.std, tf.float32)
+    return (image - tf.constant(prep.mean, tf.float32)) / tf.constant(prep.std, tf.float32)
 
 
-def eval_image(encoded, size: int, prep: eval_preprocessing.EvalPreprocessing | None = None):
+def eval_image(encoded, size: int, prep: eval_preprocessing.EvalPreprocessing):
     """An encoded image prepared as evaluation prepares it (``eval_crop``); a source's recipe
     decodes JPEGs as PIL does (``decode_exact``)."""
-    nvidia = (prep or eval_preprocessing.nvidia(size)).nvidia
-    return eval_crop(decode(encoded) if nvidia else decode_exact(encoded), size, prep)
+    return eval_crop(decode(encoded) if prep.nvidia else decode_exact(encoded), size, prep)
 
 
-def eval_crop(image, size: int, prep: eval_preprocessing.EvalPreprocessing | None = None):
-    """Evaluation's preparation of a decoded image (``--eval_preprocessing``): NVIDIA's (None),
-    the shorter side to size / 0.875 (256 for 224) and the central crop; or a source's."""
-    r = prep or eval_preprocessing.nvidia(size)
-    if not r.nvidia:
-        return _recipe_crop(image, size, r)
+def eval_crop(image, size: int, prep: eval_preprocessing.EvalPreprocessing):
+    """Evaluation's preparation of a decoded image (``--eval_preprocessing``, required: a
+    forgotten recipe is an error, not NVIDIA's): NVIDIA's, the shorter side to size / 0.875
+    (256 for 224) and the central crop; or a source's."""
+    if not prep.nvidia:
+        return _recipe_crop(image, size, prep)
     hw = tf.cast(tf.shape(image)[:2], tf.float32)
-    scale = r.resize_for(size) / tf.reduce_min(hw)
+    scale = prep.resize_for(size) / tf.reduce_min(hw)
     new_hw = tf.cast(tf.round(hw * scale), tf.int32)
     image = tf.image.resize(image, new_hw, antialias=True)
     # Centre rounded half up, as DALI's crop_pos 0.5 does, so the two pipelines see one crop.
@@ -156,9 +153,10 @@ def _pil_nearest(size, new):
 
 def dataset(files, batch_size: int, image_size: int, training: bool, rank: int = 0,
             world: int = 1, seed: int | None = None, min_area: float = 0.08,
-            num_classes: int = 1000,
-            prep: eval_preprocessing.EvalPreprocessing | None = None) -> tf.data.Dataset:
-    """Batches of (images (N, size, size, 3) float32, labels (N,) int32) for this rank."""
+            num_classes: int = 1000, *,
+            prep: eval_preprocessing.EvalPreprocessing) -> tf.data.Dataset:
+    """Batches of (images (N, size, size, 3) float32, labels (N,) int32) for this rank, prepared
+    by ``prep`` (the run's recipe: evaluation's crop, and the mean and std of both)."""
     ds = record_reader.rank_records(files, training, rank, world, seed)
     if training:
         def preprocess(record, element_seed):

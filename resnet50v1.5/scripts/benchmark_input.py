@@ -23,7 +23,9 @@ with quiet_start.filtered_stderr():  # TensorFlow's start-up lines, as main.py's
     import tensorflow as tf
 
 from common.data import tfrecord_index  # noqa: E402
-from rn50 import dali_pipeline, prepare, tfdata_pipeline  # noqa: E402
+from rn50 import dali_pipeline, eval_preprocessing, prepare, tfdata_pipeline  # noqa: E402
+
+NVIDIA = eval_preprocessing.nvidia(224)  # the training recipe's normalisation
 
 
 def generate(out_dir, n, seed=0, shards=4):
@@ -72,9 +74,10 @@ def main():
         for name in ("tf.data", "DALI (CPU)", "tf.data ", "DALI (CPU) "):  # two A/B rounds
             if name.startswith("DALI"):
                 ds = dali_pipeline.dataset(files, os.path.join(tmp, "idx"), args.batch_size, 224,
-                                           training=True, num_threads=args.threads)
+                                           training=True, num_threads=args.threads, prep=NVIDIA)
             else:
-                ds = tfdata_pipeline.dataset(files, args.batch_size, 224, training=True)
+                ds = tfdata_pipeline.dataset(files, args.batch_size, 224, training=True,
+                                             prep=NVIDIA)
             results.setdefault(name.strip(), []).append(
                 rate(ds, args.batches, args.warmup, args.batch_size))
             del ds
