@@ -178,18 +178,29 @@ def test_common_is_grouped_into_rooms_whose_imports_run_one_way():
 
 
 def test_imagenets_statistics_are_defined_once():
-    """ImageNet's mean and standard deviation were written out in common/imagenet_stats.py,
-    common/images.py's users and twice more in rn50/: one definition, imported."""
+    """ImageNet's mean and standard deviation, in each convention (NVIDIA's and torchvision's
+    on the 0..255 scale, torchvision's on 0..1 as it writes them), are written out in
+    common/data/imagenet_stats.py alone and imported everywhere else: any three of their
+    numbers in a row, in any spelling (a tuple, a list, ``a/b/c``, ``x 255`` products
+    written out), found anywhere else outside the tests fails."""
     import re
 
     from conftest import tracked_files
-    tracked = [rel for rel in tracked_files() if rel.endswith(".py")]
-    found = [rel for rel in tracked if not rel.startswith("tests/") and re.search(
-        r"58\.395,\s*57\.12,\s*57\.375", open(os.path.join(ROOT, rel), encoding="utf-8").read())]
-    # torchvision's standard deviation is the same three numbers (0.229, 0.224, 0.225 x 255):
-    # rn50/eval_preprocessing.py names it TORCH_STD, the one other place they are written.
-    assert sorted(found) == ["common/data/imagenet_stats.py",
-    "resnet50v1.5/rn50/eval_preprocessing.py"]
+    from common.data import imagenet_stats as stats
+    triples = [stats.MEAN, stats.STD, stats.UNIT_MEAN, stats.UNIT_STD, stats.TORCH_MEAN]
+
+    def spelled(values):  # 0.485 or .485, 57.12 or 57.120, with any separator between
+        nums = [re.escape(f"{v:g}").replace(r"0\.", r"0?\.", 1) + "0*" for v in values]
+        return re.compile(r"(?<![\d.])" + r"\s*[,/ ]\s*".join(nums) + r"(?!\d)")
+    patterns = [spelled(t) for t in triples]
+    found = sorted({rel for rel in tracked_files() if rel.endswith(".py")
+                    and not rel.startswith("tests/") for p in patterns
+                    if p.search(open(os.path.join(ROOT, rel), encoding="utf-8").read())})
+    assert found == ["common/data/imagenet_stats.py"]
+    # The patterns catch the spellings they are for.
+    for text in ("(0.485, 0.456, 0.406)", "[.229,.224,.225]", "mean:123.675/116.28/103.53",
+                 "58.395, 57.120, 57.375"):
+        assert any(p.search(text) for p in patterns), text
 
 
 def test_only_the_entry_point_edits_the_import_path():

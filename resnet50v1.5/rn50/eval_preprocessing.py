@@ -32,13 +32,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from common.data.imagenet_stats import MEAN, STD
+from common.data.imagenet_stats import MEAN, STD, TORCH_MEAN, UNIT_MEAN, UNIT_STD
 
 NVIDIA = "nvidia"
 NVIDIA_CROP_FRACTION = 0.875  # 224 of 256
 NVIDIA_MEAN, NVIDIA_STD = MEAN, STD  # NVIDIA's recipe's: ImageNet's, defined once
-TORCH_MEAN = (123.675, 116.28, 103.53)  # (0.485, 0.456, 0.406) x 255
-TORCH_STD = (58.395, 57.12, 57.375)  # (0.229, 0.224, 0.225) x 255
+TORCH_STD = STD  # torchvision's, x 255: the same three numbers
 INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
 LIMIT = 1e6  # the largest mean or std (and 1 / the smallest std) a recipe takes
 KERAS_MODES = ("aspect", "stretch")  # keras.layers.Resizing with crop_to_aspect_ratio or without
@@ -167,8 +166,8 @@ def timm(cfg: dict) -> EvalPreprocessing:
         raise ValueError(f"timm's interpolation {interpolation}: one of "
                          f"{', '.join(INTERPOLATIONS)}")
     return EvalPreprocessing(math.floor(size / crop_pct), size, interpolation, True,
-                  tuple(255 * float(v) for v in cfg.get("mean", (0.485, 0.456, 0.406))),
-                  tuple(255 * float(v) for v in cfg.get("std", (0.229, 0.224, 0.225))))
+                  tuple(255 * float(v) for v in cfg.get("mean", UNIT_MEAN)),
+                  tuple(255 * float(v) for v in cfg.get("std", UNIT_STD)))
 
 
 def keras_applications(size: int = 224) -> EvalPreprocessing:

@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from common.data.imagenet_stats import STD
+from common.data.imagenet_stats import STD, UNIT_MEAN, UNIT_STD
 from common.errors import DataError, UsageError, one_line
 from rn50 import eval_preprocessing
 from rn50.imported import BN, Imported, keras_blocks
@@ -99,8 +99,8 @@ def from_keras(path: str, arch: str) -> Imported:
 # pretrained_cfg): for a preset whose converter is not on disk.
 KERAS_HUB_DEFAULT_CONVERTER = {
     "image_size": [224, 224], "interpolation": "bicubic", "antialias": False,
-    "crop_to_aspect_ratio": True, "scale": [1 / 255 / s for s in (0.229, 0.224, 0.225)],
-    "offset": [-m / s for m, s in zip((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))]}
+    "crop_to_aspect_ratio": True, "scale": [1 / 255 / s for s in UNIT_STD],
+    "offset": [-m / s for m, s in zip(UNIT_MEAN, UNIT_STD)]}
 # What keras-hub's ResNetBackbone config must say for this network, by --arch.
 KERAS_HUB_ARCHS = {"resnet50": [3, 4, 6, 3]}
 

@@ -9,6 +9,7 @@ import json
 import os
 import re
 
+from common.data.imagenet_stats import UNIT_MEAN, UNIT_STD
 from common.errors import DataError, one_line
 from rn50 import eval_preprocessing
 from rn50.imported import BN, Imported, blocks, conv_kernel, leftovers, take
@@ -21,7 +22,7 @@ TORCHVISION_PUBLISHED = {"IMAGENET1K_V1": {"top1_accuracy": 0.7613, "top5_accura
                          "IMAGENET1K_V2": {"top1_accuracy": 0.80858, "top5_accuracy": 0.95434}}
 # timm's resnet50 default tag, resnet50.a1_in1k: its pretrained_cfg's evaluation fields.
 TIMM_DEFAULT_CFG = {"input_size": (3, 224, 224), "crop_pct": 0.95, "interpolation": "bicubic",
-                    "mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)}
+                    "mean": UNIT_MEAN, "std": UNIT_STD}
 # The hub's licence ids (lower case) as SPDX spells them.
 SPDX = {"apache-2.0": "Apache-2.0", "mit": "MIT", "bsd-3-clause": "BSD-3-Clause",
         "cc-by-4.0": "CC-BY-4.0", "cc-by-nc-4.0": "CC-BY-NC-4.0", "cc0-1.0": "CC0-1.0"}
