@@ -57,7 +57,8 @@ def setup(task_cls: type[Task], argv: Sequence[str], loading: bool = False) -> T
     (``loading``: for the Python API, ``common/api.py``)."""
     fv = flags.parse(flags.build(task_cls.config.define_flags, task_cls.config.FLAG_DEFAULTS), argv,
                      task_cls.name,
-                     task_cls.serving_class is not None and task_cls.serving_class.int8, loading)
+                     task_cls.serving_class is not None and task_cls.serving_class.export.int8,
+                     loading)
     if fv.use_tftrt:
         tftrt.require(fv.use_tftrt, fv.mode)
     if task_cls.serving_class is not None and writes_onnx(task_cls.serving_class, fv):

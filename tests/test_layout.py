@@ -186,6 +186,7 @@ def test_imagenets_statistics_are_defined_once():
     import re
 
     from conftest import tracked_files
+
     from common.data import imagenet_stats as stats
     triples = [stats.MEAN, stats.STD, stats.UNIT_MEAN, stats.UNIT_STD, stats.TORCH_MEAN]
 

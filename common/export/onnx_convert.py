@@ -64,7 +64,7 @@ def name_batch_dimension(path: str) -> None:
 
 
 def export_serving(serving, model, export_dir: str) -> list[str]:
-    """The model's ONNX files (``Serving.onnx_files``) in ``export_dir`` (which holds its
+    """The model's ONNX files (``ExportSpec.onnx_files``) in ``export_dir`` (which holds its
     SavedModel): its signatures, of the model in float32. Under AMP the model is rebuilt in
     float32 with the trained weights (AMP keeps float32 weights), so the graph holds no casts
     and TensorRT picks the engine's precision (``trtexec --fp16``), as NVIDIA's ONNX exports
@@ -77,6 +77,6 @@ def export_serving(serving, model, export_dir: str) -> list[str]:
         try:
             return [export(source, os.path.join(export_dir, name), signature,
                            log_dir=serving.flags.results_dir)
-                    for name, signature in serving.onnx_files.items()]
+                    for name, signature in serving.export.onnx_files.items()]
         except RuntimeError as e:
             raise TrainingError(f"{e}; the SavedModel in {export_dir} is complete") from None

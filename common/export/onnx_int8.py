@@ -158,7 +158,8 @@ def export_serving(serving, export_dir: str, log) -> list[str]:
     python = modelopt_python() or require()
     images = np.concatenate([np.asarray(b, np.float32) for b in calibration_batches(serving)])
     out = [quantize(os.path.join(export_dir, name), os.path.join(export_dir, int8_name(name)),
-                    images, python, serving.flags.results_dir) for name in serving.onnx_files]
+                    images, python, serving.flags.results_dir)
+           for name in serving.export.onnx_files]
     asked = serving.flags.calibration_images
     log(f"INT8 by NVIDIA Model Optimizer, calibrated on {len(images)} training images (max)"
         + (f": the training split holds fewer than --calibration_images {asked}"

@@ -12,10 +12,11 @@ how to prepare an input, the precision it was trained in and the checkpoint's se
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import keras
 import tensorflow as tf
@@ -31,20 +32,38 @@ CLIENT_INFO = "client.json"  # in the SavedModel's assets/
 PREPROCESS = "preprocess"
 
 
-class Serving:
-    """A model's export, and what inference is for it: what each model declares (its class
-    attributes) and the hooks it overrides, at most ten methods (a test holds the count; the
-    rest of the export is this module's functions and ``common.export``'s). Subclasses give
-    ``signatures`` and, where they have them, ``assets``, ``client_info``, the calibration
-    data of an INT8 export and ``predict_file``."""
+def tensorrt_from(onnx_name: str):
+    """An ``ExportSpec.tensorrt_onnx``: the engine is built from the export's ``onnx_name``
+    (its INT8 form for the INT8 engine), linked or copied as it is."""
+    def put(serving, export_dir: str, int8: bool, out_path: str) -> bool:
+        from common.export import onnx_int8
+        src = os.path.join(export_dir, onnx_int8.int8_name(onnx_name) if int8 else onnx_name)
+        if not os.path.exists(src):
+            return False
+        files.link_or_copy(src, out_path)
+        return True
+    return put
 
+
+def batch_rows(serving, inputs, rows: int, least: bool) -> dict[str, list[int]]:
+    """An ``ExportSpec.engine_shapes``: every dimension of unknown size is the batch's."""
+    return {n: [rows if d is None else d for d in shape] for n, (_, shape) in inputs.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportSpec:
+    """What a model exports beside its SavedModel, declared once (as ``CheckpointSpec`` declares
+    what a checkpoint is) and read by ``common.export``: its ONNX files, INT8, the names and
+    batching of its Triton models, the state a sequence keeps, how TensorRT's engines are
+    made. A model's serving class holds one as ``export``."""
     # What --export_onnx writes beside the SavedModel: file name -> the signature it converts
     # (one whose inputs are tensors TensorRT takes: not encoded images).
-    onnx_files: Mapping[str, str] = {"model.onnx": "serving_default"}
+    onnx_files: Mapping[str, str] = dataclasses.field(
+        default_factory=lambda: {"model.onnx": "serving_default"})
     # Whether --export_triton needs model.onnx (the image models' networks in Triton: it then
     # implies --export_onnx).
     onnx_for_triton: bool = False
-    # Whether --export_onnx_int8 calibrates this model's ONNX (``calibration_dataset`` then).
+    # Whether --export_onnx_int8 calibrates this model's ONNX (``Serving.calibration_dataset``).
     int8: bool = False
     # --export_triton: the models' names in the repository (``<triton_name>_savedmodel``, ...)
     # and the most requests Triton batches into one (where the model's tensors are batched).
@@ -53,6 +72,24 @@ class Serving:
     # A model whose signatures carry a state from call to call (state input, state output,
     # its batch axis): Triton serves it as a sequence that keeps the state in the server.
     triton_state: tuple[str, str, int] | None = None
+    # (serving, export_dir, int8, out_path) -> bool: puts the ONNX graph that Triton's
+    # ``<name>_tensorrt`` engine is built from (``int8``: ``<name>_tensorrt_int8``'s) at
+    # ``out_path``; False when the export has no such file.
+    tensorrt_onnx: Callable = tensorrt_from("model.onnx")
+    # (serving, ONNX inputs (name -> (dtype, shape with None)), rows, least) -> the inputs'
+    # shapes in a TensorRT optimisation profile at ``rows`` rows (``least``: its smallest).
+    engine_shapes: Callable = batch_rows
+
+
+class Serving:
+    """A model's export, and what inference is for it: what each model declares (its class
+    attributes; what it exports beside the SavedModel: ``export``, an ``ExportSpec``) and the
+    hooks it overrides, at most eight methods (a test holds the count; the rest of the export is
+    this module's functions and ``common.export``'s). Subclasses give ``signatures`` and, where
+    they have them, ``assets``, ``client_info``, the calibration data of an INT8 export and
+    ``predict_file``."""
+
+    export: ExportSpec = ExportSpec()
     # The image models' evaluation preprocessing of one encoded image, (encoded, size) ->
     # float (size, size, 3): what their ``serving_default`` and Triton's ``<name>_preprocess``
     # run before the network (a ``staticmethod`` of the model's pipeline function).
@@ -66,6 +103,8 @@ class Serving:
 
     def __init__(self, task):
         self.task, self.flags = task, task.flags
+        # The policy the weights were trained in, which client.json states.
+        self.precision = task.ctx.precision
 
     # --- what the SavedModel holds ---------------------------------------------------------
     def signatures(self, model: keras.Model) -> dict:
@@ -81,25 +120,6 @@ class Serving:
         """This model's part of ``client.json``: how a client prepares an input and reads an
         output (input size, mean and standard deviation, the class names' file)."""
         return {}
-
-    def tensorrt_onnx(self, export_dir: str, int8: bool, out_path: str) -> bool:
-        """Puts at ``out_path`` the ONNX graph that Triton's ``<name>_tensorrt`` engine is built
-        from (``int8``: ``<name>_tensorrt_int8``'s): ``model.onnx`` (``model_int8.onnx``) of
-        the export in ``export_dir``. False when the export has no such file."""
-        from common.export import onnx_int8
-        src = os.path.join(export_dir, onnx_int8.int8_name("model.onnx") if int8 else
-                           "model.onnx")
-        if not os.path.exists(src):
-            return False
-        files.link_or_copy(src, out_path)
-        return True
-
-    def engine_shapes(self, inputs, rows: int, least: bool) -> dict[str, list[int]]:
-        """The ONNX inputs' shapes (name -> (dtype, shape with None)) in a TensorRT
-        optimisation profile at ``rows`` rows (``least``: its smallest shapes): here every
-        dimension of unknown size is the batch's."""
-        return {n: [rows if d is None else d for d in shape] for n, (_, shape) in
-                inputs.items()}
 
     # --- what inference is: predict and the inference benchmark ---------------------------
     def infer(self, model: keras.Model, inputs, state=None):
@@ -155,15 +175,15 @@ def describe(serving, signatures: Mapping, card: dict | None = None) -> dict:
         described[name] = {
             "inputs": {s.name: spec(s) for s in fn.input_signature},
             "outputs": {k: spec(v) for k, v in concrete.structured_outputs.items()}}
-    p = serving.task.ctx.precision
+    p, spec = serving.precision, serving.export
     pre = {"preprocess": PREPROCESS} if serving.prepare_image is not None else {}
-    if serving.triton_state:  # the repositories' model that keeps the state in the server
-        pre["sequence_model"] = serving.triton_name
+    if spec.triton_state:  # the repositories' model that keeps the state in the server
+        pre["sequence_model"] = spec.triton_name
     return {"model": serving.task.name, "signatures": described, **serving.client_info(), **pre,
             # The model a client of the Triton repositories calls (the ensemble, the sequence),
             # and the SavedModel's own (tensorflow/; what serve_pytriton.py serves).
-            "triton_model": serving.triton_name,
-            "savedmodel_model": f"{serving.triton_name}_savedmodel",
+            "triton_model": spec.triton_name,
+            "savedmodel_model": f"{spec.triton_name}_savedmodel",
             "trained_precision": p.policy, "exported_weights": "float32"
             if not p.amp else f"float32 (computed in {p.compute_dtype})",
             "checkpoint_settings": settings_of(serving.task), "model_card": card}
@@ -182,7 +202,8 @@ def model_card(serving, model: keras.Model, scored: dict | None) -> dict:
         recipe=getattr(serving.flags, "eval_preprocessing", None) or (
             "nvidia" if serving.prepare_image is not None else None),
         scored=scored, parameter_count=model.count_params(),
-        exported_weights_sha256=cards.weights_sha256(model), triton_model=serving.triton_name)
+        exported_weights_sha256=cards.weights_sha256(model),
+        triton_model=serving.export.triton_name)
 
 
 def traced(serving, model: keras.Model) -> tuple[dict, tf.types.experimental.Function | None]:

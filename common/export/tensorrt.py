@@ -1,6 +1,6 @@
 """The TensorRT models of ``--export_triton DIR``, waiting for their engines in
 ``DIR.tensorrt/``: each model's config and the ONNX graph its engine is built from
-(``Serving.tensorrt_onnx``: ``<name>_tensorrt`` FP16 from ``model.onnx``, SSD320's from the
+(``ExportSpec.tensorrt_onnx``: ``<name>_tensorrt`` FP16 from ``model.onnx``, SSD320's from the
 EfficientNMS graph; ``<name>_tensorrt_int8`` from ``model_int8.onnx``), the image models'
 ensemble over the FP16 one, and ``build_engines.sh``: ``build_engines.sh`` beside this module
 with its values filled in (the engines, their optimisation profiles, the ensemble), which builds
@@ -34,10 +34,10 @@ NGC_RELEASE = "25.02"
 
 def profile(serving, inputs, max_batch_size: int) -> tuple[str, str, str]:
     """trtexec's ``--minShapes``, ``--optShapes`` and ``--maxShapes`` of an engine over the ONNX
-    ``inputs``: from one row (``Serving.engine_shapes``' smallest) to ``max_batch_size``."""
+    ``inputs``: from one row (``ExportSpec.engine_shapes``' smallest) to ``max_batch_size``."""
     def shapes(rows, least=False):
         return ",".join(f"{n}:" + "x".join(str(d) for d in shape) for n, shape in
-                        sorted(serving.engine_shapes(inputs, rows, least).items()))
+                        sorted(serving.export.engine_shapes(serving, inputs, rows, least).items()))
     return shapes(1, True), shapes(max_batch_size), shapes(max_batch_size)
 
 
@@ -58,7 +58,7 @@ def write(serving, export_dir: str, triton_dir: str, labels_file, image: bool, l
           ) -> list[str]:
     """``triton_dir.tensorrt``: the TensorRT models to build and their script; the line that
     says how."""
-    name, batch = serving.triton_name, serving.triton_max_batch_size
+    name, batch = serving.export.triton_name, serving.export.triton_max_batch_size
     pending = triton_dir.rstrip(os.sep) + ".tensorrt"
     built = []
     with files.staged_dir(pending, "the TensorRT models to build", replaces={
@@ -68,7 +68,7 @@ def write(serving, export_dir: str, triton_dir: str, labels_file, image: bool, l
             model = os.path.join(stage, f"{name}{suffix}")
             os.makedirs(model)
             source = os.path.join(model, "model.onnx")
-            if not serving.tensorrt_onnx(export_dir, int8, source):
+            if not serving.export.tensorrt_onnx(serving, export_dir, int8, source):
                 os.rmdir(model)
                 continue
             tensors = onnx_tensors(source)

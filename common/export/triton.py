@@ -6,7 +6,7 @@ loaded.
 
 * ``DIR/cpu``: any ``tritonserver`` with the Python backend, the one ``nvidia-pytriton`` ships
   included (scripts/tritonserver.py; a CPU is enough). For a network ``<name>``
-  (``Serving.triton_name``), an image model holds ``<name>`` (an ensemble: encoded images
+  (``ExportSpec.triton_name``), an image model holds ``<name>`` (an ensemble: encoded images
   through ``<name>_preprocess`` into ``<name>_python``), ``<name>_preprocess`` (the export's
   own TensorFlow preprocessing, ``preprocess/``: the ensemble answers what the SavedModel
   answers to the last bit, where DALI's or Pillow's resize is not ``tf.image``'s) and
@@ -150,7 +150,7 @@ def model_names(serving) -> set[str]:
     """Every model an export of ``serving`` may write in one of its repositories, and the
     TensorRT ones ``build_engines.sh`` adds: a new export drops those (their engines are of
     the earlier weights; the script builds them anew)."""
-    n = serving.triton_name
+    n = serving.export.triton_name
     return {f"{n}{s}" for s in FLAT}
 
 
@@ -165,7 +165,7 @@ def write_repository(serving, export_dir: str, triton_dir: str, replace: bool = 
     """The model repositories of the export in ``export_dir`` under ``triton_dir`` (and the
     TensorRT models that wait for their engines in ``triton_dir.tensorrt``), written beside
     and swapped in whole; the lines that say what was written and how to serve it."""
-    name, batch = serving.triton_name, serving.triton_max_batch_size
+    name, batch = serving.export.triton_name, serving.export.triton_max_batch_size
     info = serving_lib.read_client_info(export_dir)
     labels_file = os.path.join(export_dir, "assets", info.get("labels") or "-")
     labels = {"probabilities": "labels.txt"} if os.path.isfile(labels_file) else None
@@ -199,7 +199,7 @@ def write_repository(serving, export_dir: str, triton_dir: str, replace: bool = 
                 for target, network in (("cpu", f"{name}_python"), ("triton", f"{name}_onnx")):
                     repos[target].add(ensemble(name, f"{name}_preprocess", pre, network, net,
                                                batch, labels), {**label_files, **card})
-            elif serving.triton_state:
+            elif serving.export.triton_state:
                 for target in ("cpu", "triton"):
                     c = _sequence_config(serving, export_dir)
                     version = repos[target].add(c, card)
@@ -225,7 +225,7 @@ def _link_saved_model(export_dir: str, version: str) -> None:
 def _image_models(repos, serving, net, preprocess: str, labels, label_files, warm):
     """``<name>_preprocess`` in ``cpu`` and ``triton``, ``<name>_python`` in ``cpu``,
     ``<name>_onnx`` in ``triton``; returns the preprocessing's (inputs, outputs)."""
-    name, batch, size = serving.triton_name, serving.triton_max_batch_size, \
+    name, batch, size = serving.export.triton_name, serving.export.triton_max_batch_size, \
         serving.flags.image_size
     inputs = {"images": ("string", [None])}
     outputs = {"images": ("float32", [None, size, size, 3]), "valid": ("bool", [None])}
@@ -255,7 +255,7 @@ def _image_models(repos, serving, net, preprocess: str, labels, label_files, war
 def _sequence_config(serving, export_dir: str) -> dict:
     """Transformer-XL's sequence model: the inputs and outputs of its signatures that carry
     the state, the state aside."""
-    state_in, state_out, axis = serving.triton_state
+    state_in, state_out, axis = serving.export.triton_state
     described = serving_lib.read_client_info(export_dir)
     info = described["signatures"]
     inputs, outputs, each = {}, {}, []
@@ -268,8 +268,8 @@ def _sequence_config(serving, export_dir: str) -> dict:
             outputs.update(o)
             each.append(set(i))
     optional = set(inputs) - set.intersection(*each)
-    c = sequence(serving.triton_name, inputs, outputs, (state_in, state_out), optional,
-                 serving.triton_max_batch_size,
+    c = sequence(serving.export.triton_name, inputs, outputs, (state_in, state_out), optional,
+                 serving.export.triton_max_batch_size,
                  {**{k: described.get(k) for k in ("vocab_size", "vocab_sha256", "max_segment")},
                   "max_sequences": max_sequences(described.get("state_bytes"))})
     c["parameters"].append({"key": "state_batch_axis", "value": {"string_value": str(axis)}})

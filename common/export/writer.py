@@ -47,7 +47,7 @@ def writes_onnx(serving, f) -> bool:
     """Whether the export writes ``model.onnx``: --export_onnx, or what needs it
     (--export_onnx_int8; --export_triton for a model whose repositories run it)."""
     return bool(f.export_onnx or f.export_onnx_int8
-                or (f.export_triton and serving.onnx_for_triton))
+                or (f.export_triton and serving.export.onnx_for_triton))
 
 
 def onnx_opset(path: str) -> int | str:
@@ -97,7 +97,8 @@ def check_export_dir(serving, model: keras.Model, flags, log) -> None:
 def export_names(serving) -> set[str]:
     """Every entry an export may write in its directory: a new export replaces them all (an
     INT8 file left from an earlier export would be taken for this one's)."""
-    onnx = set(serving.onnx_files) | {onnx_int8.int8_name(n) for n in serving.onnx_files}
+    names = serving.export.onnx_files
+    onnx = set(names) | {onnx_int8.int8_name(n) for n in names}
     return {"saved_model.pb", "fingerprint.pb", "variables", "assets", "assets.extra",
             serving_lib.PREPROCESS, cards.CARD_JSON, cards.CARD_README, *onnx}
 
@@ -118,5 +119,5 @@ def export_bytes(serving, model: keras.Model, export_dir: str, with_onnx: bool,
         why = one_line(getattr(e, "message", None) or e.strerror or str(e))
         raise DataError(f"--export_dir {export_dir} cannot hold the export: a trial export "
                         f"failed ({why})") from None
-    copies = 1 + (len(serving.onnx_files) if with_onnx else 0) * (2 if with_int8 else 1)
+    copies = 1 + (len(serving.export.onnx_files) if with_onnx else 0) * (2 if with_int8 else 1)
     return int(1.1 * size * copies) + (1 << 20)

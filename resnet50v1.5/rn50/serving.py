@@ -16,16 +16,14 @@ import numpy as np
 import tensorflow as tf
 
 from common.data.images import read_image
-from common.export.serving import Serving, image_input_info, prepare_each
+from common.export.serving import ExportSpec, Serving, image_input_info, prepare_each
 from common.task import record_files
 from rn50 import tfdata_pipeline
 
 
 class ResNetServing(Serving):
-    triton_name = "resnet50"
-    onnx_for_triton = True
-    onnx_files = {"model.onnx": "preprocessed"}
-    int8 = True
+    export = ExportSpec(onnx_files={"model.onnx": "preprocessed"}, onnx_for_triton=True,
+                        int8=True, triton_name="resnet50")
 
     @property
     def prepare_image(self):

@@ -23,7 +23,7 @@ import os
 import tensorflow as tf
 
 from common.data.images import read_image
-from common.export.serving import Serving, image_input_info, prepare_each
+from common.export.serving import ExportSpec, Serving, image_input_info, prepare_each
 from common.task import record_files
 from ssd import postprocess, tfdata_pipeline
 
@@ -32,13 +32,25 @@ TF_OD_NAMES = {"boxes": "detection_boxes", "scores": "detection_scores",
                "classes": "detection_classes", "num_detections": "num_detections"}
 
 
+def tensorrt_onnx(serving, export_dir, int8, out_path):
+    """TensorRT builds ``ssd320_tensorrt`` from the graph before NMS with TensorRT's
+    EfficientNMS on it (``efficient_nms.attach``), not from ``model.onnx``'s ONNX
+    NonMaxSuppression."""
+    from ssd.efficient_nms import attach
+    src = os.path.join(export_dir, "model_before_nms_int8.onnx" if int8 else
+                       "model_before_nms.onnx")
+    if not os.path.exists(src):
+        return False
+    attach(src, out_path)
+    return True
+
+
 class SSDServing(Serving):
-    triton_name = "ssd320"
-    onnx_for_triton = True
-    triton_max_batch_size = 32
+    export = ExportSpec(onnx_files={"model.onnx": "preprocessed",
+                                    "model_before_nms.onnx": "decoded"},
+                        onnx_for_triton=True, int8=True, triton_name="ssd320",
+                        triton_max_batch_size=32, tensorrt_onnx=tensorrt_onnx)
     inference_input = "images"
-    onnx_files = {"model.onnx": "preprocessed", "model_before_nms.onnx": "decoded"}
-    int8 = True
     prepare_image = staticmethod(tfdata_pipeline.eval_image)
 
     def signatures(self, model):
@@ -79,18 +91,6 @@ class SSDServing(Serving):
                 "num_classes": f.num_classes,
                 "score_threshold": f.score_threshold,
                 "label_map": "label_map.json" if self.task.names else None}
-
-    def tensorrt_onnx(self, export_dir, int8, out_path):
-        """TensorRT builds ``ssd320_tensorrt`` from the graph before NMS with TensorRT's
-        EfficientNMS on it (``efficient_nms.attach``), not from ``model.onnx``'s ONNX
-        NonMaxSuppression."""
-        from ssd.efficient_nms import attach
-        src = os.path.join(export_dir, "model_before_nms_int8.onnx" if int8 else
-                           "model_before_nms.onnx")
-        if not os.path.exists(src):
-            return False
-        attach(src, out_path)
-        return True
 
     def serving_call(self, inputs, state):
         return "preprocessed", inputs

@@ -22,26 +22,27 @@ import os
 import tensorflow as tf
 
 from common.errors import DataError
-from common.export.serving import Serving
+from common.export.serving import ExportSpec, Serving
 from txl.generate import generate
 from txl.prepare import utf8_lines
 
 
+def engine_shapes(serving, inputs, rows, least):
+    """Segments of one token with no memory up to --tgt_len tokens with the served memory
+    (its ``mem_len`` positions), one row up to ``rows``."""
+    cfg = serving.task.cfg
+    q, m = (1, 0) if least else (serving.flags.tgt_len, served_memory(serving.flags)["mem_len"])
+    shapes = {"tokens": [rows, q], "targets": [rows, q],
+              "mems": [cfg.n_layer, rows, m, cfg.d_model]}
+    return {n: shapes[n] for n in inputs}
+
+
 class TXLServing(Serving):
-    triton_name = "transformerxl"
-    triton_state = ("mems", "new_mems", 1)  # Triton keeps the memory per sequence
-    triton_max_batch_size = 16  # sequences run together
+    # Triton keeps the memory per sequence; 16 sequences run together.
+    export = ExportSpec(triton_name="transformerxl", triton_state=("mems", "new_mems", 1),
+                        triton_max_batch_size=16, engine_shapes=engine_shapes)
     inference_input = None  # the whole batch: tokens and targets
     inference_streams = True  # the memory runs from batch to batch
-
-    def engine_shapes(self, inputs, rows, least):
-        """Segments of one token with no memory up to --tgt_len tokens with the served memory
-        (its ``mem_len`` positions), one row up to ``rows``."""
-        cfg = self.task.cfg
-        q, m = (1, 0) if least else (self.flags.tgt_len, served_memory(self.flags)["mem_len"])
-        shapes = {"tokens": [rows, q], "targets": [rows, q],
-                  "mems": [cfg.n_layer, rows, m, cfg.d_model]}
-        return {n: shapes[n] for n in inputs}
 
     def signatures(self, model):
         cfg, memory = self.task.cfg, served_memory(self.flags)
