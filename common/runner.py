@@ -55,6 +55,31 @@ def run_settings(trainer: Trainer) -> dict:
 def setup(task_cls: type[Task], argv: Sequence[str], loading: bool = False) -> Trainer:
     """Flags, Horovod, precision, logs and the model: everything before the mode runs
     (``loading``: for the Python API, ``common/api.py``)."""
+    fv = _parse(task_cls, argv, loading)
+    dist = distributed.init()
+    fv, adopted = _settle(task_cls, fv, dist)
+    prec = precision.resolve(
+        amp=fv.amp, amp_dtype=fv.amp_dtype, static_loss_scale=fv.static_loss_scale, tf32=fv.tf32,
+        xla=fv.xla, has_gpu=dist.devices.gpu)
+    precision.apply(prec)
+    logger = _logger(task_cls, fv, dist)
+    if fv.seed is not None:
+        keras.utils.set_random_seed(fv.seed)  # same on every rank: rank 0's weights win anyway
+    ctx = RunContext(flags=fv, dist=dist, precision=prec, logger=logger,
+                     capabilities=devices.decide(dist.devices, prec.compute_dtype))
+    try:
+        trainer = Trainer(task_cls(ctx), ctx)
+    except BaseException:
+        logger.close()
+        raise
+    _say_settings(trainer, adopted)
+    return trainer
+
+
+def _parse(task_cls: type[Task], argv: Sequence[str], loading: bool):
+    """The command line's flags, and what they need checked before anything starts: the tools
+    an export or a benchmark runs (TF-TRT, tf2onnx, Model Optimizer), a profiled range that
+    would leave no timed step. Each stops here with one line."""
     fv = flags.parse(flags.build(task_cls.config.define_flags, task_cls.config.FLAG_DEFAULTS), argv,
                      task_cls.name,
                      task_cls.serving_class is not None and task_cls.serving_class.export.int8,
@@ -71,43 +96,45 @@ def setup(task_cls: type[Task], argv: Sequence[str], loading: bool = False) -> T
         raise UsageError(f"--profile {fv.profile} covers every timed step "
                          f"({fv.warmup_steps + 1}..{fv.num_iter}); profiled steps are not timed: "
                          "profile a part of them, or raise --num_iter")
-    dist = distributed.init()
+    return fv
+
+
+def _settle(task_cls: type[Task], fv, dist):
+    """(the flags with the checkpoint's recorded settings where the command line gave none,
+    the preset's values and the task's derived ones; (adopted settings, whose) or None): read
+    by rank 0, the same on every rank."""
     adopted = dist.broadcast_object(dist.on_chief(lambda: checkpoint_settings.adopted(task_cls, fv),
                                                   "reading the checkpoint's settings"))
     fv = fv.with_adopted(adopted[0]) if adopted and adopted[0] else fv
     fv = fv.with_derived(flags.preset_values(fv, task_cls.config.PRESETS))
-    fv = fv.with_derived(task_cls.derive_settings(fv, dist.size))
-    prec = precision.resolve(
-        amp=fv.amp, amp_dtype=fv.amp_dtype, static_loss_scale=fv.static_loss_scale, tf32=fv.tf32,
-        xla=fv.xla, has_gpu=dist.devices.gpu)
-    precision.apply(prec)
-    # Logs go to --results_dir: a file there (or where its TensorBoard directory goes), a
-    # read-only or a full disk stops the run here.
+    return fv.with_derived(task_cls.derive_settings(fv, dist.size)), adopted
+
+
+def _logger(task_cls: type[Task], fv, dist) -> Logger:
+    """The run's logs in --results_dir (rank 0's): a file there (or where its TensorBoard
+    directory goes), a read-only or a full disk stops the run here."""
     tensorboard_dir = os.path.join(fv.results_dir, "tensorboard", fv.mode)
 
     def check_results_dir():
         files.check_output_dir(fv.results_dir, "--results_dir")
         files.check_output_dir(tensorboard_dir, "--results_dir's TensorBoard directory")
     dist.on_chief(check_results_dir, "checking --results_dir")
-    if fv.seed is not None:
-        keras.utils.set_random_seed(fv.seed)  # same on every rank: rank 0's weights win anyway
-
     logger = Logger(
         enabled=dist.is_chief,
         json_path=os.path.join(fv.results_dir, fv.log_filename) if fv.log_filename else None,
         tensorboard_dir=tensorboard_dir)
     for name, unit, fmt in task_cls.config.LOG_NAMES.units():  # DLLogger's units, NVIDIA's names
         logger.metadata(name, unit=unit, fmt=fmt)
-    ctx = RunContext(flags=fv, dist=dist, precision=prec, logger=logger,
-                     capabilities=devices.decide(dist.devices, prec.compute_dtype))
-    try:
-        trainer = Trainer(task_cls(ctx), ctx)
-    except BaseException:
-        logger.close()
-        raise
-    # Written once everything derived from the data and the configuration is known: the log
-    # holds the values this run uses (classes from label_map.json, the vocabulary's size, the
-    # scaled learning rate), not only what the command line asked for.
+    return logger
+
+
+def _say_settings(trainer: Trainer, adopted) -> None:
+    """The log's parameters and the start's lines, once everything derived from the data and
+    the configuration is known: the log holds the values this run uses (classes from
+    label_map.json, the vocabulary's size, the scaled learning rate), not only what the command
+    line asked for."""
+    ctx, task_cls = trainer.ctx, type(trainer.task)
+    fv, dist, prec, logger = ctx.flags, ctx.dist, ctx.precision, ctx.logger
     logger.parameters({**flags.as_dict(fv), "world_size": dist.size,
                        **run_settings(trainer), **prec.describe(),
                        "model": task_cls.name, "headline_metric":
@@ -119,8 +146,8 @@ def setup(task_cls: type[Task], argv: Sequence[str], loading: bool = False) -> T
         f"{prec.loss_scale or 'none'}, tf32 {'on' if prec.tf32 else 'off'} "
         f"({prec.sources['tf32']}), xla {'on' if prec.xla else 'off'}"
         + (f", {precision.XLA_ENV}={prec.xla_env_flags}" if prec.xla_env_flags else ""))
-    # TensorFlow's own start-up lines about CUDA are not shown (common/runtime/quiet_start.py): this
-    # line says what the process computes on.
+    # TensorFlow's own start-up lines about CUDA are not shown (common/runtime/quiet_start.py):
+    # this line says what the process computes on.
     logger.print(f"device: {machine.describe(dist.devices)}")
     if adopted and adopted[0]:
         logger.print(f"from {adopted[1]}: " + ", ".join(
@@ -129,7 +156,6 @@ def setup(task_cls: type[Task], argv: Sequence[str], loading: bool = False) -> T
     chunks = f" x {fv.batch_chunk} accumulated" if fv.batch_chunk > 1 else ""
     logger.print(f"processes: {dist.size}, batch {fv.batch_size}{chunks} per process, "
                  f"global batch {ctx.global_batch_size}")
-    return trainer
 
 
 @contextlib.contextmanager
