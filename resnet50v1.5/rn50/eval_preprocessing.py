@@ -43,35 +43,47 @@ LIMIT = 1e6  # the largest mean or std (and 1 / the smallest std) a recipe takes
 KERAS_MODES = ("aspect", "stretch")  # keras.layers.Resizing with crop_to_aspect_ratio or without
 
 
+# How an image becomes the network's input, one mode per recipe:
+#   nvidia:  NVIDIA's own resize and central crop (the long side rounded, the offset rounded half
+#            up, as DALI's crop_pos 0.5), on TensorFlow's decode: the recipe the models train with;
+#   crop:    the shorter side to ``resize``, then the central ``crop``, as torchvision applies it to
+#            a PIL image (torchvision's, timm's);
+#   squash:  both sides to the input size, no crop (keras.applications' ``load_img``);
+#   aspect:  keras.layers.Resizing in float with ``crop_to_aspect_ratio`` (keras-hub's default);
+#   stretch: keras.layers.Resizing in float, the whole image.
+MODES = ("nvidia", "crop", "squash", *KERAS_MODES)
+
+
 @dataclasses.dataclass(frozen=True)
 class EvalPreprocessing:
     """How evaluation prepares an image: what ``--eval_preprocessing`` names, parsed once (the
     task's ``eval_prep``) and handed as this object to evaluation, predict, DALI and the
-    exports. Not the training recipe (``--preset``, a model's flag defaults)."""
-    resize: int | None  # the shorter side for a ``crop`` crop; None: squash, no crop (or keras)
+    exports; each pipeline dispatches on its ``mode`` once. Not the training recipe
+    (``--preset``, a model's flag defaults)."""
+    mode: str  # MODES
     crop: int
+    resize: int | None = None  # the shorter side for a ``crop`` crop (modes nvidia and crop)
     interpolation: str = "bilinear"
     antialias: bool = True
     mean: tuple = NVIDIA_MEAN
     std: tuple = NVIDIA_STD
-    nvidia: bool = False  # NVIDIA's own resize and crop arithmetic (rounded long side, offset
-    # rounded half up, as DALI's crop_pos 0.5): the recipe the models are trained with
-    keras: str | None = None  # keras.layers.Resizing's (keras-hub): KERAS_MODES, in float
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"mode {self.mode}: one of {', '.join(MODES)}")
 
     def resize_for(self, size: int) -> int | None:
-        """The shorter side for a central crop of ``size`` (None: squash)."""
-        if self.keras == "aspect":  # the central square, resized: as a shorter side to the size
-            return size
-        if self.resize is None:
-            return None
-        if self.nvidia:
+        """The shorter side for a central crop of ``size`` (None: the whole image to the size)."""
+        if self.mode == "nvidia":
             return int(round(size / NVIDIA_CROP_FRACTION))
-        return self.resize if size == self.crop else int(round(self.resize * size / self.crop))
+        if self.mode == "crop":
+            return self.resize if size == self.crop else int(round(self.resize * size / self.crop))
+        return size if self.mode == "aspect" else None  # aspect: the central square, resized
 
     def spec(self) -> str:
-        if self.nvidia:
+        if self.mode == "nvidia":
             return NVIDIA
-        resize = self.keras or ("squash" if self.resize is None else self.resize)
+        resize = self.resize if self.mode == "crop" else self.mode
         return ",".join([f"resize:{resize}",
                          f"crop:{self.crop}", f"interpolation:{self.interpolation}",
                          f"antialias:{int(self.antialias)}",
@@ -83,9 +95,8 @@ class EvalPreprocessing:
         return {"recipe": self.spec(), "resize_shorter_side": self.resize_for(self.crop),
                 "interpolation": self.interpolation, "antialias": self.antialias,
                 "crop": {"aspect": "central, of the image's aspect before the resize",
-                         "stretch": "none (stretched)"}.get(
-                             self.keras, "central" if self.resize is not None else
-                             "none (squashed)"),
+                         "stretch": "none (stretched)", "squash": "none (squashed)"}.get(
+                             self.mode, "central"),
                 "mean": list(self.mean), "std": list(self.std)}
 
 
@@ -95,7 +106,7 @@ def _num(v: float) -> str:
 
 def nvidia(size: int = 224) -> EvalPreprocessing:
     """NVIDIA's: the shorter side to size / 0.875, the central crop, ImageNet's mean and std."""
-    return EvalPreprocessing(int(round(size / NVIDIA_CROP_FRACTION)), size, nvidia=True)
+    return EvalPreprocessing("nvidia", size, int(round(size / NVIDIA_CROP_FRACTION)))
 
 
 def parse(text: str | None, size: int | None = 224) -> EvalPreprocessing:
@@ -118,9 +129,9 @@ def parse(text: str | None, size: int | None = 224) -> EvalPreprocessing:
         raise ValueError(f"unknown key {sorted(unknown)[0]} (keys: resize, crop, "
                          "interpolation, antialias, mean, std)")
     try:
-        keras_mode = fields.get("resize") if fields.get("resize") in KERAS_MODES else None
-        resize = (None if keras_mode or fields.get("resize", "squash") == "squash"
-                  else int(fields["resize"]))
+        mode = fields.get("resize", "squash")
+        mode = mode if mode in ("squash", *KERAS_MODES) else "crop"
+        resize = int(fields["resize"]) if mode == "crop" else None
         crop = int(fields["crop"]) if "crop" in fields else size
         mean = tuple(float(v) for v in fields.get("mean", "/".join(map(str, NVIDIA_MEAN)))
                      .split("/"))
@@ -142,14 +153,14 @@ def parse(text: str | None, size: int | None = 224) -> EvalPreprocessing:
                          "same)")
     if crop is not None and (crop < 1 or (resize is not None and resize < crop)):
         raise ValueError(f"resize {resize} and crop {crop}: the crop must fit the resize")
-    return EvalPreprocessing(resize, crop, interpolation, fields.get("antialias", "1") == "1",
-                  mean, std, keras=keras_mode)
+    return EvalPreprocessing(mode, crop, resize, interpolation,
+                             fields.get("antialias", "1") == "1", mean, std)
 
 
 def torchvision(version: str) -> EvalPreprocessing:
     """torchvision's ``ResNet50_Weights.IMAGENET1K_<version>.transforms()``."""
-    return EvalPreprocessing({"V1": 256, "V2": 232}[version], 224, "bilinear", True, TORCH_MEAN,
-    TORCH_STD)
+    return EvalPreprocessing("crop", 224, {"V1": 256, "V2": 232}[version], "bilinear", True,
+                             TORCH_MEAN, TORCH_STD)
 
 
 def timm(cfg: dict) -> EvalPreprocessing:
@@ -165,7 +176,7 @@ def timm(cfg: dict) -> EvalPreprocessing:
     if interpolation not in INTERPOLATIONS:
         raise ValueError(f"timm's interpolation {interpolation}: one of "
                          f"{', '.join(INTERPOLATIONS)}")
-    return EvalPreprocessing(math.floor(size / crop_pct), size, interpolation, True,
+    return EvalPreprocessing("crop", size, math.floor(size / crop_pct), interpolation, True,
                   tuple(255 * float(v) for v in cfg.get("mean", UNIT_MEAN)),
                   tuple(255 * float(v) for v in cfg.get("std", UNIT_STD)))
 
@@ -174,7 +185,8 @@ def keras_applications(size: int = 224) -> EvalPreprocessing:
     """keras.applications.ResNet50's: ``load_img(target_size=...)`` (nearest, squashed) and
     caffe's BGR mean subtraction, folded by the importer into the first convolution (with
     NVIDIA's standard deviation): in RGB."""
-    return EvalPreprocessing(None, size, "nearest", False, (123.68, 116.779, 103.939), NVIDIA_STD)
+    return EvalPreprocessing("squash", size, None, "nearest", False, (123.68, 116.779, 103.939),
+                             NVIDIA_STD)
 
 
 def keras_hub(converter: dict) -> EvalPreprocessing:
@@ -208,6 +220,7 @@ def keras_hub(converter: dict) -> EvalPreprocessing:
         raise ValueError(f"scale and offset: {e}") from None
     if min(scale) <= 0:
         raise ValueError(f"scale {scale}: above 0 is reproduced")
-    return EvalPreprocessing(None, size[0], interpolation, bool(converter.get("antialias", False)),
-                  tuple(0.0 - o / s for o, s in zip(offset, scale)), tuple(1 / s for s in scale),
-                  keras="aspect" if converter.get("crop_to_aspect_ratio", True) else "stretch")
+    return EvalPreprocessing("aspect" if converter.get("crop_to_aspect_ratio", True) else "stretch",
+                             size[0], None, interpolation, bool(converter.get("antialias", False)),
+                             tuple(0.0 - o / s for o, s in zip(offset, scale)),
+                             tuple(1 / s for s in scale))

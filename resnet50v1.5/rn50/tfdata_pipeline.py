@@ -10,7 +10,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from common.data import record_reader
-from common.data.images import decode, decode_exact, normalize
+from common.data.images import decode, decode_exact
 from common.data.input_errors import checked_range
 from rn50 import eval_preprocessing
 
@@ -60,40 +60,48 @@ def train_image(encoded, size: int, seed, min_area: float,
     image = tf.cond(tf.io.is_jpeg(encoded), jpeg, other)
     image = tf.image.resize(image, (size, size), antialias=True)
     image = tf.image.stateless_random_flip_left_right(image, flip_seed)
-    if prep.nvidia:
-        return normalize(image)
-    return (image - tf.constant(prep.mean, tf.float32)) / tf.constant(prep.std, tf.float32)
+    return normalized(image, prep)
 
 
 def eval_image(encoded, size: int, prep: eval_preprocessing.EvalPreprocessing):
     """An encoded image prepared as evaluation prepares it (``eval_crop``); a source's recipe
     decodes JPEGs as PIL does (``decode_exact``)."""
-    return eval_crop(decode(encoded) if prep.nvidia else decode_exact(encoded), size, prep)
+    exact = prep.mode != "nvidia"  # NVIDIA's decodes as TensorFlow does
+    return eval_crop(decode_exact(encoded) if exact else decode(encoded), size, prep)
 
 
 def eval_crop(image, size: int, prep: eval_preprocessing.EvalPreprocessing):
     """Evaluation's preparation of a decoded image (``--eval_preprocessing``, required: a
-    forgotten recipe is an error, not NVIDIA's): NVIDIA's, the shorter side to size / 0.875
-    (256 for 224) and the central crop; or a source's."""
-    if not prep.nvidia:
-        return _recipe_crop(image, size, prep)
+    forgotten recipe is an error, not NVIDIA's), by its mode: NVIDIA's, the shorter side to
+    size / 0.875 (256 for 224) and the central crop; a source's as PIL and torchvision do it
+    (``_pil_crop``); keras-hub's (``keras_resize``)."""
+    prepare = {"nvidia": _nvidia_crop, "crop": _pil_crop, "squash": _pil_crop,
+               "aspect": keras_resize, "stretch": keras_resize}[prep.mode]
+    return normalized(prepare(image, size, prep), prep)
+
+
+def normalized(image, prep: eval_preprocessing.EvalPreprocessing):
+    """(H, W, 3) float32: each channel less the recipe's mean, over its standard deviation
+    (NVIDIA's: ImageNet's, ``common.data.images.normalize``)."""
+    return (tf.cast(image, tf.float32) - tf.constant(prep.mean, tf.float32)) / tf.constant(
+        prep.std, tf.float32)
+
+
+def _nvidia_crop(image, size: int, prep: eval_preprocessing.EvalPreprocessing):
+    """NVIDIA's: the shorter side to size / 0.875, antialiased, and the central crop."""
     hw = tf.cast(tf.shape(image)[:2], tf.float32)
     scale = prep.resize_for(size) / tf.reduce_min(hw)
     new_hw = tf.cast(tf.round(hw * scale), tf.int32)
     image = tf.image.resize(image, new_hw, antialias=True)
     # Centre rounded half up, as DALI's crop_pos 0.5 does, so the two pipelines see one crop.
     top, left = (new_hw[0] - size + 1) // 2, (new_hw[1] - size + 1) // 2
-    return normalize(image[top:top + size, left:left + size])
+    return image[top:top + size, left:left + size]
 
 
-def _recipe_crop(image, size: int, r: eval_preprocessing.EvalPreprocessing):
+def _pil_crop(image, size: int, r: eval_preprocessing.EvalPreprocessing):
     """A source's recipe as torchvision applies it to a PIL image: the shorter side to the
-    recipe's, the longer truncated; pixels rounded to 8 bits as PIL's resize leaves them; the
-    central crop's offset rounded half to even; then the recipe's mean and std. keras-hub's
-    (``keras_resize``) instead."""
-    if r.keras:
-        return (keras_resize(image, size, r) - tf.constant(r.mean, tf.float32)) / tf.constant(
-            r.std, tf.float32)
+    recipe's, the longer truncated (``squash``: both sides to the size); pixels rounded to 8
+    bits as PIL's resize leaves them; the central crop's offset rounded half to even."""
     short = r.resize_for(size)
     if short is None:
         new_hw = tf.constant([size, size])
@@ -118,7 +126,7 @@ def _recipe_crop(image, size: int, r: eval_preprocessing.EvalPreprocessing):
         left = tf.cast(tf.round(tf.cast(new_hw[1] - size, tf.float32) / 2), tf.int32)
         resized = resized[top:top + size, left:left + size]
     resized.set_shape([size, size, 3])
-    return (resized - tf.constant(r.mean, tf.float32)) / tf.constant(r.std, tf.float32)
+    return resized
 
 
 def keras_resize(image, size: int, r: eval_preprocessing.EvalPreprocessing):
@@ -129,7 +137,7 @@ def keras_resize(image, size: int, r: eval_preprocessing.EvalPreprocessing):
     aspect (its height ``int(width * size / size)`` at most the image's, the offsets truncated
     halves), then ``tf.image.resize`` of it, not rounded."""
     image = tf.cast(image, tf.float32)
-    if r.keras == "aspect":
+    if r.mode == "aspect":
         hw = tf.shape(image)[:2]
         side = tf.minimum(hw[0], hw[1])  # a square output: the crop is the shorter side's
         top = tf.cast(tf.cast(hw[0] - side, tf.float32) / 2, tf.int32)
