@@ -10,6 +10,8 @@ import sys
 import durations
 import pytest
 
+from common.models import MODELS
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The tests send SIGINT as a terminal's Ctrl-C would. A suite started in the background of a
@@ -45,6 +47,19 @@ def pytest_collection_modifyitems(config, items):
         if mark and mark.args[0] != stack:
             item.add_marker(pytest.mark.skip(
                 reason=f"runs in the {mark.args[0]} stack's suite only: {mark.args[1]}"))
+
+
+def pytest_configure(config):
+    """This checkout's modules compiled once, before the tests start their processes: where
+    ``PYTHONDONTWRITEBYTECODE`` is set (CI's machines set it), every main.py the suite starts
+    compiled each module it imports from its source again. Python reads the compiled files
+    whatever that variable says. Once, in the process that
+    hands the tests to the workers."""
+    if hasattr(config, "workerinput"):
+        return
+    import compileall
+    for package in ("common", "benchtools", *(m.directory for m in MODELS.values())):
+        compileall.compile_dir(os.path.join(ROOT, package), quiet=2)
 
 
 def pytest_collection_finish(session):

@@ -72,7 +72,9 @@ RANKS_ONLY, RANKS_ONLY_NGC = _each_stack(
 @pytest.mark.parametrize("rank, sig, save_every", [
     pytest.param(1, signal.SIGTERM, "0", marks=RANKS_ONLY),
     pytest.param(0, signal.SIGINT, "1", marks=RANKS_ONLY_NGC),
-    pytest.param(1, signal.SIGTERM, "1", marks=RANKS_ONLY_NGC)])
+    # Rank 1 by SIGTERM is the pip suite's case, a save on every step the NGC suite's:
+    # `make test-slow` (the suite's time budget).
+    pytest.param(1, signal.SIGTERM, "1", marks=pytest.mark.slow)])
 def test_a_signal_on_one_rank_stops_both_at_the_same_step_then_resumes(tmp_path, rank, sig,
                                                                         save_every):
     """Also on a step that saves anyway (--save_checkpoint_steps 1): one save, every rank
@@ -265,7 +267,9 @@ def _rank_pid(results_dir, rank):
 
 
 @pytest.mark.parametrize("launcher, sig", [
-    pytest.param("mpirun", signal.SIGSTOP, marks=LAUNCHER_ONLY_NGC),
+    # The watch that names a rank that stopped answering is rank 0's Python under mpirun as under
+    # srun, whose case (tests/test_slurm.py, STOP) the suite runs: `make test-slow`.
+    pytest.param("mpirun", signal.SIGSTOP, marks=pytest.mark.slow),
     # horovodrun runs the same mpirun under a shell: `make test-slow` (the suite's time budget)
     pytest.param("horovodrun", signal.SIGSTOP, marks=pytest.mark.slow),
     pytest.param("mpirun", signal.SIGKILL, marks=LAUNCHER_ONLY)])

@@ -281,7 +281,9 @@ _FINISHED = ("import signal, sys, time; signal.signal(signal.SIGUSR1, lambda *_:
 
 
 @CLUSTER_ONLY
-@pytest.mark.parametrize("case", ["complete", "spent"])
+# A job that is not requeued: the complete run's case in the suite; spent requeues (the same
+# branch of slurm_job.sh, its count) in `make test-slow` (the suite's time budget).
+@pytest.mark.parametrize("case", ["complete", pytest.param("spent", marks=pytest.mark.slow)])
 def test_a_complete_run_or_a_spent_max_requeues_is_not_requeued(slurm, tmp_path, case):
     """USR1 (the time limit is near) requeues the job, unless the run is complete by then or
     MAX_REQUEUES requeues are spent."""
