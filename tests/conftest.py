@@ -51,10 +51,10 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_configure(config):
     """This checkout's modules compiled once, before the tests start their processes: where
-    ``PYTHONDONTWRITEBYTECODE`` is set (CI's machines set it), every main.py the suite starts
-    compiled each module it imports from its source again. Python reads the compiled files
-    whatever that variable says. Once, in the process that
-    hands the tests to the workers."""
+    ``PYTHONDONTWRITEBYTECODE`` is set (the machines this project is built on set it), every
+    main.py the suite starts compiled each module it imports from its source again. Python
+    reads the compiled files whatever that variable says. Once, in the process that hands the
+    tests to the workers."""
     if hasattr(config, "workerinput"):
         return
     import compileall
