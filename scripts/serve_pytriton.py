@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import sysconfig
 
@@ -190,6 +191,9 @@ def main(argv=None) -> int:
     name = args.model_name or info["served_name"]
     config = TritonConfig(http_port=args.http_port, grpc_port=args.grpc_port,
                           metrics_port=args.metrics_port)
+    # A SIGTERM (docker stop, a service manager) stops the server as Ctrl-C does: PyTriton
+    # handles SIGINT alone, and a SIGTERM ended this process with its tritonserver left running.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     with Triton(config=config) as triton:
         triton.bind(model_name=name, infer_func=infer_function(fn, inputs, outputs, batched),
                     inputs=[_spec(k, *v, batched) for k, v in inputs.items()],

@@ -471,7 +471,13 @@ class _Server:
             time.sleep(0.5)
 
     def close(self):
+        """SIGTERM, as docker stop sends: the server and its tritonserver end (the tritonserver
+        was left running)."""
+        import psutil
+        children = psutil.Process(self.proc.pid).children(recursive=True)
         stop(self.proc, self.log)
+        gone, alive = psutil.wait_procs(children, timeout=60)
+        assert not alive, [p.cmdline()[:2] for p in alive]
 
 
 def _ask(python, server, model, files, protocol, *args):
