@@ -28,9 +28,8 @@ def build_pipeline(files, idx_dir: str, training: bool, image_size: int, shard_i
     from nvidia.dali import fn, pipeline_def, types
 
     idx_files = [tfrecord_index.index_path(idx_dir, f) for f in files]
-    r = prep
     interp = {"bilinear": types.INTERP_LINEAR, "bicubic": types.INTERP_CUBIC,
-              "nearest": types.INTERP_NN}[r.interpolation]
+              "nearest": types.INTERP_NN}[prep.interpolation]
 
     @pipeline_def
     def pipeline():
@@ -50,16 +49,16 @@ def build_pipeline(files, idx_dir: str, training: bool, image_size: int, shard_i
         else:
             images = fn.decoders.image(records["image/encoded"], **where.decoder,
                                        output_type=types.RGB)
-            if r.resize_for(image_size) is None:
+            if prep.resize_for(image_size) is None:
                 images = fn.resize(images, resize_x=image_size, resize_y=image_size,
-                                   interp_type=interp, antialias=r.antialias)
+                                   interp_type=interp, antialias=prep.antialias)
             else:
-                images = fn.resize(images, resize_shorter=r.resize_for(image_size),
-                                   interp_type=interp, antialias=r.antialias)
+                images = fn.resize(images, resize_shorter=prep.resize_for(image_size),
+                                   interp_type=interp, antialias=prep.antialias)
             mirror = 0
         images = fn.crop_mirror_normalize(
             images, dtype=where.image_dtype(), output_layout="HWC", crop=(image_size, image_size),
-            mean=list(r.mean), std=list(r.std), mirror=mirror)
+            mean=list(prep.mean), std=list(prep.std), mirror=mirror)
         labels = fn.reshape(records["image/class/label"], shape=[]) - 1
         return where.output(images), where.output(fn.cast(labels, dtype=types.INT32))
 
