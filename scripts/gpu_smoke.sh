@@ -30,7 +30,7 @@
 #                  images prepared by the repository's own preprocessing (polygraphy run;
 #                  SSD320 on its graph before NMS, which ONNX Runtime can run)
 #   triton-perf    perf_analyzer against each image model's served ensemble (encoded JPEG in),
-#                  where tritonserver and perf_analyzer are on PATH (scripts/triton_perf.sh)
+#                  where tritonserver and perf_analyzer are on PATH (serving/triton_perf.sh)
 #   nccl           NCCL's allreduce bus bandwidth over all GPUs: nccl-tests' all_reduce_perf
 #                  where it is installed (ALL_REDUCE_PERF or on PATH), else Horovod's own
 #                  allreduce timed (benchtools/allreduce.py)
@@ -276,7 +276,7 @@ for model in "${MODELS[@]}"; do
       skip "tensorrt-compare-$model" "needs trtexec's TensorRT and polygraphy on PATH"
     fi
     if [ "$TRITON" = 1 ]; then
-      run "triton-perf-$model" tool bash "$root/scripts/triton_perf.sh" \
+      run "triton-perf-$model" tool bash "$root/serving/triton_perf.sh" \
         "$SMOKE_DIR/export-$model/run/triton/triton" "${TRITON_NAME[$model]}" \
         "$SMOKE_DIR/tensorrt-compare-$model/request" "$SMOKE_DIR/triton-perf-$model"
     else

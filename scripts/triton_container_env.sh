@@ -2,10 +2,10 @@
 # The Python that NVIDIA's Triton container, built by docker/Dockerfile.triton, runs its Python
 # backend with, reproduced without Docker: Python 3.12 (the container's, Ubuntu 24.04's) holding
 # exactly docker/triton-requirements.txt and what pip brings with it, nothing else. With
-# scripts/tritonserver.py, TRITONSERVER_PYTHON set to it runs the repository's Python models as
+# serving/tritonserver.py, TRITONSERVER_PYTHON set to it runs the repository's Python models as
 # the container would:
 #   TRITONSERVER_PYTHON=$(bash scripts/triton_container_env.sh) \
-#     "$(bash scripts/triton_env.sh)" scripts/tritonserver.py --model-repository=/results/triton/cpu
+#     "$(bash scripts/triton_env.sh)" -m serving.tritonserver --model-repository=/results/triton/cpu
 # Idempotent: returns at once when it is there; prints the python as its last line.
 set -euo pipefail
 

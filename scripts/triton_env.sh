@@ -2,8 +2,8 @@
 # An environment for Triton on a machine without Triton's containers: what the repository's
 # Python-backend models import (docker/triton-requirements.txt: TensorFlow, ONNX Runtime, numpy,
 # the same pins NVIDIA's container gets from docker/Dockerfile.triton), PyTriton
-# (nvidia-pytriton, which ships Triton's server binary: scripts/tritonserver.py starts it, and
-# scripts/serve_pytriton.py serves an export's SavedModel with it), Triton's Python client
+# (nvidia-pytriton, which ships Triton's server binary: serving/tritonserver.py starts it, and
+# serving/pytriton_server.py serves an export's SavedModel with it), Triton's Python client
 # (tritonclient, HTTP and gRPC) and Pillow. Apart from the training environment: PyTriton 0.7
 # needs numpy 1 and tritonclient's gRPC needs protobuf 6, where TensorFlow 2.21's stack has
 # numpy 2 and protobuf 7 (and NGC 25.02's protobuf 4). Made with the machine's python3 whatever

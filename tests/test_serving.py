@@ -6,7 +6,7 @@ batch. ``assets/`` holds the class names and ``client.json``, which names every 
 real inputs and outputs. ``--export_triton``'s configs parse with Triton's own
 ``model_config.proto`` (tritonclient, in scripts/triton_env.sh's environment) and name the
 model's inputs and outputs; a Triton server (PyTriton's binary, serving the SavedModel through
-scripts/serve_pytriton.py) answers scripts/triton_client.py, over HTTP and gRPC, with the
+serving/pytriton_server.py) answers serving/image_client.py, over HTTP and gRPC, with the
 SavedModel's outputs."""
 import json
 import os
@@ -177,7 +177,7 @@ def _recipes():
                         "checked against its evaluation pipeline above)")
 def test_the_client_prepares_images_as_the_export_does_for_every_recipe(tmp_path,
                                                                         digits_records):
-    """scripts/triton_client.py prepares images for the networks alone (ONNX, TensorRT) with
+    """serving/image_client.py prepares images for the networks alone (ONNX, TensorRT) with
     the export's own preprocessing (``--client_json``: its preprocess/ SavedModel): on
     photographs, under each recorded recipe, ``preprocessed`` on the client's input gives
     ``serving_default``'s logits on the bytes within 1% of their range and the same top-5
@@ -206,12 +206,8 @@ def test_the_client_prepares_images_as_the_export_does_for_every_recipe(tmp_path
 
 
 def _client_module():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "triton_client", os.path.join(ROOT, "scripts", "triton_client.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from serving import image_client
+    return image_client
 
 
 # --- Triton ---------------------------------------------------------------------------------
@@ -453,17 +449,17 @@ def test_the_engine_script_is_a_shell_script_that_checks(tmp_path):
 
 
 class _Server:
-    """scripts/serve_pytriton.py on an export, in the Triton environment, until closed."""
+    """serving/pytriton_server.py on an export, in the Triton environment, until closed."""
 
     def __init__(self, python, export, tmp, *args):
         self.http, self.grpc, metrics = free_ports(3)
         ready = tmp / f"ready-{self.http}"
         self.log = open(tmp / f"server-{self.http}.log", "w")
         self.proc = subprocess.Popen(
-            [python, os.path.join(ROOT, "scripts", "serve_pytriton.py"), "--export_dir",
+            [python, "-m", "serving.pytriton_server", "--export_dir",
              str(export), "--http_port", str(self.http), "--grpc_port", str(self.grpc),
              "--metrics_port", str(metrics), "--ready_file", str(ready), *args],
-            stdout=self.log, stderr=subprocess.STDOUT)
+            stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT)
         deadline = time.time() + 180
         while not ready.exists():
             assert self.proc.poll() is None, (tmp / f"server-{self.http}.log").read_text()[-3000:]
@@ -482,9 +478,9 @@ class _Server:
 
 def _ask(python, server, model, files, protocol, *args):
     url = f"localhost:{server.http if protocol == 'http' else server.grpc}"
-    proc = subprocess.run([python, os.path.join(ROOT, "scripts", "triton_client.py"), "--model",
+    proc = subprocess.run([python, "-m", "serving.image_client", "--model",
                            model, "--url", url, "--protocol", protocol, *args, *files],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout.splitlines()
 
@@ -529,11 +525,11 @@ def test_a_triton_server_answers_the_client_with_the_savedmodels_outputs(
 
 @TRITON_ENV
 def test_serve_pytriton_refuses_a_directory_that_is_no_export(tmp_path, triton_python):
-    proc = subprocess.run([triton_python, os.path.join(ROOT, "scripts", "serve_pytriton.py"),
+    proc = subprocess.run([triton_python, "-m", "serving.pytriton_server",
                            "--export_dir", str(tmp_path)], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, cwd=ROOT)
     assert proc.returncode == 1
-    assert proc.stderr.strip() == (f"serve_pytriton.py: error: {tmp_path} holds no export of "
+    assert proc.stderr.strip() == (f"pytriton_server.py: error: {tmp_path} holds no export of "
                                    "this repository (no assets/client.json): give what "
                                    "--export_dir wrote")
 
@@ -652,7 +648,7 @@ def _stub_libraries(pid: int) -> list[str]:
 @TRITON_ENV
 def test_the_served_ensembles_answer_what_the_savedmodel_answers_on_photographs(
         served, resnet, ssd, triton_python):
-    """scripts/triton_client.py sends the JPEGs' bytes to <name> (preprocessing on the
+    """serving/image_client.py sends the JPEGs' bytes to <name> (preprocessing on the
     server, then the ONNX network) over HTTP and gRPC and gets the SavedModel's outputs, and
     to <name>_python alone, whose input the server's <name>_preprocess prepares; ResNet-50's
     top-5 names come from the server (classification extension)."""
@@ -742,7 +738,7 @@ def test_transformer_xl_is_served_as_a_sequence_its_memory_kept_in_the_server(
 @TRITON_ENV
 def test_the_text_client_scores_a_file_as_the_chained_steps_do(served, txl, triton_python,
                                                                tmp_path):
-    """scripts/triton_text_client.py score: the file encoded as the corpus was (each line
+    """serving/text_client.py score: the file encoded as the corpus was (each line
     ending with <eos>), sent in segments of one sequence: the perplexity of the SavedModel's
     chained scoring steps; continue: the greedy words of the chained next-word steps."""
     trainer, export, _ = txl
@@ -750,11 +746,11 @@ def test_the_text_client_scores_a_file_as_the_chained_steps_do(served, txl, trit
     text = "the king sees the castle .\nmy lord waits for a letter .\n"
     path = tmp_path / "text.txt"
     path.write_text(text)
-    client = [triton_python, os.path.join(ROOT, "scripts", "triton_text_client.py"), "--vocab",
+    client = [triton_python, "-m", "serving.text_client", "--vocab",
               str(export / "assets" / "vocab.txt"), "--url", f"localhost:{served.grpc}",
               "--protocol", "grpc", "--json"]
     proc = subprocess.run([*client, "score", str(path), "--segment", "4"], capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout.splitlines()[-1])
     ids = [vocab.index(w) for line in text.splitlines() for w in [*line.split(), "<eos>"]]
@@ -769,7 +765,7 @@ def test_the_text_client_scores_a_file_as_the_chained_steps_do(served, txl, trit
     assert got["tokens"] == len(ids) - 1
     assert abs(got["perplexity"] - float(np.exp(np.mean(nll)))) < 1e-3 * got["perplexity"]
     proc = subprocess.run([*client, "continue", "the king", "--words", "3"],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     step = tf.saved_model.load(str(export)).signatures["serving_default"]
     mems, tokens, words = tf.zeros([cfg.n_layer, 1, 0, cfg.d_model]), [vocab.index("the"),
@@ -786,14 +782,14 @@ def test_the_text_client_scores_a_file_as_the_chained_steps_do(served, txl, trit
 @TRITON_ENV
 def test_the_serving_figures_script_measures_a_served_model(resnet, served, triton_python,
                                                             tmp_path):
-    """benchtools.serving (the model READMEs' serving tables) on a tiny export: the repository
+    """serving.load (the model READMEs' serving tables) on a tiny export: the repository
     copied with the instances and batching asked (the original untouched), a server with
     Triton's defaults on the copy, throughput and latency percentiles at each concurrency;
     and Transformer-XL's sequences (each client its own) on the server already running."""
     before = {p: p.read_text() for p in (resnet[2] / "cpu").glob("*/config.pbtxt")}
     out = tmp_path / "serving"
     proc = subprocess.run(
-        [triton_python, "-m", "benchtools.serving", "--repository", str(resnet[2] / "cpu"),
+        [triton_python, "-m", "serving.load", "--repository", str(resnet[2] / "cpu"),
          "--model", "resnet50", "--image", photographs()[0], "--concurrency", "1,2",
          "--instances", "2", "--batching", "off,500", "--seconds", "1", "--warmup_s", "0.5",
          "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -814,7 +810,7 @@ def test_the_serving_figures_script_measures_a_served_model(resnet, served, trit
     log = (out / "tritonserver.log").read_text()
     assert "TRITONBACKEND_ModelInstanceInitialize: resnet50_python_0_1" in log  # 2 instances
     proc = subprocess.run(
-        [triton_python, "-m", "benchtools.serving", "--url", f"localhost:{served.grpc}",
+        [triton_python, "-m", "serving.load", "--url", f"localhost:{served.grpc}",
          "--model", "transformerxl", "--tokens", "4", "--concurrency", "2", "--seconds", "1",
          "--warmup_s", "0.5", "--out", str(out / "txl")],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -855,7 +851,7 @@ def test_concurrent_requests_with_a_corrupt_one_are_all_answered(served, triton_
     """Twelve good requests and a corrupt one sent together to Triton's dynamic batching (the
     served ensemble's preprocessing): every good one is answered (9 to 11 of them got "[500]
     Model execute error" when one bad image failed the batch), the corrupt one is flagged; and
-    scripts/triton_client.py gives the others' answers and a line for each file it could not
+    serving/image_client.py gives the others' answers and a line for each file it could not
     send or the model could not decode."""
     good = _photos(tmp_path, 12)
     bad = tmp_path / "corrupt.jpg"
@@ -871,16 +867,16 @@ def test_concurrent_requests_with_a_corrupt_one_are_all_answered(served, triton_
     assert all(answers[p][0] is True and answers[p][1] >= 0 for p in good), answers
     files = [good[0], str(bad), str(tmp_path / "missing.jpg"), str(text), good[1]]
     client = subprocess.run(
-        [triton_python, os.path.join(ROOT, "scripts", "triton_client.py"), "--model",
+        [triton_python, "-m", "serving.image_client", "--model",
          "resnet50", "--url", f"http://localhost:{served.http}", "--batch_size", "5",
-         *files], capture_output=True, text=True, timeout=120)
+         *files], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert client.returncode == 0, client.stderr[-2000:]
     assert [ln.split(":")[0] for ln in client.stdout.splitlines()] == [good[0], good[1]]
     err = client.stderr.splitlines()
     assert f"skipped {tmp_path / 'missing.jpg'}: No such file or directory" in err
     assert f"skipped {bad}: the model could not decode it as an image" in err
     assert f"skipped {text}: the model could not decode it as an image" in err
-    assert err[-1] == "triton_client.py: 3 of 5 file(s) not answered"
+    assert err[-1] == "image_client.py: 3 of 5 file(s) not answered"
 
 
 @TRITON_ENV
@@ -892,13 +888,13 @@ def test_serve_pytriton_refuses_what_it_cannot_serve_with_one_line(resnet, txl, 
 
     def serve(directory, *args):
         ports = [str(p) for p in free_ports(3)]
-        proc = subprocess.run([triton_python, os.path.join(ROOT, "scripts", "serve_pytriton.py"),
+        proc = subprocess.run([triton_python, "-m", "serving.pytriton_server",
                                "--export_dir", str(directory), "--http_port", ports[0],
                                "--grpc_port", ports[1], "--metrics_port", ports[2], *args],
-                              capture_output=True, text=True, timeout=300)
+                              capture_output=True, text=True, timeout=300, cwd=ROOT)
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         assert proc.returncode == 1 and lines and "Traceback" not in proc.stderr, proc.stderr
-        return lines[-1].removeprefix("serve_pytriton.py: error: ")
+        return lines[-1].removeprefix("pytriton_server.py: error: ")
 
     def copy(name):
         return shutil.copytree(export, tmp_path / name)
@@ -908,7 +904,7 @@ def test_serve_pytriton_refuses_what_it_cannot_serve_with_one_line(resnet, txl, 
     assert serve(txl[1]) == (
         f"{txl[1]}: transformerxl carries a state from request to request, which PyTriton "
         "would send back and forth with each request: serve the repository's sequence model "
-        "transformerxl instead (main.py --export_triton DIR; scripts/tritonserver.py "
+        "transformerxl instead (main.py --export_triton DIR; serving/tritonserver.py "
         "--model-repository=DIR/cpu)")
     no_pb = copy("no_pb")
     os.remove(no_pb / "saved_model.pb")
@@ -958,43 +954,43 @@ def test_triton_client_refuses_bad_arguments_with_one_line(tmp_path, resnet):
     environment has none: the pointer to scripts/triton_env.sh)."""
     _, export, _ = resnet
     image = _photos(tmp_path, 1)[0]
-    client = os.path.join(ROOT, "scripts", "triton_client.py")
+    client = "-m", "serving.image_client"
 
     def ask(*args, python=None):
         import sys
-        proc = subprocess.run([python or sys.executable, client, "--model", "m", *args, image],
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run([python or sys.executable, *client, "--model", "m", *args, image],
+                              capture_output=True, text=True, timeout=60, cwd=ROOT)
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         assert proc.returncode == 2 and len(lines) >= 1 and "Traceback" not in proc.stderr, \
             proc.stderr
         return lines[-1]
 
-    assert ask("--url", "localhost:port") == ("triton_client.py: error: --url localhost:port: "
+    assert ask("--url", "localhost:port") == ("image_client.py: error: --url localhost:port: "
                                               "give host:port, the port a number (Triton's "
                                               "http port is 8000 by default)")
-    assert ask("--url", "ftp://host:1") == ("triton_client.py: error: --url ftp://host:1: give "
+    assert ask("--url", "ftp://host:1") == ("image_client.py: error: --url ftp://host:1: give "
                                             "host:port (a ftp:// address is not supported)")
     assert ask("--batch_size", "0").endswith("argument --batch_size: must be at least 1, not 0")
     assert ask("--client_json", str(tmp_path / "none.json")) == (
-        f"triton_client.py: error: --client_json {tmp_path / 'none.json'}: No such file or "
+        f"image_client.py: error: --client_json {tmp_path / 'none.json'}: No such file or "
         "directory")
     garbled = tmp_path / "garbled.json"
     garbled.write_text("{\"input_size\": [3")
     assert ask("--client_json", str(garbled)).startswith(
-        f"triton_client.py: error: --client_json {garbled} is not JSON (")
+        f"image_client.py: error: --client_json {garbled} is not JSON (")
     not_a_map = tmp_path / "label_map.json"
     not_a_map.write_text("[1, 2]")
     assert ask("--labels", str(not_a_map)) == (
-        f"triton_client.py: error: --labels {not_a_map}: not a label map (no \"categories\" "
+        f"image_client.py: error: --labels {not_a_map}: not a label map (no \"categories\" "
         "list: the export's assets/label_map.json)")
     binary = tmp_path / "labels.txt"
     binary.write_bytes(b"\xff\xfe\x81\x00" * 4)
-    assert ask("--labels", str(binary)) == (f"triton_client.py: error: --labels {binary} is not "
+    assert ask("--labels", str(binary)) == (f"image_client.py: error: --labels {binary} is not "
                                             "text (the export's assets/labels.txt)")
     assert ask("--wait", "nan").endswith("argument --wait: seconds, 0 or more, not nan")
     assert ask("--wait", "-1").endswith("argument --wait: seconds, 0 or more, not -1.0")
     assert ask("--url", "http://localhost:8000").startswith(
-        "triton_client.py: error: tritonclient is not installed here (tritonclient): run it "
+        "image_client.py: error: tritonclient is not installed here (tritonclient): run it "
         "with the environment scripts/triton_env.sh makes")
 
 
@@ -1011,13 +1007,13 @@ def test_the_client_refuses_labels_and_models_it_cannot_describe_with_one_line(
     classes = resnet[0].flags.num_classes
 
     def refused(model, *args):
-        proc = subprocess.run([triton_python, os.path.join(ROOT, "scripts", "triton_client.py"),
+        proc = subprocess.run([triton_python, "-m", "serving.image_client",
                                "--model", model, "--url", f"localhost:{served.http}", *args,
-                               *photo], capture_output=True, text=True, timeout=120)
+                               *photo], capture_output=True, text=True, timeout=120, cwd=ROOT)
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, \
             proc.stderr
-        return lines[0].removeprefix("triton_client.py: error: ")
+        return lines[0].removeprefix("image_client.py: error: ")
 
     assert refused("resnet50", "--labels", str(few)) == (
         f"--labels {few} names 2 classes; resnet50 has {classes}")
@@ -1063,10 +1059,10 @@ def test_the_readmes_cpu_host_commands_serve_a_jpeg(tmp_path, digits_records, tr
         line = line.replace("cat.jpg", photo)
         if line.startswith("python "):
             line = f"{sys.executable} {line[len('python '):]} --preset tiny"
-        if "tritonserver.py" in line:
+        if "-m serving.tritonserver" in line:
             line = line.replace(" &", f" --http-port={http} --grpc-port={grpc} "
                                       f"--metrics-port={metrics} >{tmp_path}/server.log 2>&1 &")
-        if "triton_client.py" in line:
+        if "-m serving.image_client" in line:
             line = line.replace(" --wait", f" --url localhost:{http} --wait")
         lines.append(line)
     script = "\n".join(["set -euo pipefail", "trap 'kill $(jobs -p) 2>/dev/null' EXIT", *lines])

@@ -177,21 +177,21 @@ def test_an_over_long_segment_is_refused_and_the_model_stays_ready_and_answers(
     (ok,) = sequence_steps(triton_python, server, [_score(52, ids[40:40 + longest + 1],
                                                           start=True, end=True)])
     _close(ok, _chained(signatures, cfg, [ids[40:40 + longest + 1]])[0])
-    client = [triton_python, os.path.join(ROOT, "scripts", "triton_text_client.py"), "--vocab",
+    client = [triton_python, "-m", "serving.text_client", "--vocab",
               str(export / "assets" / "vocab.txt"), "--url", f"localhost:{server.grpc}",
               "--protocol", "grpc", "--json"]
     text = tmp_path / "text.txt"
     text.write_text("the king sees the castle .\n")
     proc = subprocess.run([*client, "score", str(text), "--segment", str(longest + 1)],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.splitlines() == [
-        f"triton_text_client.py: error: --segment {longest + 1} is longer than transformerxl "
+        f"text_client.py: error: --segment {longest + 1} is longer than transformerxl "
         f"takes ({longest} tokens a request, max_segment in its config)"]
     vocab = trainer.task.vocab
     prompt = [vocab[i] for i in ids[:longest + 5]]
     proc = subprocess.run([*client, "continue", " ".join(prompt), "--words", "2"],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     step = signatures["serving_default"]
     mems, want = tf.zeros([cfg.n_layer, 1, 0, cfg.d_model]), []
@@ -203,7 +203,7 @@ def test_an_over_long_segment_is_refused_and_the_model_stays_ready_and_answers(
         r = step(tokens=tf.constant([[want[-1]]]), mems=mems)
         mems = r["new_mems"]
     assert json.loads(proc.stdout)["ids"] == want
-    proc = subprocess.run([triton_python, "-m", "benchtools.serving", "--url",
+    proc = subprocess.run([triton_python, "-m", "serving.load", "--url",
                            f"localhost:{server.grpc}", "--model", "transformerxl", "--tokens",
                            str(longest + 1), "--out", str(tmp_path / "figures")],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
@@ -275,13 +275,13 @@ def test_the_text_client_refuses_a_vocabulary_that_is_not_the_models(server, txl
     other.write_text("\n".join([words[0], words[2], words[1], *words[3:]]) + "\n")
     text = tmp_path / "text.txt"
     text.write_text("the king sees the castle .\n")
-    proc = subprocess.run([triton_python, os.path.join(ROOT, "scripts", "triton_text_client.py"),
+    proc = subprocess.run([triton_python, "-m", "serving.text_client",
                            "--vocab", str(other), "--url", f"localhost:{server.grpc}",
                            "--protocol", "grpc", "score", str(text)],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.splitlines() == [
-        f"triton_text_client.py: error: --vocab {other} ({len(words):,} words) is not the "
+        f"text_client.py: error: --vocab {other} ({len(words):,} words) is not the "
         f"vocabulary of transformerxl ({len(words):,} words): give the assets/vocab.txt of "
         "the export it serves"]
 
@@ -291,14 +291,14 @@ def test_the_image_client_points_to_the_text_client_for_the_sequence_model(serve
                                                                            tmp_path):
     image = tmp_path / "x.jpg"
     image.write_bytes(b"\xff\xd8")
-    proc = subprocess.run([triton_python, os.path.join(ROOT, "scripts", "triton_client.py"),
+    proc = subprocess.run([triton_python, "-m", "serving.image_client",
                            "--model", "transformerxl", "--url", f"localhost:{server.http}",
-                           str(image)], capture_output=True, text=True, timeout=120)
+                           str(image)], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.splitlines() == [
-        "triton_client.py: error: transformerxl is a sequence model of token ids "
+        "image_client.py: error: transformerxl is a sequence model of token ids "
         "(Transformer-XL), not an image model: score or continue a text with "
-        "scripts/triton_text_client.py"]
+        "serving/text_client.py"]
 
 
 def _children(pid: int) -> list[int]:
@@ -324,12 +324,12 @@ def _alive(pid: int) -> bool:
 
 def test_the_serving_figures_refuse_what_would_never_end_or_measure_nothing(txl, triton_python,
                                                                             tmp_path):
-    """benchtools.serving: --seconds nan ran forever, --seconds -1 and --tokens 0 ran and
+    """serving.load: --seconds nan ran forever, --seconds -1 and --tokens 0 ran and
     exited 0, and a server that did not start was a traceback; each is one line now."""
     _, _, repo = txl
 
     def run(*args):
-        proc = subprocess.run([triton_python, "-m", "benchtools.serving", "--repository",
+        proc = subprocess.run([triton_python, "-m", "serving.load", "--repository",
                                str(repo / "cpu"), "--model", "transformerxl", "--out",
                                str(tmp_path / "out"), *args],
                               capture_output=True, text=True, timeout=120, cwd=ROOT)
@@ -349,7 +349,7 @@ def test_the_serving_figures_refuse_what_would_never_end_or_measure_nothing(txl,
 
 def test_triton_perf_measures_its_own_server_not_the_one_on_port_8000(txl, triton_python,
                                                                       tmp_path):
-    """scripts/triton_perf.sh starting a server (PyTriton's tritonserver as the one on PATH)
+    """serving/triton_perf.sh starting a server (PyTriton's tritonserver as the one on PATH)
     took whatever answered on localhost:8000 as its own and measured it; it now starts its
     own on free ports and hands perf_analyzer that server's gRPC port. perf_analyzer (Triton's
     SDK container only) stands in as a script that asks that address whether the model is
@@ -361,7 +361,7 @@ def test_triton_perf_measures_its_own_server_not_the_one_on_port_8000(txl, trito
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "tritonserver").write_text(
-        f'#!/bin/sh\nexec "{triton_python}" "{ROOT}/scripts/tritonserver.py" "$@"\n')
+        f'#!/bin/sh\nexec "{triton_python}" "{ROOT}/serving/tritonserver.py" "$@"\n')
     (bin_dir / "perf_analyzer").write_text(
         f'#!/bin/sh\necho "$@" > "{tmp_path}/perf_args"\n'
         f'"{triton_python}" -c "import sys, tritonclient.grpc as g; '
@@ -388,7 +388,7 @@ def test_triton_perf_measures_its_own_server_not_the_one_on_port_8000(txl, trito
         inputs = tmp_path / "inputs"
         inputs.mkdir()
         proc = subprocess.run(
-            ["bash", os.path.join(ROOT, "scripts", "triton_perf.sh"), str(repo / "cpu"),
+            ["bash", os.path.join(ROOT, "serving", "triton_perf.sh"), str(repo / "cpu"),
              "transformerxl", str(inputs), str(tmp_path / "out")], capture_output=True,
             text=True, timeout=300, env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
     finally:

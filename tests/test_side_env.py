@@ -97,14 +97,14 @@ def test_tritonserver_py_in_a_broken_triton_environment_says_how_to_repair_it(tm
                    timeout=120)
     env = {**os.environ, "TF_MODEL_SCRIPTS_CACHE": str(tmp_path)}
     proc = subprocess.run([str(venv / "bin" / "python"),
-                           os.path.join(ROOT, "scripts", "tritonserver.py")],
-                          capture_output=True, text=True, timeout=60, env=env)
+                           "-m", "serving.tritonserver"],
+                          capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
     assert proc.returncode == 1 and proc.stderr.splitlines() == [
         f"tritonserver.py: error: nvidia-pytriton cannot be imported in {venv}, which "
         f"scripts/triton_env.sh made: run scripts/triton_env.sh again, which repairs it (or "
         f"remove {venv} and it makes it anew)"], proc.stderr
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "tritonserver.py")],
-                          capture_output=True, text=True, timeout=60, env=env)
+    proc = subprocess.run([sys.executable, "-m", "serving.tritonserver"],
+                          capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
     assert proc.stderr.splitlines() == ["tritonserver.py: error: nvidia-pytriton is not "
                                         "installed here: run it with the python "
                                         "scripts/triton_env.sh prints"], proc.stderr

@@ -1,7 +1,7 @@
 """Exports and a real Triton server for the serving tests: a model set up and exported with its
 Triton repositories, ``scripts/triton_env.sh``'s environment (tritonclient, PyTriton's
 ``tritonserver``), the server started on exported repositories the documented way
-(``scripts/tritonserver.py``, Triton's default flags), and a gRPC client run in that
+(``serving/tritonserver.py``, Triton's default flags), and a gRPC client run in that
 environment that sends a sequence model's requests."""
 import json
 import os
@@ -59,7 +59,7 @@ def stop(proc, log):
 
 class Repositories:
     """The ``tritonserver`` binary nvidia-pytriton ships (Python backend only), started on
-    exported repositories as written by the documented command (scripts/tritonserver.py, with
+    exported repositories as written by the documented command (serving/tritonserver.py, with
     Triton's default flags: a model that cannot load stops the server), until closed;
     ``python`` runs the Python models where given (TRITONSERVER_PYTHON)."""
 
@@ -68,11 +68,11 @@ class Repositories:
         self.log_path = tmp / f"tritonserver-{self.http}.log"
         self.log = open(self.log_path, "w")
         env = {**os.environ, **({"TRITONSERVER_PYTHON": python} if python else {})}
-        self.command = [server_python, os.path.join(ROOT, "scripts", "tritonserver.py"),
+        self.command = [server_python, "-m", "serving.tritonserver",
                         *(f"--model-repository={r}" for r in repos), f"--http-port={self.http}",
                         f"--grpc-port={self.grpc}", f"--metrics-port={self.metrics}"]
         self.proc = subprocess.Popen(self.command, stdout=self.log, stderr=subprocess.STDOUT,
-                                     env=env)
+                                     env=env, cwd=ROOT)
         deadline = time.time() + 300
         while self.health("ready") != 200:  # strict readiness: every model loaded
             assert self.proc.poll() is None, self.log_path.read_text()[-4000:]

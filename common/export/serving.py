@@ -181,7 +181,7 @@ def describe(serving, signatures: Mapping, card: dict | None = None) -> dict:
         pre["sequence_model"] = spec.triton_name
     return {"model": serving.task.name, "signatures": described, **serving.client_info(), **pre,
             # The model a client of the Triton repositories calls (the ensemble, the sequence),
-            # and the SavedModel's own (tensorflow/; what serve_pytriton.py serves).
+            # and the SavedModel's own (tensorflow/; what pytriton_server.py serves).
             "triton_model": spec.triton_name,
             "savedmodel_model": f"{spec.triton_name}_savedmodel",
             "trained_precision": p.policy, "exported_weights": "float32"

@@ -5,7 +5,7 @@ the Python packages it needs on its server, so ``/v2/health/ready`` answers 200 
 loaded.
 
 * ``DIR/cpu``: any ``tritonserver`` with the Python backend, the one ``nvidia-pytriton`` ships
-  included (scripts/tritonserver.py; a CPU is enough). For a network ``<name>``
+  included (serving/tritonserver.py; a CPU is enough). For a network ``<name>``
   (``ExportSpec.triton_name``), an image model holds ``<name>`` (an ensemble: encoded images
   through ``<name>_preprocess`` into ``<name>_python``), ``<name>_preprocess`` (the export's
   own TensorFlow preprocessing, ``preprocess/``: the ensemble answers what the SavedModel
@@ -69,7 +69,7 @@ from common.export.triton_config import (
 PYTHON_MODELS = os.path.join(os.path.dirname(__file__), "triton_python")
 # The repositories, by the server that loads each whole (module docstring).
 TARGETS = {
-    "cpu": "for any tritonserver with the Python backend (PyTriton's: scripts/tritonserver.py)",
+    "cpu": "for any tritonserver with the Python backend (PyTriton's: serving/tritonserver.py)",
     "triton": "for NVIDIA's Triton container built by docker/Dockerfile.triton",
     "tensorflow": "beside triton/ where the container has the TensorFlow backend (25.02 and "
                   "earlier)",

@@ -8,7 +8,7 @@ scripts/triton_env.sh's environment and have a real ``tritonserver`` load them.
 Where every tensor leads with the batch, Triton batches requests (``max_batch_size``,
 ``dynamic_batching``); a value per row is declared ``[1]`` (``reshape`` to the model's ``[]``).
 The batching and instance settings (``QUEUE_DELAY_US``, one instance) are chosen from the
-serving figures in the model READMEs (``python -m benchtools.serving``).
+serving figures in the model READMEs (``python -m serving.load``).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ ONNX_TYPES = {1: "float32", 10: "float16", 6: "int32", 7: "int64", 2: "uint8", 9
 
 # Dynamic batching as shipped: no waiting for a batch to fill (the requests that queued while
 # the model ran go together), one instance a model. Chosen from the serving figures in the
-# model READMEs (benchtools.serving on a 2-vCPU host): batching raised ResNet-50's throughput
+# model READMEs (serving.load on a 2-vCPU host): batching raised ResNet-50's throughput
 # by half and Transformer-XL's by a third from concurrency 4 (SSD320's not measurably); a 2 ms
 # queue delay gave no more throughput there and cost latency at concurrency 1; a second
 # instance only split the same cores (ResNet-50 and SSD320 slower, twice the memory). With no

@@ -3,7 +3,7 @@
 (``--export_triton``) and print what the model found: ResNet-50's top-5 classes, SSD320's
 detections.
 
-    python scripts/triton_client.py --model resnet50 --url localhost:8001 --protocol grpc \
+    python -m serving.image_client --model resnet50 --url localhost:8001 --protocol grpc \
         cat.jpg dog.png
 
 It reads the model's inputs and outputs from the server (its config), so the same client serves
@@ -33,7 +33,7 @@ import sys
 
 import numpy as np
 
-PROG = "triton_client.py"
+PROG = "image_client.py"
 
 
 class ClientError(Exception):
@@ -50,7 +50,7 @@ def _client(url: str, protocol: str):
     except ImportError as e:
         raise ClientError(f"tritonclient is not installed here ({e.name}): run it with the "
                           "environment scripts/triton_env.sh makes (\"$(bash "
-                          "scripts/triton_env.sh)\" scripts/triton_client.py ...), or pip "
+                          "scripts/triton_env.sh)\" serving/image_client.py ...), or pip "
                           "install 'tritonclient[all]'") from None
     return client, client.InferenceServerClient(address)
 
@@ -232,7 +232,7 @@ def run(args) -> int:
     if "sequence_batching" in config:
         raise ClientError(f"{args.model} is a sequence model of token ids (Transformer-XL), "
                           "not an image model: score or continue a text with "
-                          "scripts/triton_text_client.py")
+                          "serving/text_client.py")
     if len(config["input"]) != 1:
         raise ClientError(f"{args.model} takes {len(config['input'])} inputs ("
                           f"{', '.join(sorted(i['name'] for i in config['input']))}); this "

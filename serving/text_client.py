@@ -3,9 +3,9 @@
 ``transformerxl`` model of an ``--export_triton`` repository): the memory stays in the server,
 each request carries one segment's tokens only.
 
-    python scripts/triton_text_client.py --vocab /results/export/assets/vocab.txt \\
+    python -m serving.text_client --vocab /results/export/assets/vocab.txt \\
         --url localhost:8001 --protocol grpc score text.txt --segment 64
-    python scripts/triton_text_client.py --vocab /results/export/assets/vocab.txt \\
+    python -m serving.text_client --vocab /results/export/assets/vocab.txt \\
         continue "The game began" --words 20
 
 ``score``: the text as the corpus was prepared (words split on whitespace, each line ending
@@ -33,7 +33,7 @@ import sys
 
 import numpy as np
 
-PROG = "triton_text_client.py"
+PROG = "text_client.py"
 EOS, UNK = "<eos>", "<unk>"
 
 
@@ -72,12 +72,12 @@ def encode(text: str, vocab: list[str], lines: bool) -> list[int]:
 
 
 def _image_client():
-    """``triton_client.py`` beside this file, loaded from its path (the connection and the
+    """``image_client.py`` beside this file, loaded from its path (the connection and the
     config it reads are the image client's; this script runs where tritonclient is, not the
     repository's packages)."""
     import importlib.util
     if "triton_client" not in sys.modules:
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "triton_client.py")
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "image_client.py")
         spec = importlib.util.spec_from_file_location("triton_client", path)
         module = importlib.util.module_from_spec(spec)
         sys.modules["triton_client"] = module
@@ -94,7 +94,7 @@ def served_limits(server, model: str, protocol: str) -> dict:
         raise ClientError(f"{model}: {str(e).strip().splitlines()[0][:300]}") from None
     if "sequence_batching" not in config:
         raise ClientError(f"{model} is not a sequence model (Transformer-XL's): images go to "
-                          "scripts/triton_client.py")
+                          "serving/image_client.py")
     return {k: v.get("string_value") for k, v in config.get("parameters", {}).items()}
 
 

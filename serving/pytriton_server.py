@@ -5,11 +5,11 @@ function, here the SavedModel's signature. For trying the client and the export 
 (a CPU included); on GPU machines, serve the ``--export_triton`` model repository with
 Triton's own container (README, "Deployment").
 
-    "$(bash scripts/triton_env.sh)" scripts/serve_pytriton.py --export_dir export
+    "$(bash scripts/triton_env.sh)" -m serving.pytriton_server --export_dir export
 
 It serves ``--signature`` (``serving_default``) under the name of the repository's SavedModel
 model (``client.json``'s ``savedmodel_model``) with the same inputs and outputs, so
-``scripts/triton_client.py`` talks to either; requests are batched. A model whose
+``serving/image_client.py`` talks to either; requests are batched. A model whose
 signatures carry a state (Transformer-XL's memory) is refused with one line: the repository's
 sequence model keeps the state in the server. Runs until interrupted (Ctrl-C, SIGTERM);
 ``--ready_file`` is written once the
@@ -108,7 +108,7 @@ def read_export(export_dir: str) -> dict:
                          "from request to request, which PyTriton would send back and forth "
                          "with each request: serve the repository's sequence model "
                          f"{info['sequence_model']} instead (main.py --export_triton DIR; "
-                         "scripts/tritonserver.py --model-repository=DIR/cpu)")
+                         "serving/tritonserver.py --model-repository=DIR/cpu)")
     return info
 
 
@@ -182,7 +182,7 @@ def main(argv=None) -> int:
         _use_this_libpython()
         fn = load_signature(args.export_dir, args.signature)
     except ServeError as e:
-        print(f"serve_pytriton.py: error: {e}", file=sys.stderr)
+        print(f"pytriton_server.py: error: {e}", file=sys.stderr)
         return 1
     from pytriton.model_config import ModelConfig
     from pytriton.triton import Triton, TritonConfig

@@ -3,7 +3,7 @@
 repository, without Triton's containers (a CPU is enough):
 
     TRITON_PY=$(bash scripts/triton_env.sh)
-    $TRITON_PY scripts/tritonserver.py --model-repository=/results/triton/cpu
+    $TRITON_PY -m serving.tritonserver --model-repository=/results/triton/cpu
 
 Every argument goes to ``tritonserver`` as it is, and nothing else but the backend directory:
 Triton's own defaults hold (``--exit-on-error=true``, strict readiness), so a model that

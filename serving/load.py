@@ -10,12 +10,12 @@ its answer read, as perf_analyzer's "client" latency. With ``--url`` it measures
 already running (a container's) as it serves the model.
 
     TRITON_PY=$(bash scripts/triton_env.sh)
-    $TRITON_PY -m benchtools.serving --repository /results/triton/cpu --model resnet50 \\
+    $TRITON_PY -m serving.load --repository /results/triton/cpu --model resnet50 \\
         --image cat.jpg --concurrency 1,2,4,8 --instances 1,2 --out results/serving-resnet50
 
 For each setting (instances, batching) the repository is copied (hard links) with its models'
 ``instance_group`` count and ``dynamic_batching`` changed, and the server started on the copy
-with Triton's default flags (scripts/tritonserver.py: PyTriton's ``tritonserver``, or
+with Triton's default flags (serving/tritonserver.py: PyTriton's ``tritonserver``, or
 ``--server tritonserver`` for a container's). An image model gets ``--batch_size`` copies of
 ``--image`` a request; Transformer-XL's sequence model, one sequence per client, segments of
 ``--tokens`` token ids (the memory kept in the server: the steady state after the first
@@ -276,7 +276,7 @@ def run(args) -> list[dict]:
         with open(args.image, "rb") as fh:
             kind = {"image": fh.read(), "rows": args.batch_size, "unit": "images/s"}
     server = args.server.split() if args.server else [
-        sys.executable, os.path.join(ROOT, "scripts", "tritonserver.py")]
+        sys.executable, os.path.join(ROOT, "serving", "tritonserver.py")]
     results = []
     if args.url:
         for c in args.concurrency:
@@ -422,7 +422,7 @@ def main(argv=None) -> int:
                    "comma-separated (default on,off)")
     p.add_argument("--seconds", type=_seconds, default=10.0)
     p.add_argument("--warmup_s", type=lambda t: _seconds(t, strict=False), default=2.0)
-    p.add_argument("--server", help="the server command (default: scripts/tritonserver.py "
+    p.add_argument("--server", help="the server command (default: serving/tritonserver.py "
                    "with this Python)")
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)

@@ -5,12 +5,12 @@
 # OUT_DIR/perf.csv. Either against a server already running, as deployments run it (the
 # image docker/Dockerfile.triton builds, on the repository's triton/; perf_analyzer from
 # Triton's SDK container):
-#   bash scripts/triton_perf.sh --url HOST:GRPC_PORT MODEL INPUT_DIR OUT_DIR
+#   bash serving/triton_perf.sh --url HOST:GRPC_PORT MODEL INPUT_DIR OUT_DIR
 # or starting one here on REPOSITORY (tritonserver and perf_analyzer both on PATH), with
 # Triton's default flags on ports of its own (three free ones, not 8000-8002, where another
 # server may already answer), until measured:
-#   bash scripts/triton_perf.sh REPOSITORY MODEL INPUT_DIR OUT_DIR
-# Without perf_analyzer (or on a CPU host): python -m benchtools.serving.
+#   bash serving/triton_perf.sh REPOSITORY MODEL INPUT_DIR OUT_DIR
+# Without perf_analyzer (or on a CPU host): python -m serving.load.
 set -euo pipefail
 usage="usage: triton_perf.sh (REPOSITORY | --url HOST:GRPC_PORT) MODEL INPUT_DIR OUT_DIR"
 url=""
@@ -18,7 +18,7 @@ if [ "${1:-}" = --url ]; then url=${2:-}; shift 2 || true; fi
 want=4; [ -z "$url" ] || want=3
 [ $# -eq "$want" ] || { echo "$usage" >&2; exit 2; }
 command -v perf_analyzer >/dev/null ||
-  { echo "triton_perf.sh: perf_analyzer is not on PATH: run this in Triton's SDK container (nvcr.io/nvidia/tritonserver:<yy.mm>-py3-sdk), or measure with python -m benchtools.serving" >&2; exit 2; }
+  { echo "triton_perf.sh: perf_analyzer is not on PATH: run this in Triton's SDK container (nvcr.io/nvidia/tritonserver:<yy.mm>-py3-sdk), or measure with python -m serving.load" >&2; exit 2; }
 if [ -z "$url" ]; then
   repo=$1; shift
   command -v tritonserver >/dev/null ||
