@@ -7,6 +7,7 @@ PyTriton), the load generator of the serving figures (``load``) and perf_analyze
 They run where tritonclient or PyTriton is installed and this project's training code is not
 (Triton's SDK container, the environment ``scripts/triton_env.sh`` makes: tritonclient's
 protobuf and PyTriton's numpy clash with TensorFlow's), so nothing here imports ``common``,
-``benchtools`` or the models. The Triton repositories themselves are written by the export,
+``benchtools`` or the models (tests/test_layout.py); what they share is
+``serving.connection``. The Triton repositories themselves are written by the export,
 ``common.export``.
 """

@@ -33,49 +33,9 @@ import sys
 
 import numpy as np
 
+from serving.connection import CommandError, connect, error_line, model_config, positive
+
 PROG = "image_client.py"
-
-
-class ClientError(Exception):
-    """What stops the client, said in one line (``main``)."""
-
-
-def _client(url: str, protocol: str):
-    address = _address(url, protocol)  # a wrong address says so before any import
-    try:
-        if protocol == "grpc":
-            import tritonclient.grpc as client
-        else:
-            import tritonclient.http as client
-    except ImportError as e:
-        raise ClientError(f"tritonclient is not installed here ({e.name}): run it with the "
-                          "environment scripts/triton_env.sh makes (\"$(bash "
-                          "scripts/triton_env.sh)\" serving/image_client.py ...), or pip "
-                          "install 'tritonclient[all]'") from None
-    return client, client.InferenceServerClient(address)
-
-
-def _address(url: str, protocol: str) -> str:
-    """``host:port`` as tritonclient takes it; ``http://host:port`` and ``grpc://host:port``
-    are accepted (the scheme dropped), a port that is not a number is refused."""
-    scheme, sep, rest = url.partition("://")
-    if sep:
-        if scheme not in ("http", "grpc"):
-            raise ClientError(f"--url {url}: give host:port (a {scheme}:// address is not "
-                              "supported)")
-        url = rest.rstrip("/")
-    host, _, port = url.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        default = 8001 if protocol == "grpc" else 8000
-        raise ClientError(f"--url {url}: give host:port, the port a number (Triton's {protocol}"
-                          f" port is {default} by default)")
-    return url
-
-
-def _config(server, model: str, protocol: str) -> dict:
-    config = server.get_model_config(model, as_json=True) if protocol == "grpc" else \
-        server.get_model_config(model)
-    return config.get("config", config)
 
 
 NETWORK_SUFFIXES = ("_tensorrt_int8", "_tensorrt", "_onnx", "_python")
@@ -87,7 +47,7 @@ def local_preparer(client_json: str, info: dict):
     export = os.path.dirname(os.path.dirname(os.path.abspath(client_json)))
     path = os.path.join(export, info.get("preprocess") or "-")
     if not info.get("preprocess") or not os.path.isdir(path):
-        raise ClientError(f"--client_json {client_json}: its export has no preprocess/ "
+        raise CommandError(f"--client_json {client_json}: its export has no preprocess/ "
                           "SavedModel (exported before it was written, or not an image model's "
                           "export): export again, or leave out --client_json and the server's "
                           "<name>_preprocess prepares the images")
@@ -95,7 +55,7 @@ def local_preparer(client_json: str, info: dict):
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         import tensorflow as tf
     except ImportError:
-        raise ClientError("--client_json prepares images with the export's own preprocessing, "
+        raise CommandError("--client_json prepares images with the export's own preprocessing, "
                           "which needs TensorFlow here (pip install tensorflow-cpu); or leave "
                           "out --client_json and the server's <name>_preprocess prepares them"
                           ) from None
@@ -134,12 +94,12 @@ def takes_encoded(config: dict) -> bool:
 
 
 def read_input(path: str) -> bytes:
-    """One file's bytes; a file that cannot be read raises ``ClientError`` with its reason."""
+    """One file's bytes; a file that cannot be read raises ``CommandError`` with its reason."""
     try:
         with open(path, "rb") as fh:
             return fh.read()
     except OSError as e:
-        raise ClientError(f"{path}: {e.strerror or e}") from None
+        raise CommandError(f"{path}: {e.strerror or e}") from None
 
 
 def request(client, config: dict, data: np.ndarray):
@@ -177,64 +137,52 @@ def describe(path: str, out: dict, labels: list[str] | None, k: int, threshold: 
                         for c, s, b in found))
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
 def _read_json(path: str, flag: str):
     try:
         with open(path, encoding="utf-8") as fh:
             return json.load(fh)
     except OSError as e:
-        raise ClientError(f"{flag} {path}: {e.strerror}") from None
+        raise CommandError(f"{flag} {path}: {e.strerror}") from None
     except (ValueError, UnicodeDecodeError) as e:
-        raise ClientError(f"{flag} {path} is not JSON ({str(e).splitlines()[0]})") from None
+        raise CommandError(f"{flag} {path} is not JSON ({str(e).splitlines()[0]})") from None
 
 
 def _read_labels(path: str):
     if path.endswith(".json"):
         found = _read_json(path, "--labels")
         if not isinstance(found, dict) or not isinstance(found.get("categories"), list):
-            raise ClientError(f"--labels {path}: not a label map (no \"categories\" list: the "
+            raise CommandError(f"--labels {path}: not a label map (no \"categories\" list: the "
                               "export's assets/label_map.json)")
         return found
     try:
         with open(path, encoding="utf-8") as fh:
             names = [ln.strip() for ln in fh if ln.strip()]
     except OSError as e:
-        raise ClientError(f"--labels {path}: {e.strerror}") from None
+        raise CommandError(f"--labels {path}: {e.strerror}") from None
     except UnicodeDecodeError:
-        raise ClientError(f"--labels {path} is not text (the export's assets/labels.txt)"
+        raise CommandError(f"--labels {path} is not text (the export's assets/labels.txt)"
                           ) from None
     return names
-
-
-def _error_line(e: Exception) -> str:
-    text = str(e).strip() or type(e).__name__
-    return text.splitlines()[0][:300]
 
 
 def run(args) -> int:
     info = _read_json(args.client_json, "--client_json") if args.client_json else None
     if info is not None and not isinstance(info, dict):
-        raise ClientError(f"--client_json {args.client_json}: not an export's client.json")
+        raise CommandError(f"--client_json {args.client_json}: not an export's client.json")
     labels = _read_labels(args.labels) if args.labels else None
-    client, server = _client(args.url, args.protocol)
+    client, server = connect(args.url, args.protocol, "serving.image_client")
     if args.wait:
         _wait_ready(server, args)
     try:
-        config = _config(server, args.model, args.protocol)
+        config = model_config(server, args.model, args.protocol)
     except Exception as e:  # tritonclient raises its own types per protocol (and OSErrors)
-        raise ClientError(f"{args.model} at {args.url}: {_error_line(e)}") from None
+        raise CommandError(f"{args.model} at {args.url}: {error_line(e)}") from None
     if "sequence_batching" in config:
-        raise ClientError(f"{args.model} is a sequence model of token ids (Transformer-XL), "
+        raise CommandError(f"{args.model} is a sequence model of token ids (Transformer-XL), "
                           "not an image model: score or continue a text with "
-                          "serving/text_client.py")
+                          "python -m serving.text_client")
     if len(config["input"]) != 1:
-        raise ClientError(f"{args.model} takes {len(config['input'])} inputs ("
+        raise CommandError(f"{args.model} takes {len(config['input'])} inputs ("
                           f"{', '.join(sorted(i['name'] for i in config['input']))}); this "
                           "client sends images to a model of one input")
     args.prepare = None
@@ -248,7 +196,7 @@ def run(args) -> int:
             except Exception:  # tritonclient's errors for a model the server does not know
                 ready = False
             if not ready:
-                raise ClientError(f"{args.model} takes prepared images and {pre} is not ready "
+                raise CommandError(f"{args.model} takes prepared images and {pre} is not ready "
                                   f"at {args.url}: serve it beside {args.model} (the "
                                   "repository has it), name it with --preprocess_model, or "
                                   "give --client_json (the export's assets/client.json) to "
@@ -265,7 +213,7 @@ def run(args) -> int:
     for n, path in enumerate(args.files):
         try:
             ready.append((path, read_input(path)))
-        except ClientError as e:
+        except CommandError as e:
             print(f"skipped {e}", file=sys.stderr)
             failed += 1
         if len(ready) == args.batch_size or (n == len(args.files) - 1 and ready):
@@ -283,19 +231,19 @@ def check_model(args, config: dict, labels) -> None:
     outputs = {o["name"]: o for o in config["output"]}
     if "probabilities" in outputs:
         if isinstance(labels, dict):
-            raise ClientError(f"--labels {args.labels} is a label map (a detector's); "
+            raise CommandError(f"--labels {args.labels} is a label map (a detector's); "
                               f"{args.model} is a classifier: give its labels.txt")
         dims = [int(d) for d in outputs["probabilities"].get("dims", [])]
         classes = dims[-1] if dims else None
         if labels is not None and classes and classes > 0 and len(labels) != classes:
-            raise ClientError(f"--labels {args.labels} names {len(labels)} classes; "
+            raise CommandError(f"--labels {args.labels} names {len(labels)} classes; "
                               f"{args.model} has {classes}")
     elif "num_detections" in outputs:
         if labels is not None and not isinstance(labels, dict):
-            raise ClientError(f"--labels {args.labels} is a list of names; {args.model} is a "
+            raise CommandError(f"--labels {args.labels} is a list of names; {args.model} is a "
                               "detector: give its label_map.json")
     elif not args.json:
-        raise ClientError(f"{args.model} is neither a classifier nor a detector (its outputs: "
+        raise CommandError(f"{args.model} is neither a classifier nor a detector (its outputs: "
                           f"{', '.join(sorted(outputs))}): send the images to the model "
                           "itself (<name>, or <name>_python), or print them with --json")
 
@@ -312,7 +260,7 @@ def _wait_ready(server, args) -> None:
         except Exception:  # not listening yet: tritonclient's and the socket's errors
             pass
         if time.monotonic() >= deadline:
-            raise ClientError(f"{args.model} at {args.url} was not ready within --wait "
+            raise CommandError(f"{args.model} at {args.url} was not ready within --wait "
                               f"{args.wait:g} s")
         time.sleep(0.5)
 
@@ -343,7 +291,7 @@ def _send(client, server, args, config, names, batch, labels) -> tuple[int, int]
             counts = [_send(client, server, args, config, names, [item], labels)
                       for item in batch]
             return sum(c[0] for c in counts), sum(c[1] for c in counts)
-        print(f"skipped {batch[0][0]}: the server answered: {_error_line(e)}", file=sys.stderr)
+        print(f"skipped {batch[0][0]}: the server answered: {error_line(e)}", file=sys.stderr)
         return 0, 1
     outputs = {n: result.as_numpy(n) for n in names} if result is not None else {}
     answered = failed = 0
@@ -378,8 +326,8 @@ def main(argv=None) -> int:
                    "served model that prepares their images (default: <name>_preprocess)")
     p.add_argument("--labels", help="labels.txt (ResNet-50) or label_map.json (SSD320) from "
                    "the export's assets/")
-    p.add_argument("--batch_size", type=_positive, default=8, help="images a request")
-    p.add_argument("--top_k", type=_positive, default=5)
+    p.add_argument("--batch_size", type=positive, default=8, help="images a request")
+    p.add_argument("--top_k", type=positive, default=5)
     p.add_argument("--score_threshold", type=float, default=0.3)
     p.add_argument("--json", action="store_true", help="each image's outputs as a JSON line")
     p.add_argument("--wait", type=float, default=0, help="seconds to wait for the model to be "
@@ -390,7 +338,7 @@ def main(argv=None) -> int:
         p.error(f"argument --wait: seconds, 0 or more, not {args.wait}")
     try:
         return run(args)
-    except ClientError as e:
+    except CommandError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
 

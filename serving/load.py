@@ -41,7 +41,10 @@ import urllib.request
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from serving.connection import connect, error_line, free_ports, model_config, positive
+
+PROG = "load.py"
+HERE = os.path.dirname(os.path.abspath(__file__))
 PERCENTILES = (50, 90, 95, 99)
 
 
@@ -97,7 +100,7 @@ class Server:
     """A tritonserver on a repository with its default flags, until ``close``."""
 
     def __init__(self, repo: str, server: list[str], log_path: str, timeout: float = 600):
-        self.http, self.grpc, metrics = _free_ports(3)
+        self.http, self.grpc, metrics = free_ports(3)
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen(
             [*server, f"--model-repository={repo}", f"--http-port={self.http}",
@@ -155,17 +158,6 @@ class Server:
         except ProcessLookupError:
             pass
         self.log.close()
-
-
-def _free_ports(n: int) -> list[int]:
-    import socket
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def _image_request(client, image: bytes, rows: int):
@@ -240,13 +232,11 @@ def measure(url: str, model: str, kind: dict, concurrency: int, seconds: float,
 
 def _served_config(url: str, model: str) -> dict:
     """The model's config as the server at ``url`` (gRPC) serves it."""
-    import tritonclient.grpc as client
     try:
-        found = client.InferenceServerClient(url).get_model_config(model, as_json=True)
-    except Exception as e:  # noqa: BLE001  (tritonclient's errors)
-        raise SystemExit(f"serving: error: {model} at {url}: "
-                         f"{str(e).strip().splitlines()[0][:200]}") from None
-    return found.get("config", found)
+        _, server = connect(url, "grpc", "serving.load")
+        return model_config(server, model, "grpc")
+    except Exception as e:  # noqa: BLE001  (CommandError, tritonclient's errors)
+        raise SystemExit(f"{PROG}: error: {model} at {url}: {error_line(e)}") from None
 
 
 def run(args) -> list[dict]:
@@ -256,7 +246,7 @@ def run(args) -> list[dict]:
     else:
         configs = _configs(args.repository)
         if args.model not in configs:
-            raise SystemExit(f"serving: error: {args.repository} has no model {args.model} "
+            raise SystemExit(f"{PROG}: error: {args.repository} has no model {args.model} "
                              f"(it has {', '.join(configs)})")
         sequence = configs[args.model].HasField("sequence_batching")
     if sequence:
@@ -265,18 +255,18 @@ def run(args) -> list[dict]:
              for k, v in configs[args.model].parameters.items()}
         longest = params.get("max_segment", {}).get("string_value")
         if longest and args.tokens > int(longest):
-            raise SystemExit(f"serving: error: --tokens {args.tokens} is longer than "
+            raise SystemExit(f"{PROG}: error: --tokens {args.tokens} is longer than "
                              f"{args.model} takes ({longest} tokens a request, max_segment in "
                              "its config)")
         kind = {"tokens": list(np.random.RandomState(0).randint(0, 2, args.tokens)),
                 "rows": args.tokens, "unit": "tokens/s"}
     else:
         if not args.image:
-            raise SystemExit("serving: error: an image model: give --image (a JPEG)")
+            raise SystemExit(f"{PROG}: error: an image model: give --image (a JPEG)")
         with open(args.image, "rb") as fh:
             kind = {"image": fh.read(), "rows": args.batch_size, "unit": "images/s"}
     server = args.server.split() if args.server else [
-        sys.executable, os.path.join(ROOT, "serving", "tritonserver.py")]
+        sys.executable, os.path.join(HERE, "tritonserver.py")]
     results = []
     if args.url:
         for c in args.concurrency:
@@ -294,7 +284,7 @@ def run(args) -> list[dict]:
                 try:
                     srv = Server(repo, server, os.path.join(args.out, "tritonserver.log"))
                 except (RuntimeError, OSError) as e:
-                    raise SystemExit(f"serving: error: {label}: {e}") from None
+                    raise SystemExit(f"{PROG}: error: {label}: {e}") from None
                 try:
                     for c in args.concurrency:
                         r = measure(f"127.0.0.1:{srv.grpc}", args.model, kind, c,
@@ -364,13 +354,6 @@ def _ints(text: str) -> list[int]:
     return values
 
 
-def _positive_int(text: str) -> int:
-    values = _ints(text)
-    if len(values) != 1:
-        raise argparse.ArgumentTypeError(f"give one positive integer: {text}")
-    return values[0]
-
-
 def _seconds(text: str, strict: bool = True) -> float:
     """A finite number of seconds, above 0 (``strict``) or at least 0: NaN or infinity would
     never end a window, a negative one measure nothing."""
@@ -412,8 +395,8 @@ def main(argv=None) -> int:
     p.add_argument("--model", required=True, help="the served model to load (an ensemble "
                    "brings its steps)")
     p.add_argument("--image", help="an image model: the JPEG each request sends")
-    p.add_argument("--batch_size", type=_positive_int, default=1, help="images a request")
-    p.add_argument("--tokens", type=_positive_int, default=64,
+    p.add_argument("--batch_size", type=positive, default=1, help="images a request")
+    p.add_argument("--tokens", type=positive, default=64,
                    help="Transformer-XL: tokens a segment")
     p.add_argument("--concurrency", type=_ints, default=[1, 2, 4])
     p.add_argument("--instances", type=_ints, default=[1, 2])

@@ -25,6 +25,8 @@ import signal
 import sys
 import sysconfig
 
+from serving.connection import CommandError
+
 
 def _use_this_libpython() -> None:
     """Triton's Python backend stub loads libpython by name: where the system has its own
@@ -78,20 +80,16 @@ def infer_function(fn, inputs, outputs, batched):
     return lambda requests: [infer(**r) for r in requests]
 
 
-class ServeError(Exception):
-    """What stops the server before it starts, said in one line."""
-
-
 def read_export(export_dir: str) -> dict:
     """The export's ``client.json``, once the folder is checked to hold an export."""
     info_path = os.path.join(export_dir, "assets", "client.json")
     if not os.path.isdir(export_dir):
-        raise ServeError(f"--export_dir {export_dir}: no such directory")
+        raise CommandError(f"--export_dir {export_dir}: no such directory")
     if not os.path.exists(info_path):
-        raise ServeError(f"{export_dir} holds no export of this repository (no "
+        raise CommandError(f"{export_dir} holds no export of this repository (no "
                          "assets/client.json): give what --export_dir wrote")
     if not os.path.exists(os.path.join(export_dir, "saved_model.pb")):
-        raise ServeError(f"{export_dir} has no saved_model.pb: the export is incomplete; "
+        raise CommandError(f"{export_dir} has no saved_model.pb: the export is incomplete; "
                          "export it again (main.py --mode evaluate --export_dir ...)")
     try:
         with open(info_path, encoding="utf-8") as fh:
@@ -101,10 +99,10 @@ def read_export(export_dir: str) -> dict:
             raise TypeError(f"{key} is {info[key]!r}, not a model's name")
         info["served_name"] = info[key]
     except (ValueError, UnicodeDecodeError, KeyError, TypeError) as e:
-        raise ServeError(f"{info_path} is damaged ({type(e).__name__}: "
+        raise CommandError(f"{info_path} is damaged ({type(e).__name__}: "
                          f"{str(e).splitlines()[0] if str(e) else ''}): export again") from None
     if info.get("sequence_model"):
-        raise ServeError(f"{export_dir}: {info.get('model', 'this model')} carries a state "
+        raise CommandError(f"{export_dir}: {info.get('model', 'this model')} carries a state "
                          "from request to request, which PyTriton would send back and forth "
                          "with each request: serve the repository's sequence model "
                          f"{info['sequence_model']} instead (main.py --export_triton DIR; "
@@ -118,17 +116,17 @@ def check_ports(ports: dict[str, int]) -> None:
     seen = {}
     for flag, port in ports.items():
         if port in seen:
-            raise ServeError(f"{flag} {port} is {seen[port]}'s too: give each its own port")
+            raise CommandError(f"{flag} {port} is {seen[port]}'s too: give each its own port")
         seen[port] = flag
     for flag, port in ports.items():
         if not 0 < port < 65536:
-            raise ServeError(f"{flag} {port} is not a port number")
+            raise CommandError(f"{flag} {port} is not a port number")
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 sock.bind(("0.0.0.0", port))
             except OSError as e:
-                raise ServeError(f"{flag} {port} cannot be used ({e.strerror}): choose "
+                raise CommandError(f"{flag} {port} cannot be used ({e.strerror}): choose "
                                  "another") from None
 
 
@@ -136,15 +134,15 @@ def check_arguments(args) -> None:
     """What the command line can get wrong before anything starts, one line each."""
     import re
     if args.max_batch_size < 1:
-        raise ServeError(f"--max_batch_size {args.max_batch_size}: at least 1 (the most "
+        raise CommandError(f"--max_batch_size {args.max_batch_size}: at least 1 (the most "
                          "requests batched into one call)")
     if args.model_name is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", args.model_name):
-        raise ServeError(f"--model_name {args.model_name!r}: letters, digits, _ . - only (a "
+        raise CommandError(f"--model_name {args.model_name!r}: letters, digits, _ . - only (a "
                          "Triton model name is a directory name and a URL path segment)")
     if args.ready_file:
         folder = os.path.dirname(os.path.abspath(args.ready_file))
         if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-            raise ServeError(f"--ready_file {args.ready_file}: its folder {folder} is not a "
+            raise CommandError(f"--ready_file {args.ready_file}: its folder {folder} is not a "
                              "writable directory")
 
 
@@ -154,11 +152,11 @@ def load_signature(export_dir: str, signature: str):
         loaded = tf.saved_model.load(export_dir)
     except (tf.errors.OpError, ValueError, OSError, IndexError, RuntimeError) as e:
         why = str(getattr(e, "message", "") or e).strip().splitlines()
-        raise ServeError(f"{export_dir}: the SavedModel cannot be loaded ("
+        raise CommandError(f"{export_dir}: the SavedModel cannot be loaded ("
                          f"{why[0][:200] if why else type(e).__name__}): export again"
                          ) from None
     if signature not in loaded.signatures:
-        raise ServeError(f"--signature {signature}: the export has "
+        raise CommandError(f"--signature {signature}: the export has "
                          f"{', '.join(sorted(loaded.signatures))}")
     return loaded.signatures[signature]
 
@@ -181,7 +179,7 @@ def main(argv=None) -> int:
                      "--metrics_port": args.metrics_port})
         _use_this_libpython()
         fn = load_signature(args.export_dir, args.signature)
-    except ServeError as e:
+    except CommandError as e:
         print(f"pytriton_server.py: error: {e}", file=sys.stderr)
         return 1
     from pytriton.model_config import ModelConfig

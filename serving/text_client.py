@@ -27,18 +27,15 @@ import argparse
 import hashlib
 import json
 import math
-import os
 import random
 import sys
 
 import numpy as np
 
+from serving.connection import CommandError, connect, error_line, model_config, positive
+
 PROG = "text_client.py"
 EOS, UNK = "<eos>", "<unk>"
-
-
-class ClientError(Exception):
-    """What stops the client, said in one line (``main``)."""
 
 
 def read_vocab(path: str) -> list[str]:
@@ -46,11 +43,11 @@ def read_vocab(path: str) -> list[str]:
         with open(path, encoding="utf-8") as fh:
             words = [line.rstrip("\n") for line in fh]
     except OSError as e:
-        raise ClientError(f"--vocab {path}: {e.strerror}") from None
+        raise CommandError(f"--vocab {path}: {e.strerror}") from None
     except UnicodeDecodeError:
-        raise ClientError(f"--vocab {path} is not text (the export's assets/vocab.txt)") from None
+        raise CommandError(f"--vocab {path} is not text (the export's assets/vocab.txt)") from None
     if not words or words[0] != EOS:
-        raise ClientError(f"--vocab {path}: not a Transformer-XL vocabulary (its first line is "
+        raise CommandError(f"--vocab {path}: not a Transformer-XL vocabulary (its first line is "
                           f"{EOS}: the export's assets/vocab.txt)")
     return words
 
@@ -64,37 +61,23 @@ def encode(text: str, vocab: list[str], lines: bool) -> list[int]:
     for line in text.splitlines() if lines else [text]:
         for word in line.split():
             if word not in index and unk is None:
-                raise ClientError(f"'{word}' is not in the vocabulary, which has no {UNK}")
+                raise CommandError(f"'{word}' is not in the vocabulary, which has no {UNK}")
             ids.append(index.get(word, unk))
         if lines:
             ids.append(index[EOS])
     return ids
 
 
-def _image_client():
-    """``image_client.py`` beside this file, loaded from its path (the connection and the
-    config it reads are the image client's; this script runs where tritonclient is, not the
-    repository's packages)."""
-    import importlib.util
-    if "triton_client" not in sys.modules:
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "image_client.py")
-        spec = importlib.util.spec_from_file_location("triton_client", path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["triton_client"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["triton_client"]
-
-
 def served_limits(server, model: str, protocol: str) -> dict:
     """The sequence model's parameters as the server serves them (``vocab_sha256``,
     ``vocab_size``, ``max_segment``: strings; absent from an export older than them)."""
     try:
-        config = _image_client()._config(server, model, protocol)
+        config = model_config(server, model, protocol)
     except Exception as e:  # tritonclient's errors, per protocol
-        raise ClientError(f"{model}: {str(e).strip().splitlines()[0][:300]}") from None
+        raise CommandError(f"{model}: {error_line(e)}") from None
     if "sequence_batching" not in config:
-        raise ClientError(f"{model} is not a sequence model (Transformer-XL's): images go to "
-                          "serving/image_client.py")
+        raise CommandError(f"{model} is not a sequence model (Transformer-XL's): images go to "
+                          "python -m serving.image_client")
     return {k: v.get("string_value") for k, v in config.get("parameters", {}).items()}
 
 
@@ -107,12 +90,12 @@ def check_served(limits: dict, model: str, vocab_path: str, vocab: list[str],
     size = limits.get("vocab_size")
     mine = hashlib.sha256("".join(w + "\n" for w in vocab).encode()).hexdigest()
     if (sha and sha != mine) or (size and int(size) != len(vocab)):
-        raise ClientError(f"--vocab {vocab_path} ({len(vocab):,} words) is not the vocabulary of "
+        raise CommandError(f"--vocab {vocab_path} ({len(vocab):,} words) is not the vocabulary of "
                           f"{model}" + (f" ({int(size):,} words)" if size else "") + ": give "
                           "the assets/vocab.txt of the export it serves")
     longest = int(limits["max_segment"]) if limits.get("max_segment") else None
     if segment is not None and longest is not None and segment > longest:
-        raise ClientError(f"--segment {segment} is longer than {model} takes ({longest} tokens "
+        raise CommandError(f"--segment {segment} is longer than {model} takes ({longest} tokens "
                           "a request, max_segment in its config)")
     return longest
 
@@ -140,8 +123,7 @@ class Sequence:
                 self.model, inputs, outputs=[self.client.InferRequestedOutput(want)],
                 sequence_id=self.id, sequence_start=not self.started, sequence_end=end)
         except Exception as e:  # tritonclient's errors, per protocol
-            raise ClientError(f"{self.model}: the server answered: "
-                              f"{str(e).strip().splitlines()[0][:300]}") from None
+            raise CommandError(f"{self.model}: the server answered: {error_line(e)}") from None
         self.started = True
         return {want: result.as_numpy(want)[0]}
 
@@ -150,7 +132,7 @@ def score(seq: Sequence, ids: list[int], segment: int, as_json: bool) -> float:
     """Each segment's mean NLL and the whole text's perplexity (the last token is only a
     target)."""
     if len(ids) < 2:
-        raise ClientError("the text has fewer than two tokens: nothing to score")
+        raise CommandError("the text has fewer than two tokens: nothing to score")
     total, count = 0.0, 0
     starts = range(0, len(ids) - 1, segment)
     for n, start in enumerate(starts):
@@ -172,7 +154,7 @@ def continue_text(seq: Sequence, ids: list[int], vocab: list[str], words: int, s
                   seed: int, as_json: bool, longest: int | None = None) -> list[int]:
     """The prompt in segments of at most ``longest`` tokens, then one word a request."""
     if not ids:
-        raise ClientError("the prompt has no word")
+        raise CommandError("the prompt has no word")
     rng = random.Random(seed)
     tokens = ids
     if longest:
@@ -194,13 +176,6 @@ def continue_text(seq: Sequence, ids: list[int], vocab: list[str], words: int, s
     return out
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -209,16 +184,16 @@ def main(argv=None) -> int:
     p.add_argument("--url", default="localhost:8000", help="the server, host:port (HTTP 8000, "
                    "gRPC 8001)")
     p.add_argument("--protocol", choices=("http", "grpc"), default="http")
-    p.add_argument("--sequence_id", type=_positive, help="the sequence's correlation id "
+    p.add_argument("--sequence_id", type=positive, help="the sequence's correlation id "
                    "(default: a random one)")
     p.add_argument("--json", action="store_true", help="the result as one JSON line")
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("score", help="a text file's perplexity, segment by segment")
     s.add_argument("file")
-    s.add_argument("--segment", type=_positive, default=64, help="tokens a request")
+    s.add_argument("--segment", type=positive, default=64, help="tokens a request")
     c = sub.add_parser("continue", help="the next words of a prompt")
     c.add_argument("prompt")
-    c.add_argument("--words", type=_positive, default=20)
+    c.add_argument("--words", type=positive, default=20)
     c.add_argument("--sample", action="store_true", help="draw each word from the model's "
                    "probabilities instead of the most probable")
     c.add_argument("--seed", type=int, default=0)
@@ -230,15 +205,11 @@ def main(argv=None) -> int:
                 with open(args.file, encoding="utf-8") as fh:
                     text = fh.read()
             except (OSError, UnicodeDecodeError) as e:
-                raise ClientError(f"{args.file}: {getattr(e, 'strerror', None) or e}") from None
+                raise CommandError(f"{args.file}: {getattr(e, 'strerror', None) or e}") from None
             ids = encode(text, vocab, lines=True)
         else:
             ids = encode(args.prompt, vocab, lines=False)
-        image_client = _image_client()
-        try:
-            client, server = image_client._client(args.url, args.protocol)
-        except image_client.ClientError as e:
-            raise ClientError(str(e)) from None
+        client, server = connect(args.url, args.protocol, "serving.text_client")
         longest = check_served(served_limits(server, args.model, args.protocol), args.model,
                                args.vocab, vocab,
                                args.segment if args.command == "score" else None)
@@ -250,7 +221,7 @@ def main(argv=None) -> int:
             continue_text(seq, ids, vocab, args.words, args.sample, args.seed, args.json,
                           longest)
         return 0
-    except ClientError as e:
+    except CommandError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
 

@@ -3,7 +3,6 @@ import contextlib
 import importlib.util
 import os
 import signal
-import socket
 import subprocess
 import sys
 
@@ -120,18 +119,6 @@ def tracked_files() -> list[str]:
         dirs[:] = [x for x in dirs if x not in skip and not x.endswith(".egg-info")]
         out += [os.path.relpath(os.path.join(d, f), ROOT) for f in names]
     return sorted(out)
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct TCP ports that were free a moment ago (the test servers' and the test
-    Slurm's daemons')."""
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def run_cli(args, timeout=300, env=None, **kw):

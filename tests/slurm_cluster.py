@@ -16,7 +16,7 @@ import socket
 import subprocess
 import time
 
-from conftest import free_ports
+from serving.connection import free_ports
 
 # A job in these states has not ended (SIGNALING: Slurm is sending a --signal warning; REQUEUED:
 # on its way back to PENDING).

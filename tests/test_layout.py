@@ -8,7 +8,7 @@ import os
 from conftest import ROOT
 
 PACKAGES = {"common": "common", "benchtools": "benchtools", "rn50": "resnet50v1.5/rn50",
-            "ssd": "ssd320/ssd", "txl": "transformerxl/txl"}
+            "ssd": "ssd320/ssd", "txl": "transformerxl/txl", "serving": "serving"}
 
 
 def _modules(root: str, packages: dict[str, str]) -> dict[str, str]:
@@ -135,6 +135,63 @@ def test_benchtools_stands_above_the_models():
     scripts = _script_imports()
     assert {p: "benchtools" for p, found in scripts.items() if "benchtools" in found} == {}
     assert len(scripts) > 30  # every model file was read
+
+
+def _definitions(source: str) -> dict[str, str]:
+    """Each top-level function and class of ``source``: its name -> its arguments and body
+    without the docstring, as the parser reads them (comments, formatting and the name do not
+    count)."""
+    out = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            body = node.body[1:] if (node.body and isinstance(node.body[0], ast.Expr) and
+                                     isinstance(node.body[0].value, ast.Constant)) else node.body
+            args = ast.dump(node.args) if isinstance(node, ast.FunctionDef) else ""
+            out[node.name] = args + ast.dump(ast.Module(body=body, type_ignores=[]))
+    return out
+
+
+def _copies(modules: dict[str, str]) -> list[str]:
+    """``a.f = b.g`` for each function or class of one module written again in another (the
+    same arguments and body), or a private helper's name defined in two."""
+    seen: dict[str, str] = {}
+    names: dict[str, str] = {}
+    copies = []
+    for module, source in sorted(modules.items()):
+        for name, body in _definitions(source).items():
+            where = f"{module}.{name}"
+            if body in seen:
+                copies.append(f"{seen[body]} = {where}")
+            seen.setdefault(body, where)
+            if name.startswith("_") and name in names and names[name] != module:
+                copies.append(f"{names[name]}.{name} = {where}")
+            names.setdefault(name, module)
+    return copies
+
+
+def test_serving_is_a_package_of_its_own():
+    """serving/ (the clients, the server launchers, the load generator) runs in environments
+    that hold tritonclient or PyTriton and not this project (Triton's SDK container,
+    scripts/triton_env.sh's): it imports nothing of common/, benchtools or the models, and its
+    modules share one connection module instead of writing its helpers again (the text client
+    loaded the image client by path; free_ports, _positive and the error class were
+    written twice)."""
+    edges = _imports()
+    serving = {m: es for m, es in edges.items() if m.split(".")[0] == "serving"}
+    assert len(serving) >= 7, sorted(serving)
+    outside = {m: sorted(e for e in es if e.split(".")[0] != "serving")
+               for m, es in serving.items()}
+    assert {m: e for m, e in outside.items() if e} == {}
+    assert "serving.connection" in edges["serving.image_client"] & edges["serving.text_client"]
+    sources = {m: open(path, encoding="utf-8").read()
+               for m, path in _modules(ROOT, {"serving": "serving"}).items()}
+    assert _copies(sources) == []
+    # A copy is found where there is one: a helper written again under another name, or a
+    # private helper's name defined twice.
+    helper = 'def {}(text):\n    """{}"""\n    value = int(text)\n    return value\n'
+    assert _copies({"a": helper.format("_positive", "doc"), "b": helper.format("pos", "other"),
+                    "c": "def _positive(x):\n    return x\n"}) == [
+        "a._positive = b.pos", "a._positive = c._positive"]
 
 
 # common/'s rooms, lowest first: a module imports only from its own room or a lower one.

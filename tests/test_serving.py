@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import ROOT, TINY, distinct_ssd_scores, free_ports, photographs, same_detections
+from conftest import ROOT, TINY, distinct_ssd_scores, photographs, same_detections
 from triton_servers import (
     TRITON_ENV,
     Repositories,
@@ -33,6 +33,7 @@ from common.task import record_files
 from rn50 import config as rn50_config
 from rn50 import tfdata_pipeline as rn50_data
 from rn50.task import ResNetTask
+from serving.connection import free_ports
 from ssd import tfdata_pipeline as ssd_data
 from ssd.task import SSDTask
 from txl.task import TransformerXLTask

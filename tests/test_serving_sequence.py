@@ -208,7 +208,7 @@ def test_an_over_long_segment_is_refused_and_the_model_stays_ready_and_answers(
                            str(longest + 1), "--out", str(tmp_path / "figures")],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 1 and proc.stderr.splitlines() == [
-        f"serving: error: --tokens {longest + 1} is longer than transformerxl takes "
+        f"load.py: error: --tokens {longest + 1} is longer than transformerxl takes "
         f"({longest} tokens a request, max_segment in its config)"], proc.stderr
 
 
@@ -298,7 +298,7 @@ def test_the_image_client_points_to_the_text_client_for_the_sequence_model(serve
     assert proc.stderr.splitlines() == [
         "image_client.py: error: transformerxl is a sequence model of token ids "
         "(Transformer-XL), not an image model: score or continue a text with "
-        "serving/text_client.py"]
+        "python -m serving.text_client"]
 
 
 def _children(pid: int) -> list[int]:
@@ -339,11 +339,10 @@ def test_the_serving_figures_refuse_what_would_never_end_or_measure_nothing(txl,
                              ("--seconds", "0", "above 0"), ("--warmup_s", "inf", "0 or more")):
         assert run(flag, value).endswith(
             f"argument {flag}: give a finite number of seconds {why}: {value}")
-    assert run("--tokens", "0").endswith("argument --tokens: give positive integers, "
-                                         "comma-separated: 0")
+    assert run("--tokens", "0").endswith("argument --tokens: must be at least 1, not 0")
     assert run("--server", "/bin/false", "--instances", "1", "--batching", "on",
                "--tokens", "8") == (
-        "serving: error: instances 1, batching as shipped: tritonserver stopped (exit code 1): "
+        "load.py: error: instances 1, batching as shipped: tritonserver stopped (exit code 1): "
         f"see {tmp_path / 'out' / 'tritonserver.log'}")
 
 

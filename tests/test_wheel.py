@@ -45,6 +45,7 @@ def test_the_wheel_holds_every_module_and_runs_outside_the_checkout(tmp_path):
     python_models = sorted(os.listdir(os.path.join(ROOT, "common", "export", "triton_python")))
     want |= {f"common/export/triton_python/{f}" for f in python_models if f.endswith(".py")}
     want.add("common/export/build_engines.sh")  # the template the TensorRT export fills in
+    want.add("serving/triton_perf.sh")  # perf_analyzer's launcher beside the clients
     assert sorted(want - held) == []
     # A fresh environment: the wheel installed into it, the stack's packages (TensorFlow ...)
     # reached through a path file, not through the site this checkout is installed in.

@@ -9,9 +9,10 @@ import subprocess
 import time
 
 import pytest
-from conftest import ROOT, free_ports
+from conftest import ROOT
 
 from common import runner
+from serving.connection import free_ports
 
 NO_RUN = ["--mode", "inference_benchmark", "--iter_unit", "batch", "--num_iter", "2",
           "--warmup_steps", "1", "--seed", "3"]
