@@ -223,11 +223,11 @@ def test_every_documented_serving_line_names_the_one_release():
     """A TensorRT engine loads only under the TensorRT that built it: the engines' TensorRT
     container and the Triton image that serves them must be one NGC release. Every Triton or
     TensorRT image a tracked file names (docs, scripts, Dockerfiles, code), and
-    docker/Dockerfile.triton's RELEASE, is common/export/tensorrt.py's NGC_RELEASE (25.02
+    docker/Dockerfile.triton's RELEASE, is common/export/triton/tensorrt.py's NGC_RELEASE (25.02
     engines beside a 25.10 server failed this)."""
     from conftest import tracked_files
 
-    from common.export.tensorrt import NGC_RELEASE
+    from common.export.triton.tensorrt import NGC_RELEASE
     found = {}
     for rel in tracked_files():
         if rel.startswith("tests/") or not os.path.isfile(os.path.join(ROOT, rel)):

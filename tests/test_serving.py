@@ -28,7 +28,8 @@ from triton_servers import (
     triton_env_python,
 )
 
-from common.export import triton, triton_config
+from common.export.triton import config as triton_config
+from common.export.triton import repository
 from common.task import record_files
 from rn50 import config as rn50_config
 from rn50 import tfdata_pipeline as rn50_data
@@ -301,7 +302,7 @@ def test_the_triton_repositories_parse_and_name_the_models_tensors(resnet, txl, 
     # The GPU host's preprocessing: host instances (two batches in flight), the network one an
     # instance on each GPU; the CPU host's, one each.
     assert configs["triton", "resnet50_preprocess"]["instance_group"] == [
-        {"kind": "KIND_CPU", "count": triton.GPU_HOST_PREPROCESS_INSTANCES}]
+        {"kind": "KIND_CPU", "count": repository.GPU_HOST_PREPROCESS_INSTANCES}]
     assert configs["triton", "resnet50_onnx"]["instance_group"] == [{"count": 1}]
     assert configs["cpu", "resnet50_preprocess"]["instance_group"] == [
         {"kind": "KIND_CPU", "count": 1}]
@@ -352,7 +353,7 @@ def test_re_exporting_into_a_repository_adds_a_version_or_replaces(resnet, tmp_p
     (again / "README.txt").write_text("notes\n")
     shutil.copytree(again / "cpu" / "resnet50_python", again / "cpu" / "other_model")
     inode = (again / "cpu" / "resnet50_python" / "1" / "model.onnx").stat().st_ino
-    triton.write_repository(trainer.serving, str(export), str(again))
+    repository.write_repository(trainer.serving, str(export), str(again))
     assert sorted(os.listdir(again / "cpu" / "resnet50_python")) == [
         "1", "2", "config.pbtxt", "labels.txt"]
     first, second = (again / "cpu" / "resnet50_python" / v / "model.onnx" for v in ("1", "2"))
@@ -362,14 +363,14 @@ def test_re_exporting_into_a_repository_adds_a_version_or_replaces(resnet, tmp_p
     assert not (again / "triton" / "resnet50_tensorrt").exists()
     assert (again / "README.txt").read_text() == "notes\n"
     assert (again / "cpu" / "other_model" / "config.pbtxt").exists()
-    triton.write_repository(trainer.serving, str(export), str(again), replace=True)
+    repository.write_repository(trainer.serving, str(export), str(again), replace=True)
     assert sorted(os.listdir(again / "triton" / "resnet50_onnx")) == [
         "1", "config.pbtxt", "labels.txt"]
     assert (tmp_path / "triton.tensorrt" / "build_engines.sh").exists()
     flat = tmp_path / "flat"
     shutil.copytree(repo / "cpu", flat)  # resnet50, resnet50_python... at the top
     (flat / "mine.txt").write_text("kept\n")
-    triton.write_repository(trainer.serving, str(export), str(flat))
+    repository.write_repository(trainer.serving, str(export), str(flat))
     assert sorted(os.listdir(flat)) == ["cpu", "mine.txt", "tensorflow", "triton"]
 
 
@@ -382,7 +383,7 @@ def test_the_engine_script_builds_fp16_and_int8_and_installs_them(resnet, tmp_pa
     with_int8 = tmp_path / "export"
     shutil.copytree(export, with_int8)
     shutil.copy(with_int8 / "model.onnx", with_int8 / "model_int8.onnx")  # stands for INT8's
-    lines = triton.write_repository(trainer.serving, str(with_int8), str(tmp_path / "triton"))
+    lines = repository.write_repository(trainer.serving, str(with_int8), str(tmp_path / "triton"))
     script = tmp_path / "triton.tensorrt" / "build_engines.sh"
     assert lines[-1] == (f"TensorRT: bash {script} on the serving GPU, in "
                          "nvcr.io/nvidia/tensorrt:25.02-py3 (the release of the Triton image "
@@ -415,7 +416,7 @@ def test_transformer_xls_engines_take_its_memory_length(txl):
     """Transformer-XL's TensorRT profile: one token and no memory up to --tgt_len tokens with
     the served memory (the evaluation's, --eval_mem_len), not every unknown dimension at the
     batch size."""
-    from common.export import tensorrt
+    from common.export.triton import tensorrt
     trainer, _, _ = txl
     serving, cfg, f = trainer.serving, trainer.task.cfg, trainer.flags
     inputs = {"tokens": ("int32", [None, None]),
@@ -426,11 +427,11 @@ def test_transformer_xls_engines_take_its_memory_length(txl):
 
 
 def test_the_engine_script_is_a_shell_script_that_checks(tmp_path):
-    """build_engines.sh is a file of the repository (common/export/build_engines.sh), its values
+    """build_engines.sh is a file of the repository (common/export/triton/), its values
     filled in; what it becomes parses (bash -n) and passes shellcheck."""
     import shutil
 
-    from common.export import tensorrt
+    from common.export.triton import tensorrt
     text = tensorrt.script([("m_tensorrt", False, ("x:1x3", "x:8x3", "x:8x3")),
                             ("m_tensorrt_int8", True, ("x:1x3", "x:8x3", "x:8x3"))], "m")
     assert not re.search(r"@[A-Z]+@", text)  # every value filled in

@@ -42,9 +42,9 @@ def test_the_wheel_holds_every_module_and_runs_outside_the_checkout(tmp_path):
     modules = _modules(ROOT, PACKAGES)
     want = {m.replace(".", "/") + ("/__init__.py" if f.endswith("__init__.py") else ".py")
             for m, f in modules.items()}
-    python_models = sorted(os.listdir(os.path.join(ROOT, "common", "export", "triton_python")))
-    want |= {f"common/export/triton_python/{f}" for f in python_models if f.endswith(".py")}
-    want.add("common/export/build_engines.sh")  # the template the TensorRT export fills in
+    backend = os.path.join("common", "export", "triton", "python_backend")
+    want |= {f"{backend}/{f}" for f in os.listdir(os.path.join(ROOT, backend)) if f.endswith(".py")}
+    want.add("common/export/triton/build_engines.sh")  # the template the TensorRT export fills in
     want.add("serving/triton_perf.sh")  # perf_analyzer's launcher beside the clients
     assert sorted(want - held) == []
     # A fresh environment: the wheel installed into it, the stack's packages (TensorFlow ...)

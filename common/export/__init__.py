@@ -11,8 +11,8 @@ inference benchmark (``--use_tftrt``) is ``common.core.tftrt``, beside that benc
   SavedModel that ONNX and TF-TRT convert.
 * ``onnx_convert``: SavedModel signatures to ONNX (tf2onnx, in a process of its own).
 * ``onnx_int8``: INT8 ONNX in Q/DQ form, calibrated on training images.
-* ``triton``: the Triton Inference Server model repositories of the export (``triton_config``:
-  their configs; ``triton_python/``: the Python-backend models they copy).
+* ``triton/``: the Triton Inference Server side: the model repositories of the export, their
+  configs, TensorRT's engines and the Python-backend models the repositories copy.
 * ``tools``: the external tools' runs, their logs kept only on failure.
 """
 from common.export.writer import (

@@ -12,8 +12,9 @@ import tensorflow as tf
 from common import files
 from common.errors import DataError, one_line
 from common.export import card as cards
-from common.export import onnx_convert, onnx_int8, triton
+from common.export import onnx_convert, onnx_int8
 from common.export import serving as serving_lib
+from common.export.triton.repository import write_repository
 
 
 def export(serving, model: keras.Model, export_dir: str, with_onnx: bool, log,
@@ -38,7 +39,7 @@ def export(serving, model: keras.Model, export_dir: str, with_onnx: bool, log,
         final = os.path.join(export_dir, os.path.basename(path))
         log.print(f"exported ONNX (opset {onnx_opset(final)}) to {final}")
     if triton_dir:
-        for line in triton.write_repository(serving, export_dir, triton_dir,
+        for line in write_repository(serving, export_dir, triton_dir,
                                              triton_replace, log.print):
             log.print(line)
 

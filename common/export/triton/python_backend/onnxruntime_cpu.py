@@ -1,5 +1,5 @@
 """A Triton Python-backend model (copied into the repository as ``<name>_python/<v>/model.py``
-by ``common/export/triton.py``): the export's ``model.onnx`` (beside this file) run by ONNX
+by ``../repository.py``): the export's ``model.onnx`` (beside this file) run by ONNX
 Runtime on the CPU. The same network as ``<name>_onnx``, for a server that has the Python
 backend but not the ONNX Runtime one (the ``tritonserver`` that ``nvidia-pytriton`` ships, any
 CPU machine): ``cpu/<name>`` is the ensemble over it. Needs ``onnxruntime`` in the Python that

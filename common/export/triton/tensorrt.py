@@ -13,7 +13,7 @@ import os
 import shlex
 
 from common import files
-from common.export.triton_config import (
+from common.export.triton.config import (
     batched,
     config,
     ensemble,

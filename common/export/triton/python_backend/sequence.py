@@ -1,5 +1,5 @@
 """A Triton Python-backend model (copied into the repository as ``<name>/<v>/model.py`` by
-``common/export/triton.py``): a SavedModel whose signatures carry a state from one call to
+``../repository.py``): a SavedModel whose signatures carry a state from one call to
 the next (Transformer-XL's memory: ``mems`` in, ``new_mems`` out), served as a sequence. A
 client sends each request of a sequence (one correlation id) with its own inputs only, the
 first with the sequence-start flag; the state stays here, per sequence, between requests.

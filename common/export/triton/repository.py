@@ -11,7 +11,7 @@ loaded.
   own TensorFlow preprocessing, ``preprocess/``: the ensemble answers what the SavedModel
   answers to the last bit, where DALI's or Pillow's resize is not ``tf.image``'s) and
   ``<name>_python`` (``model.onnx`` run by ONNX Runtime); Transformer-XL holds ``<name>``, its
-  SavedModel served as a sequence (``triton_python/sequence.py``: the memory stays in the
+  SavedModel served as a sequence (``python_backend/sequence.py``: the memory stays in the
   server, a request carries its tokens only).
 * ``DIR/triton``: NVIDIA's Triton container of ``tensorrt.NGC_RELEASE``, as
   ``docker/Dockerfile.triton`` builds it (its Python holding docker/triton-requirements.txt):
@@ -37,7 +37,7 @@ The export's model card (``README.md``, ``model_card.json``) is in the folder of
 client calls in each repository (``<name>``; ``<name>_savedmodel`` in ``DIR/tensorflow``).
 
 Inputs and outputs are named as the model names them (``client.json``'s signatures, the ONNX
-files' graphs); the configs are ``triton_config``'s. ResNet-50's ``probabilities`` carry
+files' graphs); the configs are ``config``'s. ResNet-50's ``probabilities`` carry
 ``label_filename`` (Triton's classification extension answers names); the networks and the
 preprocessing are warmed up at load. Writing into repositories that hold these models already
 adds a version (``version_policy``: the newest served, the earlier kept on disk to roll back
@@ -53,8 +53,8 @@ import tempfile
 from common import files
 from common.export import card as cards
 from common.export import serving as serving_lib
-from common.export import tensorrt
-from common.export.triton_config import (
+from common.export.triton import tensorrt
+from common.export.triton.config import (
     batched,
     config,
     ensemble,
@@ -66,7 +66,7 @@ from common.export.triton_config import (
     write_text,
 )
 
-PYTHON_MODELS = os.path.join(os.path.dirname(__file__), "triton_python")
+PYTHON_MODELS = os.path.join(os.path.dirname(__file__), "python_backend")
 # The repositories, by the server that loads each whole (module docstring).
 TARGETS = {
     "cpu": "for any tritonserver with the Python backend (PyTriton's: serving/tritonserver.py)",
@@ -79,7 +79,7 @@ TARGETS = {
 # from what queued), and its TensorFlow preprocessing on the host. One preprocessing instance
 # decodes a batch's images side by side on every core (``serving.prepare_each``); two let a
 # batch be prepared while the previous one is handed to the network. cpu/ keeps one: on a
-# CPU host a second only splits the cores the network needs (triton_config.QUEUE_DELAY_US).
+# CPU host a second only splits the cores the network needs (config.QUEUE_DELAY_US).
 GPU_HOST_PREPROCESS_INSTANCES = 2
 # What a repository held before the repositories per server (one flat directory): a new
 # export replaces these too.

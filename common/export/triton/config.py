@@ -171,7 +171,7 @@ def ensemble(name: str, preprocess: str, pre_tensors: tuple, network: str, net_t
 
 def sequence(name: str, inputs, outputs, state: tuple[str, str], optional, max_batch_size: int,
              limits: dict | None = None) -> dict:
-    """A stateful model on the Python backend (``triton_python/sequence.py``): each request
+    """A stateful model on the Python backend (``python_backend/sequence.py``): each request
     of a sequence (one correlation id) carries its own inputs only, the model keeps the state
     between them. The sequence batcher marks a sequence's first and last requests (``START``,
     ``END``), runs requests of up to ``max_batch_size`` sequences together (the oldest

@@ -4,7 +4,7 @@
 # is that of the Triton @RELEASE@ image docker/Dockerfile.triton builds), then moves each model, its
 # config and plan, into the triton/ repository whole and, for an image model, points its
 # ensemble at the FP16 engine. Written beside the repositories by --export_triton from
-# common/export/build_engines.sh, its values filled in: the engines and the ensemble.
+# common/export/triton/build_engines.sh, its values filled in: the engines and the ensemble.
 #   bash build_engines.sh [--dry-run]      (REPO=... for a repository moved elsewhere)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)

@@ -1,5 +1,5 @@
 """A Triton Python-backend model (copied into the repository as ``<name>_preprocess/<v>/
-model.py`` by ``common/export/triton.py``): encoded images in, the network's float input out,
+model.py`` by ``../repository.py``): encoded images in, the network's float input out,
 prepared by the export's own TensorFlow function (``model.savedmodel`` beside this file, the
 export's ``preprocess/``: the
 evaluation's decode, resize, crop and normalisation, the SavedModel's ``serving_default``
