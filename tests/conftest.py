@@ -213,3 +213,43 @@ def distinct_ssd_scores(model, images) -> None:
     bias.assign(tf.zeros_like(bias))
     logits = model(images, training=False)["cls_logits"]
     kernel.assign(kernel * 2.0 / tf.math.reduce_std(logits))
+
+
+def _distinct_scores(trainer):
+    size = trainer.flags.image_size
+    import tensorflow as tf
+    distinct_ssd_scores(trainer.model, tf.random.stateless_normal([2, size, size, 3], (3, 4)))
+
+
+# The serving tests' exports, each written once for the run (triton_servers.shared_export): the
+# trainer set up here, the export and its Triton repositories (the image models' ONNX).
+@pytest.fixture(scope="session")
+def exported_resnet(tmp_path_factory, digits_records):
+    from triton_servers import shared_export
+
+    from rn50.task import ResNetTask
+    return shared_export(tmp_path_factory, ResNetTask, [*TINY, "--data_dir", digits_records])
+
+
+@pytest.fixture(scope="session")
+def exported_ssd(tmp_path_factory, shapes_records):
+    from triton_servers import shared_export
+
+    from ssd.task import SSDTask
+    return shared_export(tmp_path_factory, SSDTask, [*TINY, "--data_dir", shapes_records],
+                         weights=_distinct_scores)
+
+
+@pytest.fixture(scope="session")
+def exported_txl(tmp_path_factory, corpus):
+    from triton_servers import shared_export
+
+    from txl.task import TransformerXLTask
+    return shared_export(tmp_path_factory, TransformerXLTask, [*TINY, "--data_dir", corpus])
+
+
+@pytest.fixture(scope="session")
+def triton_python():
+    """scripts/triton_env.sh's python (tritonclient, PyTriton; made at first use)."""
+    from triton_servers import triton_env_python
+    return triton_env_python()

@@ -15,30 +15,20 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import ROOT, TINY
+from conftest import ROOT
 from triton_servers import (
     TRITON_ENV,
     Repositories,
-    export_model,
     sequence_rounds,
     sequence_steps,
-    triton_env_python,
 )
-
-from txl.task import TransformerXLTask
 
 pytestmark = TRITON_ENV
 
 
 @pytest.fixture(scope="module")
-def txl(tmp_path_factory, corpus):
-    return export_model(TransformerXLTask, tmp_path_factory.mktemp("txl"),
-                        [*TINY, "--data_dir", corpus])
-
-
-@pytest.fixture(scope="module")
-def triton_python():
-    return triton_env_python()
+def txl(exported_txl):
+    return exported_txl
 
 
 @pytest.fixture(scope="module")

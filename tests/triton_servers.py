@@ -33,6 +33,96 @@ def export_model(task_cls, tmp, args, weights=None, triton=True):
     return trainer, out, repo
 
 
+def shared_export(tmp_path_factory, task_cls, args, weights=None):
+    """``export_model``'s (trainer, export dir, Triton repositories), the export written once
+    for the whole run: the serving tests of four files use the same three exports, most of
+    their fixtures' time. The first process of the run (a pytest-xdist worker) that asks
+    writes it in the run's shared temporary folder while the others wait on its lock; each
+    process sets up its own trainer from the same arguments and seed, which gives the weights
+    the export holds (the tests compare the two), without exporting again. ``args`` name the
+    data by its folder, which each process prepares alike from the same seed."""
+    import fcntl
+    import hashlib
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    data = args.index("--data_dir")
+    key = hashlib.sha256(json.dumps([task_cls.__name__, *args[:data], *args[data + 2:],
+                                     weights and weights.__name__]).encode()).hexdigest()[:16]
+    root = shared / "shared-exports" / f"{task_cls.__name__}-{key}"
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not (root / "written").exists():
+            export_model(task_cls, root, args, weights)
+            (root / "written").write_text("")
+    here = tmp_path_factory.mktemp(f"{task_cls.__name__}-trainer")
+    trainer = runner.setup(task_cls, ["main.py", *args, *NO_RUN, "--results_dir", str(here)])
+    if weights:
+        weights(trainer)
+    trainer.log.close()
+    return trainer, root / "export", root / "triton"
+
+
+def signature(export, name):
+    """The export's signature ``name``, loaded by TensorFlow."""
+    import tensorflow as tf
+    return tf.saved_model.load(str(export)).signatures[name]
+
+
+def random_images(tmp_path, n, seed=3):
+    """``n`` small JPEGs of random pixels (30+i by 40), their paths."""
+    import numpy as np
+    from PIL import Image
+    rng = np.random.RandomState(seed)
+    paths = []
+    for i in range(n):
+        path = tmp_path / f"good{i}.jpg"
+        Image.fromarray((rng.rand(30 + i, 40, 3) * 255).astype(np.uint8)).save(path)
+        paths.append(str(path))
+    return paths
+
+
+def ask(python, server, model, files, protocol, *args):
+    """serving.image_client's stdout lines for ``files`` sent to ``model`` at ``server`` over
+    ``protocol`` (it must exit 0)."""
+    url = f"localhost:{server.http if protocol == 'http' else server.grpc}"
+    proc = subprocess.run([python, "-m", "serving.image_client", "--model", model, "--url", url,
+                           "--protocol", protocol, *args, *files],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout.splitlines()
+
+
+def assert_answers_as_saved(python, server, model, export, files, atol, network=False):
+    """The one comparison of a served model with its export: ``model`` asked by the client
+    (``--json``, two files a request) over HTTP and gRPC answers each of ``files``, in order,
+    with the outputs the export's ``serving_default`` gives on their bytes (the network alone,
+    ``network``: without ``valid``), within ``atol``; detections as detections (two scores
+    1e-6 apart may swap places)."""
+    import numpy as np
+    import tensorflow as tf
+    from conftest import same_detections
+    encoded = tf.constant([open(p, "rb").read() for p in files])
+    want = {k: v.numpy() for k, v in signature(export, "serving_default")(
+        images=encoded).items()}
+    if network:
+        want.pop("valid")
+    for protocol in ("http", "grpc"):
+        got = [json.loads(line) for line in ask(python, server, model, files, protocol,
+                                                "--json", "--batch_size", "2")]
+        assert [g["file"] for g in got] == list(files)
+        assert all(sorted(g) == sorted(["file", *want]) for g in got), (model, protocol)
+        got = {k: np.stack([np.reshape(g[k], v.shape[1:]) for g in got]).astype(v.dtype)
+               for k, v in want.items()}
+        if "num_detections" in want:
+            np.testing.assert_array_equal(got["num_detections"], want["num_detections"])
+            assert want["num_detections"].min() > 0
+            same_detections(got, want)
+            continue
+        for k, v in want.items():
+            np.testing.assert_allclose(got[k], v, atol=atol, err_msg=f"{model} {protocol} {k}")
+
+
 # The server and Triton's protobuf run in scripts/triton_env.sh's environment, the same for
 # both stacks.
 TRITON_ENV = pytest.mark.one_stack(
