@@ -24,13 +24,13 @@ def address(url: str, protocol: str) -> str:
     if sep:
         if scheme not in ("http", "grpc"):
             raise CommandError(f"--url {url}: give host:port (a {scheme}:// address is not "
-                              "supported)")
+                               "supported)")
         url = rest.rstrip("/")
     host, _, port = url.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         default = 8001 if protocol == "grpc" else 8000
         raise CommandError(f"--url {url}: give host:port, the port a number (Triton's {protocol}"
-                          f" port is {default} by default)")
+                           f" port is {default} by default)")
     return url
 
 
@@ -46,9 +46,9 @@ def connect(url: str, protocol: str, command: str):
             import tritonclient.http as client
     except ImportError as e:
         raise CommandError(f"tritonclient is not installed here ({e.name}): run it with the "
-                          "environment scripts/triton_env.sh makes (\"$(bash "
-                          f"scripts/triton_env.sh)\" -m {command} ...), or pip install "
-                          "'tritonclient[all]'") from None
+                           "environment scripts/triton_env.sh makes (\"$(bash "
+                           f"scripts/triton_env.sh)\" -m {command} ...), or pip install "
+                           "'tritonclient[all]'") from None
     return client, client.InferenceServerClient(where)
 
 

@@ -48,17 +48,17 @@ def local_preparer(client_json: str, info: dict):
     path = os.path.join(export, info.get("preprocess") or "-")
     if not info.get("preprocess") or not os.path.isdir(path):
         raise CommandError(f"--client_json {client_json}: its export has no preprocess/ "
-                          "SavedModel (exported before it was written, or not an image model's "
-                          "export): export again, or leave out --client_json and the server's "
-                          "<name>_preprocess prepares the images")
+                           "SavedModel (exported before it was written, or not an image model's "
+                           "export): export again, or leave out --client_json and the server's "
+                           "<name>_preprocess prepares the images")
     try:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         import tensorflow as tf
     except ImportError:
         raise CommandError("--client_json prepares images with the export's own preprocessing, "
-                          "which needs TensorFlow here (pip install tensorflow-cpu); or leave "
-                          "out --client_json and the server's <name>_preprocess prepares them"
-                          ) from None
+                           "which needs TensorFlow here (pip install tensorflow-cpu); or leave "
+                           "out --client_json and the server's <name>_preprocess prepares them"
+                           ) from None
     fn = tf.saved_model.load(path).signatures["serving_default"]
 
     def prepare(encoded: list[bytes]):
@@ -152,7 +152,7 @@ def _read_labels(path: str):
         found = _read_json(path, "--labels")
         if not isinstance(found, dict) or not isinstance(found.get("categories"), list):
             raise CommandError(f"--labels {path}: not a label map (no \"categories\" list: the "
-                              "export's assets/label_map.json)")
+                               "export's assets/label_map.json)")
         return found
     try:
         with open(path, encoding="utf-8") as fh:
@@ -161,7 +161,7 @@ def _read_labels(path: str):
         raise CommandError(f"--labels {path}: {e.strerror}") from None
     except UnicodeDecodeError:
         raise CommandError(f"--labels {path} is not text (the export's assets/labels.txt)"
-                          ) from None
+                           ) from None
     return names
 
 
@@ -179,12 +179,12 @@ def run(args) -> int:
         raise CommandError(f"{args.model} at {args.url}: {error_line(e)}") from None
     if "sequence_batching" in config:
         raise CommandError(f"{args.model} is a sequence model of token ids (Transformer-XL), "
-                          "not an image model: score or continue a text with "
-                          "python -m serving.text_client")
+                           "not an image model: score or continue a text with "
+                           "python -m serving.text_client")
     if len(config["input"]) != 1:
         raise CommandError(f"{args.model} takes {len(config['input'])} inputs ("
-                          f"{', '.join(sorted(i['name'] for i in config['input']))}); this "
-                          "client sends images to a model of one input")
+                           f"{', '.join(sorted(i['name'] for i in config['input']))}); this "
+                           "client sends images to a model of one input")
     args.prepare = None
     if not takes_encoded(config):
         if info is not None:
@@ -197,10 +197,10 @@ def run(args) -> int:
                 ready = False
             if not ready:
                 raise CommandError(f"{args.model} takes prepared images and {pre} is not ready "
-                                  f"at {args.url}: serve it beside {args.model} (the "
-                                  "repository has it), name it with --preprocess_model, or "
-                                  "give --client_json (the export's assets/client.json) to "
-                                  "prepare them here")
+                                   f"at {args.url}: serve it beside {args.model} (the "
+                                   "repository has it), name it with --preprocess_model, or "
+                                   "give --client_json (the export's assets/client.json) to "
+                                   "prepare them here")
             args.prepare = server_preparer(client, server, pre)
     names = [o["name"] for o in config["output"]]
     check_model(args, config, labels)
@@ -232,20 +232,20 @@ def check_model(args, config: dict, labels) -> None:
     if "probabilities" in outputs:
         if isinstance(labels, dict):
             raise CommandError(f"--labels {args.labels} is a label map (a detector's); "
-                              f"{args.model} is a classifier: give its labels.txt")
+                               f"{args.model} is a classifier: give its labels.txt")
         dims = [int(d) for d in outputs["probabilities"].get("dims", [])]
         classes = dims[-1] if dims else None
         if labels is not None and classes and classes > 0 and len(labels) != classes:
             raise CommandError(f"--labels {args.labels} names {len(labels)} classes; "
-                              f"{args.model} has {classes}")
+                               f"{args.model} has {classes}")
     elif "num_detections" in outputs:
         if labels is not None and not isinstance(labels, dict):
             raise CommandError(f"--labels {args.labels} is a list of names; {args.model} is a "
-                              "detector: give its label_map.json")
+                               "detector: give its label_map.json")
     elif not args.json:
         raise CommandError(f"{args.model} is neither a classifier nor a detector (its outputs: "
-                          f"{', '.join(sorted(outputs))}): send the images to the model "
-                          "itself (<name>, or <name>_python), or print them with --json")
+                           f"{', '.join(sorted(outputs))}): send the images to the model "
+                           "itself (<name>, or <name>_python), or print them with --json")
 
 
 def _wait_ready(server, args) -> None:
@@ -261,7 +261,7 @@ def _wait_ready(server, args) -> None:
             pass
         if time.monotonic() >= deadline:
             raise CommandError(f"{args.model} at {args.url} was not ready within --wait "
-                              f"{args.wait:g} s")
+                               f"{args.wait:g} s")
         time.sleep(0.5)
 
 

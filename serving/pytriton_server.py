@@ -87,10 +87,10 @@ def read_export(export_dir: str) -> dict:
         raise CommandError(f"--export_dir {export_dir}: no such directory")
     if not os.path.exists(info_path):
         raise CommandError(f"{export_dir} holds no export of this repository (no "
-                         "assets/client.json): give what --export_dir wrote")
+                           "assets/client.json): give what --export_dir wrote")
     if not os.path.exists(os.path.join(export_dir, "saved_model.pb")):
         raise CommandError(f"{export_dir} has no saved_model.pb: the export is incomplete; "
-                         "export it again (main.py --mode evaluate --export_dir ...)")
+                           "export it again (main.py --mode evaluate --export_dir ...)")
     try:
         with open(info_path, encoding="utf-8") as fh:
             info = json.load(fh)
@@ -100,13 +100,13 @@ def read_export(export_dir: str) -> dict:
         info["served_name"] = info[key]
     except (ValueError, UnicodeDecodeError, KeyError, TypeError) as e:
         raise CommandError(f"{info_path} is damaged ({type(e).__name__}: "
-                         f"{str(e).splitlines()[0] if str(e) else ''}): export again") from None
+                           f"{str(e).splitlines()[0] if str(e) else ''}): export again") from None
     if info.get("sequence_model"):
         raise CommandError(f"{export_dir}: {info.get('model', 'this model')} carries a state "
-                         "from request to request, which PyTriton would send back and forth "
-                         "with each request: serve the repository's sequence model "
-                         f"{info['sequence_model']} instead (main.py --export_triton DIR; "
-                         "serving/tritonserver.py --model-repository=DIR/cpu)")
+                           "from request to request, which PyTriton would send back and forth "
+                           "with each request: serve the repository's sequence model "
+                           f"{info['sequence_model']} instead (main.py --export_triton DIR; "
+                           "serving/tritonserver.py --model-repository=DIR/cpu)")
     return info
 
 
@@ -127,7 +127,7 @@ def check_ports(ports: dict[str, int]) -> None:
                 sock.bind(("0.0.0.0", port))
             except OSError as e:
                 raise CommandError(f"{flag} {port} cannot be used ({e.strerror}): choose "
-                                 "another") from None
+                                   "another") from None
 
 
 def check_arguments(args) -> None:
@@ -135,15 +135,15 @@ def check_arguments(args) -> None:
     import re
     if args.max_batch_size < 1:
         raise CommandError(f"--max_batch_size {args.max_batch_size}: at least 1 (the most "
-                         "requests batched into one call)")
+                           "requests batched into one call)")
     if args.model_name is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", args.model_name):
         raise CommandError(f"--model_name {args.model_name!r}: letters, digits, _ . - only (a "
-                         "Triton model name is a directory name and a URL path segment)")
+                           "Triton model name is a directory name and a URL path segment)")
     if args.ready_file:
         folder = os.path.dirname(os.path.abspath(args.ready_file))
         if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
             raise CommandError(f"--ready_file {args.ready_file}: its folder {folder} is not a "
-                             "writable directory")
+                               "writable directory")
 
 
 def load_signature(export_dir: str, signature: str):
@@ -153,11 +153,11 @@ def load_signature(export_dir: str, signature: str):
     except (tf.errors.OpError, ValueError, OSError, IndexError, RuntimeError) as e:
         why = str(getattr(e, "message", "") or e).strip().splitlines()
         raise CommandError(f"{export_dir}: the SavedModel cannot be loaded ("
-                         f"{why[0][:200] if why else type(e).__name__}): export again"
-                         ) from None
+                           f"{why[0][:200] if why else type(e).__name__}): export again"
+                           ) from None
     if signature not in loaded.signatures:
         raise CommandError(f"--signature {signature}: the export has "
-                         f"{', '.join(sorted(loaded.signatures))}")
+                           f"{', '.join(sorted(loaded.signatures))}")
     return loaded.signatures[signature]
 
 

@@ -48,7 +48,7 @@ def read_vocab(path: str) -> list[str]:
         raise CommandError(f"--vocab {path} is not text (the export's assets/vocab.txt)") from None
     if not words or words[0] != EOS:
         raise CommandError(f"--vocab {path}: not a Transformer-XL vocabulary (its first line is "
-                          f"{EOS}: the export's assets/vocab.txt)")
+                           f"{EOS}: the export's assets/vocab.txt)")
     return words
 
 
@@ -77,7 +77,7 @@ def served_limits(server, model: str, protocol: str) -> dict:
         raise CommandError(f"{model}: {error_line(e)}") from None
     if "sequence_batching" not in config:
         raise CommandError(f"{model} is not a sequence model (Transformer-XL's): images go to "
-                          "python -m serving.image_client")
+                           "python -m serving.image_client")
     return {k: v.get("string_value") for k, v in config.get("parameters", {}).items()}
 
 
@@ -91,12 +91,12 @@ def check_served(limits: dict, model: str, vocab_path: str, vocab: list[str],
     mine = hashlib.sha256("".join(w + "\n" for w in vocab).encode()).hexdigest()
     if (sha and sha != mine) or (size and int(size) != len(vocab)):
         raise CommandError(f"--vocab {vocab_path} ({len(vocab):,} words) is not the vocabulary of "
-                          f"{model}" + (f" ({int(size):,} words)" if size else "") + ": give "
-                          "the assets/vocab.txt of the export it serves")
+                           f"{model}" + (f" ({int(size):,} words)" if size else "") + ": give "
+                           "the assets/vocab.txt of the export it serves")
     longest = int(limits["max_segment"]) if limits.get("max_segment") else None
     if segment is not None and longest is not None and segment > longest:
         raise CommandError(f"--segment {segment} is longer than {model} takes ({longest} tokens "
-                          "a request, max_segment in its config)")
+                           "a request, max_segment in its config)")
     return longest
 
 

@@ -10,7 +10,6 @@ import subprocess
 import time
 
 import numpy as np
-import pytest
 from conftest import ROOT
 from triton_servers import (
     TRITON_ENV,
@@ -20,16 +19,6 @@ from triton_servers import (
 )
 
 from serving.connection import free_ports
-
-
-@pytest.fixture(scope="module")
-def resnet(exported_resnet):
-    return exported_resnet
-
-
-@pytest.fixture(scope="module")
-def txl(exported_txl):
-    return exported_txl
 
 
 class _Server:
@@ -62,7 +51,7 @@ class _Server:
 
 @TRITON_ENV
 def test_a_triton_server_answers_the_client_with_the_savedmodels_outputs(
-        resnet, triton_python, tmp_path):
+        exported_resnet, triton_python, tmp_path):
     """ResNet-50's SavedModel served alone answers JPEGs and a PNG of odd sizes, two a request,
     with its own outputs; with --labels, each file's top class is one of its names. (SSD320's
     answers through a real server are the repository server's, test_triton_server.py.)"""
@@ -73,7 +62,7 @@ def test_a_triton_server_answers_the_client_with_the_savedmodels_outputs(
         path = tmp_path / f"{n}.{'png' if n == 1 else 'jpg'}"
         Image.fromarray((rng.rand(h, w, 3) * 255).astype(np.uint8)).save(path)
         files.append(str(path))
-    _, export, _ = resnet
+    _, export, _ = exported_resnet
     server = _Server(triton_python, export, tmp_path)
     try:
         assert_answers_as_saved(triton_python, server, "resnet50_savedmodel", export, files,
@@ -100,11 +89,11 @@ def test_serve_pytriton_refuses_a_directory_that_is_no_export(tmp_path, triton_p
 
 
 @TRITON_ENV
-def test_serve_pytriton_refuses_what_it_cannot_serve_with_one_line(resnet, txl, triton_python,
-                                                                   tmp_path):
+def test_serve_pytriton_refuses_what_it_cannot_serve_with_one_line(
+        exported_resnet, exported_txl, triton_python, tmp_path):
     import shutil
     import socket
-    _, export, _ = resnet
+    _, export, _ = exported_resnet
 
     def serve(directory, *args):
         ports = [str(p) for p in free_ports(3)]
@@ -121,8 +110,8 @@ def test_serve_pytriton_refuses_what_it_cannot_serve_with_one_line(resnet, txl, 
 
     # Transformer-XL's memory would travel with each request (and an empty one gets HTTP 500
     # from PyTriton's serializer): the repository's sequence model serves it.
-    assert serve(txl[1]) == (
-        f"{txl[1]}: transformerxl carries a state from request to request, which PyTriton "
+    assert serve(exported_txl[1]) == (
+        f"{exported_txl[1]}: transformerxl carries a state from request to request, which PyTriton "
         "would send back and forth with each request: serve the repository's sequence model "
         "transformerxl instead (main.py --export_triton DIR; serving/tritonserver.py "
         "--model-repository=DIR/cpu)")

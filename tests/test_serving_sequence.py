@@ -27,25 +27,20 @@ pytestmark = TRITON_ENV
 
 
 @pytest.fixture(scope="module")
-def txl(exported_txl):
-    return exported_txl
-
-
-@pytest.fixture(scope="module")
-def server(txl, triton_python, tmp_path_factory):
-    s = Repositories(triton_python, [txl[2] / "cpu"], tmp_path_factory.mktemp("served"))
+def server(exported_txl, triton_python, tmp_path_factory):
+    s = Repositories(triton_python, [exported_txl[2] / "cpu"], tmp_path_factory.mktemp("served"))
     yield s
     s.close()
 
 
 @pytest.fixture(scope="module")
-def signatures(txl):
-    return tf.saved_model.load(str(txl[1])).signatures
+def signatures(exported_txl):
+    return tf.saved_model.load(str(exported_txl[1])).signatures
 
 
 @pytest.fixture(scope="module")
-def ids(txl):
-    trainer = txl[0]
+def ids(exported_txl):
+    trainer = exported_txl[0]
     return np.load(os.path.join(trainer.flags.data_dir, "valid.npy")).tolist()
 
 
@@ -75,13 +70,13 @@ def _close(got, want):
 
 
 def test_a_bad_request_beside_fifteen_good_ones_fails_alone_and_moves_no_memory(
-        server, txl, ids, signatures, triton_python):
+        server, exported_txl, ids, signatures, triton_python):
     """Sixteen sequences in lock-step, one of them sending an out-of-vocabulary token, then
     targets of another length, then an empty segment: each bad request is refused with its
     own line, the fifteen others are answered each time with the chained NLL (their memory
     moved once per answered request), and the bad sequence's memory is what its one answered
     request left. Its requests were batched with the others' (Triton's metrics)."""
-    trainer, export, _ = txl
+    trainer, export, _ = exported_txl
     cfg, vocab = trainer.task.cfg, trainer.task.cfg.vocab_size
     seqs = list(range(100, 116))
     bad = 107
@@ -117,12 +112,12 @@ def test_a_bad_request_beside_fifteen_good_ones_fails_alone_and_moves_no_memory(
 
 
 def test_ids_outside_the_vocabulary_are_refused_by_the_server_and_the_savedmodel(
-        server, txl, ids, signatures, triton_python):
+        server, exported_txl, ids, signatures, triton_python):
     """Targets at or beyond the vocabulary (or negative) were scored (XLA's gather clamps
     them: an NLL of another word) and tokens out of range were a bare 500; both are refused
     with the range, in the served model and in the SavedModel's signatures, and the sequence
     goes on from the memory it had."""
-    trainer, export, _ = txl
+    trainer, export, _ = exported_txl
     cfg, vocab = trainer.task.cfg, trainer.task.cfg.vocab_size
     a, b = ids[0:5], ids[5:10]
     steps = [_score(41, a, start=True), [41, b[:-1], [b[1], vocab, b[3], b[4]], False, False],
@@ -146,14 +141,14 @@ def test_ids_outside_the_vocabulary_are_refused_by_the_server_and_the_savedmodel
 
 
 def test_an_over_long_segment_is_refused_and_the_model_stays_ready_and_answers(
-        server, txl, ids, signatures, triton_python, tmp_path):
+        server, exported_txl, ids, signatures, triton_python, tmp_path):
     """A segment longer than the config's max_segment (--tgt_len + the served memory,
     --eval_mem_len: 8 + 16 here) is
     refused with the limit and the model stays ready and answers (a request of 16,000 tokens
     got its process killed, while ready said 200); the text client refuses such a --segment
     and sends a longer prompt in segments the model takes, as the chained steps do; the
     serving figures refuse such --tokens."""
-    trainer, export, repo = txl
+    trainer, export, repo = exported_txl
     cfg = trainer.task.cfg
     longest = trainer.flags.tgt_len + trainer.flags.eval_mem_len
     config = (repo / "cpu" / "transformerxl" / "config.pbtxt").read_text()
@@ -202,12 +197,12 @@ def test_an_over_long_segment_is_refused_and_the_model_stays_ready_and_answers(
         f"({longest} tokens a request, max_segment in its config)"], proc.stderr
 
 
-def test_seventeen_interleaved_documents_are_each_scored_right(server, txl, ids, signatures,
-                                                               triton_python):
+def test_seventeen_interleaved_documents_are_each_scored_right(
+        server, exported_txl, ids, signatures, triton_python):
     """Seventeen sequences open at once, their segments interleaved (each document's first,
     then each one's second...): with 16 candidate slots the seventeenth waited for the idle
     timeout and the first sixteen were then gone; now each is scored as its chained steps."""
-    trainer, export, _ = txl
+    trainer, export, _ = exported_txl
     cfg = trainer.task.cfg
     docs = {60 + n: [ids[n * 9 + o:n * 9 + o + 4] for o in (0, 150, 300)] for n in range(17)}
     steps = [_score(s, docs[s][r], start=r == 0, end=r == 2) for r in range(3) for s in docs]
@@ -220,12 +215,12 @@ def test_seventeen_interleaved_documents_are_each_scored_right(server, txl, ids,
 
 
 def test_a_start_beyond_the_sequence_limit_is_refused_and_the_model_ends_with_its_server(
-        txl, ids, signatures, triton_python, tmp_path):
+        exported_txl, ids, signatures, triton_python, tmp_path):
     """With max_sequences 2 in the config: a third sequence's start is refused with a line
     naming the limit, the two open ones go on, and once one has ended the third starts. Then
     the server is killed with SIGKILL: the model's process (which holds the memories) ends
     too."""
-    trainer, export, repo = txl
+    trainer, export, repo = exported_txl
     cfg = trainer.task.cfg
     limited = tmp_path / "cpu"
     shutil.copytree(repo / "cpu", limited)
@@ -257,9 +252,9 @@ def test_a_start_beyond_the_sequence_limit_is_refused_and_the_model_ends_with_it
     assert not [p for p in stubs if _alive(p)], "the model's process outlived its server"
 
 
-def test_the_text_client_refuses_a_vocabulary_that_is_not_the_models(server, txl,
+def test_the_text_client_refuses_a_vocabulary_that_is_not_the_models(server, exported_txl,
                                                                       triton_python, tmp_path):
-    trainer, export, _ = txl
+    trainer, export, _ = exported_txl
     words = (export / "assets" / "vocab.txt").read_text().splitlines()
     other = tmp_path / "vocab.txt"
     other.write_text("\n".join([words[0], words[2], words[1], *words[3:]]) + "\n")
@@ -312,11 +307,11 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_the_serving_figures_refuse_what_would_never_end_or_measure_nothing(txl, triton_python,
-                                                                            tmp_path):
+def test_the_serving_figures_refuse_what_would_never_end_or_measure_nothing(
+        exported_txl, triton_python, tmp_path):
     """serving.load: --seconds nan ran forever, --seconds -1 and --tokens 0 ran and
     exited 0, and a server that did not start was a traceback; each is one line now."""
-    _, _, repo = txl
+    _, _, repo = exported_txl
 
     def run(*args):
         proc = subprocess.run([triton_python, "-m", "serving.load", "--repository",
@@ -336,7 +331,7 @@ def test_the_serving_figures_refuse_what_would_never_end_or_measure_nothing(txl,
         f"see {tmp_path / 'out' / 'tritonserver.log'}")
 
 
-def test_triton_perf_measures_its_own_server_not_the_one_on_port_8000(txl, triton_python,
+def test_triton_perf_measures_its_own_server_not_the_one_on_port_8000(exported_txl, triton_python,
                                                                       tmp_path):
     """serving/triton_perf.sh starting a server (PyTriton's tritonserver as the one on PATH)
     took whatever answered on localhost:8000 as its own and measured it; it now starts its
@@ -346,7 +341,7 @@ def test_triton_perf_measures_its_own_server_not_the_one_on_port_8000(txl, trito
     import http.server
     import socket
     import threading
-    _, _, repo = txl
+    _, _, repo = exported_txl
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "tritonserver").write_text(

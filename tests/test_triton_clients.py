@@ -19,11 +19,6 @@ from triton_servers import (
 from rn50.task import ResNetTask
 
 
-@pytest.fixture(scope="module")
-def resnet(exported_resnet):
-    return exported_resnet
-
-
 def _recipes():
     """Every recorded evaluation recipe (rn50/eval_preprocessing.py), as ``--eval_preprocessing``
     gives it: NVIDIA's, torchvision's V1 and V2, timm's resnet50.a1_in1k, keras.applications', and
@@ -78,11 +73,11 @@ def test_the_client_prepares_images_as_the_export_does_for_every_recipe(tmp_path
         assert (np.argsort(-got, 1)[:, :5] == np.argsort(-want, 1)[:, :5]).all(), name
 
 
-def test_triton_client_refuses_bad_arguments_with_one_line(tmp_path, resnet):
+def test_triton_client_refuses_bad_arguments_with_one_line(tmp_path, exported_resnet):
     """What the client can tell before it reaches a server, each one line (exit 2): the
     address, the batch size, --client_json and --labels, and tritonclient missing here (this
     environment has none: the pointer to scripts/triton_env.sh)."""
-    _, export, _ = resnet
+    _, export, _ = exported_resnet
     image = random_images(tmp_path, 1)[0]
     client = "-m", "serving.image_client"
 

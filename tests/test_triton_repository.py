@@ -30,29 +30,14 @@ from rn50 import tfdata_pipeline as rn50_data
 from ssd import tfdata_pipeline as ssd_data
 
 
-@pytest.fixture(scope="module")
-def resnet(exported_resnet):
-    return exported_resnet
-
-
-@pytest.fixture(scope="module")
-def ssd(exported_ssd):
-    return exported_ssd
-
-
-@pytest.fixture(scope="module")
-def txl(exported_txl):
-    return exported_txl
-
-
 def _records(trainer, parse):
     """(the first validation shard, its records' encoded images in order)."""
     first = record_files(trainer.task, "validation")[:1]
     return first, [parse(r).numpy() for r in tf.data.TFRecordDataset(first)]
 
 
-def test_resnet_signatures_on_image_bytes_equal_the_evaluation_pipeline(resnet):
-    trainer, export, _ = resnet
+def test_resnet_signatures_on_image_bytes_equal_the_evaluation_pipeline(exported_resnet):
+    trainer, export, _ = exported_resnet
     f = trainer.flags
     shard, encoded = _records(trainer, lambda r: rn50_data.parse(r, f.num_classes)[0])
     images, _ = next(iter(rn50_data.dataset(shard, 64, f.image_size, False,
@@ -72,8 +57,8 @@ def test_resnet_signatures_on_image_bytes_equal_the_evaluation_pipeline(resnet):
     np.testing.assert_allclose(png["logits"].numpy()[0], want[0], atol=1e-5)
 
 
-def test_ssd_signatures_on_image_bytes_equal_the_evaluation_pipeline(ssd):
-    trainer, export, _ = ssd
+def test_ssd_signatures_on_image_bytes_equal_the_evaluation_pipeline(exported_ssd):
+    trainer, export, _ = exported_ssd
     f, task = trainer.flags, trainer.task
     shard, encoded = _records(trainer, lambda r: ssd_data.parse(r, f.num_classes)["encoded"])
     batch = next(iter(ssd_data.dataset(shard, 64, f.image_size, False, task.anchors,
@@ -97,7 +82,7 @@ def test_ssd_signatures_on_image_bytes_equal_the_evaluation_pipeline(ssd):
 
 @pytest.mark.parametrize("model", ["resnet", "ssd", "txl"])
 def test_client_json_names_every_signature_and_the_assets_are_the_data(model, request):
-    trainer, export, _ = request.getfixturevalue(model)
+    trainer, export, _ = request.getfixturevalue(f"exported_{model}")
     info = json.loads((export / "assets" / "client.json").read_text())
     loaded = tf.saved_model.load(str(export))
     assert sorted(info["signatures"]) == sorted(loaded.signatures)
@@ -131,13 +116,14 @@ def test_client_json_names_every_signature_and_the_assets_are_the_data(model, re
             open(os.path.join(data, "label_map.json")))
 
 
-def test_one_undecodable_image_fails_alone_in_serving_default(resnet, ssd, tmp_path):
+def test_one_undecodable_image_fails_alone_in_serving_default(exported_resnet, exported_ssd,
+                                                              tmp_path):
     """serving_default decoded a batch in one map: one bad image failed the whole call. Now its
     row is flagged (valid False, zeros; classes -1, no detections) and the others are the
     answers they get without it."""
     good = [open(p, "rb").read() for p in random_images(tmp_path, 3)]
     batch = tf.constant([good[0], b"not an image", good[1], good[2][:40], good[2]])
-    for (_, export, _) in (resnet, ssd):
+    for (_, export, _) in (exported_resnet, exported_ssd):
         fn = signature(export, "serving_default")
         got = {k: v.numpy() for k, v in fn(images=batch).items()}
         alone = {k: v.numpy() for k, v in fn(images=tf.constant(good)).items()}
@@ -181,13 +167,14 @@ def _configs_of(python, *repos):
 
 
 @TRITON_ENV
-def test_the_triton_repositories_parse_and_name_the_models_tensors(resnet, txl, triton_python):
+def test_the_triton_repositories_parse_and_name_the_models_tensors(exported_resnet, exported_txl,
+                                                                  triton_python):
     """One repository per kind of server, each model in it one that server loads: cpu/ only
     Python-backend models and ensembles of them, triton/ what NVIDIA's container has backends
     for (Python, ONNX Runtime, ensembles), tensorflow/ the SavedModel; configs parsed by
     Triton's own proto, naming the SavedModel's and the ONNX file's tensors."""
     import onnx
-    trainer, export, repo = resnet
+    trainer, export, repo = exported_resnet
     configs = _configs_of(triton_python, repo)
     assert sorted(configs) == sorted([
         ("cpu", "resnet50"), ("cpu", "resnet50_preprocess"), ("cpu", "resnet50_python"),
@@ -244,7 +231,7 @@ def test_the_triton_repositories_parse_and_name_the_models_tensors(resnet, txl, 
         assert pb.stat().st_ino == (export / "preprocess" / "saved_model.pb").stat().st_ino
     # Transformer-XL: a sequence on the Python backend, the memory kept in the server; its
     # SavedModel (memory in, memory out) on the TensorFlow backend.
-    configs = _configs_of(triton_python, txl[2])
+    configs = _configs_of(triton_python, exported_txl[2])
     assert sorted(configs) == [("cpu", "transformerxl"), ("tensorflow",
                                                           "transformerxl_savedmodel"),
                                ("triton", "transformerxl")]
@@ -267,13 +254,13 @@ def test_the_triton_repositories_parse_and_name_the_models_tensors(resnet, txl, 
     assert warm["tokens"]["zero_data"] and "random_data" not in warm["tokens"]  # ids in range
 
 
-def test_re_exporting_into_a_repository_adds_a_version_or_replaces(resnet, tmp_path):
+def test_re_exporting_into_a_repository_adds_a_version_or_replaces(exported_resnet, tmp_path):
     """A second export into the repositories adds version 2 beside 1 (hard links: no space),
     drops an engine built from the earlier weights, keeps a user's file and another network's
     model; --triton_replace leaves version 1 alone. A repository of the flat layout an earlier
     version wrote is replaced by the per-server ones."""
     import shutil
-    trainer, export, repo = resnet
+    trainer, export, repo = exported_resnet
     again = tmp_path / "triton"
     shutil.copytree(repo, again)
     built = again / "triton" / "resnet50_tensorrt" / "1"
@@ -303,12 +290,12 @@ def test_re_exporting_into_a_repository_adds_a_version_or_replaces(resnet, tmp_p
     assert sorted(os.listdir(flat)) == ["cpu", "mine.txt", "tensorflow", "triton"]
 
 
-def test_the_engine_script_builds_fp16_and_int8_and_installs_them(resnet, tmp_path):
+def test_the_engine_script_builds_fp16_and_int8_and_installs_them(exported_resnet, tmp_path):
     """build_engines.sh (its --dry-run: no TensorRT here) builds each engine with trtexec from
     the ONNX beside the repositories, then moves the model whole into the triton/ one and
     points the ensemble at the FP16 engine; without trtexec it stops with one line."""
     import shutil
-    trainer, export, repo = resnet
+    trainer, export, repo = exported_resnet
     with_int8 = tmp_path / "export"
     shutil.copytree(export, with_int8)
     shutil.copy(with_int8 / "model.onnx", with_int8 / "model_int8.onnx")  # stands for INT8's
@@ -341,12 +328,12 @@ def test_the_engine_script_builds_fp16_and_int8_and_installs_them(resnet, tmp_pa
         "build_engines.sh: trtexec is not on PATH: run this in NVIDIA's TensorRT container")
 
 
-def test_transformer_xls_engines_take_its_memory_length(txl):
+def test_transformer_xls_engines_take_its_memory_length(exported_txl):
     """Transformer-XL's TensorRT profile: one token and no memory up to --tgt_len tokens with
     the served memory (the evaluation's, --eval_mem_len), not every unknown dimension at the
     batch size."""
     from common.export.triton import tensorrt
-    trainer, _, _ = txl
+    trainer, _, _ = exported_txl
     serving, cfg, f = trainer.serving, trainer.task.cfg, trainer.flags
     inputs = {"tokens": ("int32", [None, None]),
               "mems": ("float32", [cfg.n_layer, None, None, cfg.d_model])}

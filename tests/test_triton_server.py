@@ -32,24 +32,9 @@ from serving.connection import free_ports
 
 
 @pytest.fixture(scope="module")
-def resnet(exported_resnet):
-    return exported_resnet
-
-
-@pytest.fixture(scope="module")
-def ssd(exported_ssd):
-    return exported_ssd
-
-
-@pytest.fixture(scope="module")
-def txl(exported_txl):
-    return exported_txl
-
-
-@pytest.fixture(scope="module")
-def served(resnet, ssd, txl, triton_python, tmp_path_factory):
-    server = Repositories(triton_python, [resnet[2] / "cpu", ssd[2] / "cpu", txl[2] / "cpu"],
-                           tmp_path_factory.mktemp("served"))
+def served(exported_resnet, exported_ssd, exported_txl, triton_python, tmp_path_factory):
+    repos = [exported_resnet[2] / "cpu", exported_ssd[2] / "cpu", exported_txl[2] / "cpu"]
+    server = Repositories(triton_python, repos, tmp_path_factory.mktemp("served"))
     yield server
     server.close()
 
@@ -82,7 +67,7 @@ def container_python():
 
 @TRITON_ENV
 def test_the_python_models_load_with_only_the_containers_packages(
-        resnet, ssd, txl, triton_python, container_python, tmp_path):
+        exported_resnet, exported_ssd, exported_txl, triton_python, container_python, tmp_path):
     """NVIDIA's container as docker/Dockerfile.triton builds it, emulated: its Python (3.12)
     holding only docker/triton-requirements.txt runs the Python backend of the same binary,
     with Triton's default flags, on the repositories' Python models (cpu/, whose
@@ -94,8 +79,8 @@ def test_the_python_models_load_with_only_the_containers_packages(
     names = {p["name"].lower().replace("_", "-") for p in json.loads(listed)}
     assert {"tensorflow-cpu", "onnxruntime", "numpy"} <= names
     assert not names & {"nvidia-pytriton", "tritonclient"}  # nothing but what the file lists
-    server = Repositories(triton_python, [resnet[2] / "cpu", ssd[2] / "cpu", txl[2] / "cpu"],
-                           tmp_path, python=container_python)
+    repos = [exported_resnet[2] / "cpu", exported_ssd[2] / "cpu", exported_txl[2] / "cpu"]
+    server = Repositories(triton_python, repos, tmp_path, python=container_python)
     try:
         assert server.health("ready") == 200
         assert all(m["state"] == "READY" for m in server.index().values())
@@ -126,19 +111,21 @@ def _stub_libraries(pid: int) -> list[str]:
 
 @TRITON_ENV
 def test_the_served_ensembles_answer_what_the_savedmodel_answers_on_photographs(
-        served, resnet, ssd, triton_python):
+        served, exported_resnet, exported_ssd, triton_python):
     """serving/image_client.py sends the JPEGs' bytes to <name> (preprocessing on the
     server, then the ONNX network) over HTTP and gRPC and gets the SavedModel's outputs, and
     to <name>_python alone, whose input the server's <name>_preprocess prepares; ResNet-50's
     top-5 names come from the server (classification extension)."""
     photos = photographs()
     encoded = tf.constant([open(p, "rb").read() for p in photos])
-    for (_, export, _), model in ((resnet, "resnet50"), (ssd, "ssd320"),
-                                  (resnet, "resnet50_python"), (ssd, "ssd320_python")):
+    for (_, export, _), model in ((exported_resnet, "resnet50"), (exported_ssd, "ssd320"),
+                                  (exported_resnet, "resnet50_python"),
+                                  (exported_ssd, "ssd320_python")):
         assert_answers_as_saved(triton_python, served, model, export, photos, atol=1e-4,
                                 network=model.endswith("_python"))
-    names = (resnet[1] / "assets" / "labels.txt").read_text().split()
-    probs = signature(resnet[1], "serving_default")(images=encoded)["probabilities"].numpy()
+    names = (exported_resnet[1] / "assets" / "labels.txt").read_text().split()
+    probs = signature(exported_resnet[1], "serving_default")(images=encoded)
+    probs = probs["probabilities"].numpy()
     for protocol in ("http", "grpc"):
         said = ask(triton_python, served, "resnet50", photos, protocol)
         for line, p, row in zip(said, photos, probs):
@@ -150,12 +137,12 @@ def test_the_served_ensembles_answer_what_the_savedmodel_answers_on_photographs(
 
 @TRITON_ENV
 def test_transformer_xl_is_served_as_a_sequence_its_memory_kept_in_the_server(
-        served, txl, triton_python):
+        served, exported_txl, triton_python):
     """Three segments of a text sent as one sequence, tokens only, give the log-probabilities
     of the SavedModel's three chained steps (each given the memory the last returned); a new
     sequence starts from no memory; two sequences interleaved do not mix; scoring with targets
     gives the chained NLL; a sequence ended (or never started) is refused."""
-    trainer, export, _ = txl
+    trainer, export, _ = exported_txl
     cfg = trainer.task.cfg
     ids = np.load(os.path.join(trainer.flags.data_dir, "valid.npy"))
     a = [ids[i:i + 5].tolist() for i in (0, 5, 10)]
@@ -199,12 +186,12 @@ def test_transformer_xl_is_served_as_a_sequence_its_memory_kept_in_the_server(
 
 
 @TRITON_ENV
-def test_the_text_client_scores_a_file_as_the_chained_steps_do(served, txl, triton_python,
+def test_the_text_client_scores_a_file_as_the_chained_steps_do(served, exported_txl, triton_python,
                                                                tmp_path):
     """serving/text_client.py score: the file encoded as the corpus was (each line
     ending with <eos>), sent in segments of one sequence: the perplexity of the SavedModel's
     chained scoring steps; continue: the greedy words of the chained next-word steps."""
-    trainer, export, _ = txl
+    trainer, export, _ = exported_txl
     cfg, vocab = trainer.task.cfg, trainer.task.vocab
     text = "the king sees the castle .\nmy lord waits for a letter .\n"
     path = tmp_path / "text.txt"
@@ -241,16 +228,16 @@ def test_the_text_client_scores_a_file_as_the_chained_steps_do(served, txl, trit
 
 
 @TRITON_ENV
-def test_the_serving_figures_script_measures_a_served_model(resnet, served, triton_python,
+def test_the_serving_figures_script_measures_a_served_model(exported_resnet, served, triton_python,
                                                             tmp_path):
     """serving.load (the model READMEs' serving tables) on a tiny export: the repository
     copied with the instances and batching asked (the original untouched), a server with
     Triton's defaults on the copy, throughput and latency percentiles at each concurrency;
     and Transformer-XL's sequences (each client its own) on the server already running."""
-    before = {p: p.read_text() for p in (resnet[2] / "cpu").glob("*/config.pbtxt")}
+    before = {p: p.read_text() for p in (exported_resnet[2] / "cpu").glob("*/config.pbtxt")}
     out = tmp_path / "serving"
     proc = subprocess.run(
-        [triton_python, "-m", "serving.load", "--repository", str(resnet[2] / "cpu"),
+        [triton_python, "-m", "serving.load", "--repository", str(exported_resnet[2] / "cpu"),
          "--model", "resnet50", "--image", photographs()[0], "--concurrency", "1,2",
          "--instances", "2", "--batching", "off,500", "--seconds", "1", "--warmup_s", "0.5",
          "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -342,7 +329,7 @@ def test_concurrent_requests_with_a_corrupt_one_are_all_answered(served, triton_
 
 @TRITON_ENV
 def test_the_client_refuses_labels_and_models_it_cannot_describe_with_one_line(
-        served, resnet, ssd, triton_python, tmp_path):
+        served, exported_resnet, exported_ssd, triton_python, tmp_path):
     """What the server's config tells the client, one line each (exit 2), where it was a
     traceback: --labels naming fewer classes than the classifier has, a label map given for a
     classifier (or names for a detector), and a model whose outputs are neither a classifier's
@@ -350,7 +337,7 @@ def test_the_client_refuses_labels_and_models_it_cannot_describe_with_one_line(
     photo = photographs()[:1]
     few = tmp_path / "labels.txt"
     few.write_text("cat\ndog\n")
-    classes = resnet[0].flags.num_classes
+    classes = exported_resnet[0].flags.num_classes
 
     def refused(model, *args):
         proc = subprocess.run([triton_python, "-m", "serving.image_client",
@@ -363,11 +350,11 @@ def test_the_client_refuses_labels_and_models_it_cannot_describe_with_one_line(
 
     assert refused("resnet50", "--labels", str(few)) == (
         f"--labels {few} names 2 classes; resnet50 has {classes}")
-    label_map = ssd[1] / "assets" / "label_map.json"
+    label_map = exported_ssd[1] / "assets" / "label_map.json"
     assert refused("resnet50", "--labels", str(label_map)) == (
         f"--labels {label_map} is a label map (a detector's); resnet50 is a classifier: give "
         "its labels.txt")
-    names = resnet[1] / "assets" / "labels.txt"
+    names = exported_resnet[1] / "assets" / "labels.txt"
     assert refused("ssd320", "--labels", str(names)) == (
         f"--labels {names} is a list of names; ssd320 is a detector: give its label_map.json")
     assert refused("resnet50_preprocess") == (
