@@ -42,7 +42,7 @@ def _recipes():
 
 @pytest.mark.one_stack("pip", "the client runs the export's own function: what it checks is "
                         "the client's wiring, the same on both stacks (each stack's export is "
-                        "checked against its evaluation pipeline above)")
+                        "checked against its evaluation pipeline in test_triton_repository.py)")
 def test_the_client_prepares_images_as_the_export_does_for_every_recipe(tmp_path,
                                                                         digits_records):
     """serving/image_client.py prepares images for the networks alone (ONNX, TensorRT) with
