@@ -278,3 +278,47 @@ def test_only_the_entry_point_edits_the_import_path():
                     and isinstance(target.value, ast.Name) and target.value.id == "sys"):
                 editing.append(f"{rel}:{node.lineno}")
     assert {e.split(":")[0] for e in editing} == {"common/entry.py"}, editing
+
+
+def _traced_without_autograph(source: str) -> list[int]:
+    """The lines of ``source`` where a ``tf.function`` is made with AutoGraph on (no
+    ``autograph=False``) or a ``tf.data`` map is given a function not wrapped in
+    ``do_not_convert``."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef):  # a bare @tf.function (a call is visited below)
+            lines += [d.lineno for d in node.decorator_list if ast.unparse(d) == "tf.function"]
+        if not isinstance(node, ast.Call):
+            continue
+        if ast.unparse(node.func) == "tf.function":
+            off = {k.arg: k.value for k in node.keywords}.get("autograph")
+            if not (isinstance(off, ast.Constant) and off.value is False):
+                lines.append(node.lineno)
+        elif (isinstance(node.func, ast.Attribute) and node.func.attr in ("map", "filter")
+              and node.args and ast.unparse(getattr(node.args[0], "func", node.args[0]))
+              != "do_not_convert"):
+            lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_every_traced_function_is_traced_without_autograph():
+    """AutoGraph rewrote every function the training step, the evaluation, the input pipelines
+    and the exports trace (87 of them over the three models) in every process: about 4 s of
+    CPU in a tiny run (docs/performance/startup.md). This code is written with tf.cond and Python
+    values, so each tf.function here is made with autograph=False and each tf.data map's
+    function is wrapped in do_not_convert; a new one without it fails here."""
+    from conftest import tracked_files
+    found = []
+    for rel in tracked_files():
+        if rel.endswith(".py") and not rel.startswith("tests/"):
+            source = open(os.path.join(ROOT, rel), encoding="utf-8").read()
+            if "tf.function" in source or ".map(" in source:
+                found += [f"{rel}:{n}" for n in _traced_without_autograph(source)]
+    assert found == []
+    # The check finds each kind where it is.
+    assert _traced_without_autograph(
+        "@tf.function\ndef f(): pass\n"
+        "g = tf.function(h, jit_compile=True)\n"
+        "k = tf.function(h, autograph=False)\n"
+        "ds = ds.map(parse)\n"
+        "ds = ds.map(do_not_convert(parse))\n") == [1, 3, 5]

@@ -54,7 +54,7 @@ class Evaluator:
         if self._step is None:
             self._step = tf.function(
                 lambda batch, state: task.eval_update(model, batch, metrics, state),
-                jit_compile=self.xla)
+                jit_compile=self.xla, autograph=False)
         for m in metrics:
             m.reset_state()
         start, items, state = time.perf_counter(), 0, task.initial_state(model, "eval")
@@ -74,9 +74,11 @@ class Evaluator:
         task, model = self.task, self.model()
         if self._step is None:
             # Only the forward pass goes to XLA: post-processing such as NMS has no XLA kernel.
-            forward = tf.function(lambda x: model(x, training=False), jit_compile=self.xla)
+            forward = tf.function(lambda x: model(x, training=False), jit_compile=self.xla,
+                                  autograph=False)
             self._step = tf.function(
-                lambda batch: task.eval_outputs(lambda x, training=False: forward(x), batch))
+                lambda batch: task.eval_outputs(lambda x, training=False: forward(x), batch),
+                autograph=False)
         start, items, outputs = time.perf_counter(), 0, []
         for batch in self.batches():
             outputs.append({k: v.numpy() for k, v in self._step(batch).items()})

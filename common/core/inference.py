@@ -87,7 +87,8 @@ def benchmarked_function(serving, model, inference_model, data, flags, world: in
                                      log=log.print), state
     served = inference_model()
     state = task.initial_state(served, "infer")
-    return tf.function(lambda x, state: serving.infer(served, x, state), jit_compile=xla), state
+    return tf.function(lambda x, state: serving.infer(served, x, state), jit_compile=xla,
+                       autograph=False), state
 
 
 def inference_inputs(serving, batch):

@@ -77,10 +77,13 @@ def build(task, model: keras.Model, optimizer, guard, global_step: tf.Variable, 
     else:
         # Compiled apart: Horovod's allreduce has no XLA kernel, and XLA compiles an update
         # inside the skip's tf.cond about twice as slowly as the update alone.
-        gradients_c = tf.function(gradients, jit_compile=xla)
-        update_c = tf.function(update, jit_compile=update_xla)
+        gradients_c = tf.function(gradients, jit_compile=xla, autograph=False)
+        update_c = tf.function(update, jit_compile=update_xla, autograph=False)
 
-    @tf.function
+    # autograph=False, here and in every tf.function and tf.data map of this repository: the
+    # code traced branches on Python values and through tf.cond only, and AutoGraph's rewriting
+    # of it cost every process seconds of CPU at its first trace (docs/performance/startup.md).
+    @tf.function(autograph=False)
     def step(micro_batches, states):
         micro_batches = tuple(task.prepare_train_batch(b) for b in micro_batches)
         loss, grads, states = gradients_c(micro_batches, states)

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 
 import tensorflow as tf
+from tensorflow.autograph.experimental import do_not_convert
 
 from common.errors import DataError, one_line
 
@@ -56,7 +57,7 @@ def locate_bad_record(files: Sequence[str], check: Callable[[tf.Tensor], tf.Tens
                     f"{budget_seconds:.0f} s)")
         n = 0
         try:
-            for _ in tf.data.TFRecordDataset(path).map(check):  # in order: n is the record
+            for _ in tf.data.TFRecordDataset(path).map(do_not_convert(check)):  # n: the record
                 n += 1
         except tf.errors.OpError as e:
             return f"{path}, record {n}: {reason(e.message)}"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 
 import tensorflow as tf
+from tensorflow.autograph.experimental import do_not_convert
 
 
 def rank_records(files, training: bool, rank: int = 0, world: int = 1, seed: int | None = None,
@@ -47,4 +48,4 @@ def element_seeds(ds: tf.data.Dataset, seed: int | None) -> tf.data.Dataset:
     one is drawn from Python's generator (which ``--seed`` also sets)."""
     base = random.getrandbits(31) if seed is None else seed
     return ds.enumerate().map(
-        lambda n, x: (x, tf.stack([tf.constant(base, tf.int64), n])))
+        do_not_convert(lambda n, x: (x, tf.stack([tf.constant(base, tf.int64), n]))))

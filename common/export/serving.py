@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 
 import keras
 import tensorflow as tf
+from tensorflow.autograph.experimental import do_not_convert
 
 from common import files, precision
 from common.checkpoint.settings import settings_of
@@ -155,7 +156,8 @@ def preprocess_function(serving):
         return None
     prepare, size = serving.prepare_image, serving.flags.image_size
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")],
+                 autograph=False)
     def preprocess(images):
         batch, valid = prepare_each(images, prepare, size)
         return {"images": batch, "valid": valid}
@@ -261,14 +263,17 @@ def prepare_each(images, prepare, size: int):
     n = tf.shape(images)[0]
     # The images of a batch decode side by side on the host's cores, in their order.
     ds = tf.data.Dataset.from_tensor_slices((tf.range(n), images)).map(
-        lambda i, e: (i, prepare(e, size)), num_parallel_calls=tf.data.AUTOTUNE,
+        do_not_convert(lambda i, e: (i, prepare(e, size))), num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True).ignore_errors()
-    rows = tf.TensorArray(tf.int32, size=0, dynamic_size=True, element_shape=[])
-    prepared = tf.TensorArray(tf.float32, size=0, dynamic_size=True,
-                              element_shape=[size, size, 3])
-    for i, x in ds:
+
+    def keep(found, item):  # the images decoded, in order, with their rows
+        (rows, prepared), (i, x) = found, item
         k = rows.size()
-        rows, prepared = rows.write(k, i), prepared.write(k, x)
+        return rows.write(k, i), prepared.write(k, x)
+    rows, prepared = ds.reduce(
+        (tf.TensorArray(tf.int32, size=0, dynamic_size=True, element_shape=[]),
+         tf.TensorArray(tf.float32, size=0, dynamic_size=True, element_shape=[size, size, 3])),
+        keep)
     kept = rows.stack()[:, None]
     batch = tf.scatter_nd(kept, prepared.stack(), tf.stack([n, size, size, 3]))
     valid = tf.scatter_nd(kept, tf.ones_like(kept[:, 0], tf.bool), tf.expand_dims(n, 0))

@@ -13,7 +13,7 @@ def matmul_ceiling(dtype=tf.float32, n: int = 2048, reps: int = 20) -> float:
     a = tf.cast(tf.random.normal((n, n)), dtype)
     b = tf.cast(tf.random.normal((n, n), stddev=n ** -0.5), dtype)  # keeps the scale steady
 
-    @tf.function
+    @tf.function(autograph=False)
     def chain():
         x = a
         for _ in range(reps):  # each product feeds the next: nothing can be computed once

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.autograph.experimental import do_not_convert
 
 from common.data.images import read_image
 from common.export.serving import ExportSpec, Serving, image_input_info, prepare_each
@@ -41,11 +42,12 @@ class ResNetServing(Serving):
                     "classes": tf.argmax(logits, axis=-1, output_type=tf.int32)}
 
         @tf.function(input_signature=[tf.TensorSpec([None, size, size, 3], tf.float32,
-                                                    name="images")])
+                                                    name="images")], autograph=False)
         def preprocessed(images):
             return outputs(images)
 
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")])
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")],
+                     autograph=False)
         def encoded(images):
             batch, valid = prepare_each(images, self.prepare_image, size)
             out = outputs(batch)
@@ -75,7 +77,7 @@ class ResNetServing(Serving):
         return tfdata_pipeline.dataset(record_files(self.task, "train"), f.batch_size,
                                        f.image_size, False, num_classes=f.num_classes,
                                        prep=self.task.eval_prep).map(
-                                           lambda x, _: x)
+                                           do_not_convert(lambda x, _: x))
 
     # --- what inference is --------------------------------------------------------------
     def predict_file(self, model, path):

@@ -21,6 +21,7 @@ import json
 import os
 
 import tensorflow as tf
+from tensorflow.autograph.experimental import do_not_convert
 
 from common.data.images import read_image
 from common.export.serving import ExportSpec, Serving, image_input_info, prepare_each
@@ -58,20 +59,21 @@ class SSDServing(Serving):
         anchors = tf.constant(self.task.anchors)
         spec = tf.TensorSpec([None, size, size, 3], tf.float32, name="images")
 
-        @tf.function(input_signature=[spec])
+        @tf.function(input_signature=[spec], autograph=False)
         def decoded(images):
             out = model(images, training=False)
             boxes, scores = postprocess.decode(out["cls_logits"], out["box_codes"], anchors)
             return {"decoded_boxes": boxes, "class_scores": scores}
 
-        @tf.function(input_signature=[spec])
+        @tf.function(input_signature=[spec], autograph=False)
         def preprocessed(images):
             d = decoded(images)
             found = postprocess.nms(*postprocess.top_candidates(d["decoded_boxes"],
                                                                 d["class_scores"]))
             return {TF_OD_NAMES[k]: tf.cast(v, tf.float32) for k, v in found.items()}
 
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")])
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")],
+                     autograph=False)
         def encoded(images):
             batch, valid = prepare_each(images, self.prepare_image, size)
             found = preprocessed(batch)
@@ -99,7 +101,7 @@ class SSDServing(Serving):
         f, task = self.flags, self.task
         return tfdata_pipeline.dataset(record_files(task, "train"), f.batch_size, f.image_size,
                                        False, task.anchors, f.num_classes).map(
-                                           lambda b: b["images"])
+                                           do_not_convert(lambda b: b["images"]))
 
     _detect = None  # predict's compiled detection, made at its first file
 
@@ -112,7 +114,7 @@ class SSDServing(Serving):
 
         f = self.flags
         if self._detect is None:  # compiled at the first file
-            self._detect = tf.function(lambda x: self.task.detect(model, x))
+            self._detect = tf.function(lambda x: self.task.detect(model, x), autograph=False)
             self._drawn = set()
         image = read_image(path)
         h, w = int(image.shape[0]), int(image.shape[1])

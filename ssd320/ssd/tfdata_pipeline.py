@@ -11,6 +11,7 @@ encoded against the anchors (``targets.encode_targets``). Elements are dicts: ``
 from __future__ import annotations
 
 import tensorflow as tf
+from tensorflow.autograph.experimental import do_not_convert
 
 from common.data import record_reader
 from common.data.images import decode, normalize
@@ -116,10 +117,11 @@ def dataset(files, batch_size: int, image_size: int, training: bool, anchors, nu
     ds = record_reader.rank_records(files, training, rank, world, seed, shuffle_buffer=2048)
     if training:
         ds = record_reader.element_seeds(ds, seed).map(
-            lambda r, s: preprocess(parse(r, num_classes), image_size, anchors, s),
+            do_not_convert(lambda r, s: preprocess(parse(r, num_classes), image_size, anchors, s)),
             num_parallel_calls=tf.data.AUTOTUNE, deterministic=record_reader.keeps_order(
                 training, seed))
     else:
-        ds = ds.map(lambda r: preprocess(parse(r, num_classes), image_size, anchors),
+        ds = ds.map(do_not_convert(lambda r: preprocess(parse(r, num_classes), image_size,
+                                                        anchors)),
                     num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return ds.batch(batch_size, drop_remainder=training).prefetch(tf.data.AUTOTUNE)

@@ -49,14 +49,15 @@ class TXLServing(Serving):
         tokens = tf.TensorSpec([None, None], tf.int32, name="tokens")
         mems = tf.TensorSpec([cfg.n_layer, None, None, cfg.d_model], tf.float32, name="mems")
 
-        @tf.function(input_signature=[tokens, mems])
+        @tf.function(input_signature=[tokens, mems], autograph=False)
         def next_word(tokens, mems):
             with tf.control_dependencies(_ids_checked(tokens=tokens, vocab=cfg.vocab_size)):
                 logp, new = model.log_prob(tokens, tf.unstack(mems, cfg.n_layer), **memory)
             return {"log_probs": logp[:, -1], "new_mems": tf.cast(tf.stack(new), tf.float32)}
 
         @tf.function(input_signature=[tokens, tf.TensorSpec([None, None], tf.int32,
-                                                            name="targets"), mems])
+                                                            name="targets"), mems],
+                     autograph=False)
         def score(tokens, targets, mems):
             with tf.control_dependencies(_ids_checked(tokens=tokens, targets=targets,
                                                       vocab=cfg.vocab_size)):
