@@ -23,6 +23,8 @@ docker/triton-requirements.txt): its version's stub, its libpython, its ``bin`` 
 """
 from __future__ import annotations
 
+# The standard library only: serving.load starts this file by its path, and triton_perf.sh's
+# users put it on PATH as the tritonserver it runs.
 import os
 import subprocess
 import sys
