@@ -13,7 +13,7 @@
 #   Optimizer's environment, beside its PyTorch): the ResNet-50 import is compared with their
 #   own models.
 # * Triton's client and PyTriton (a real Triton server binary) in an environment of their own
-#   (scripts/triton_env.sh): tests/test_serving.py serves the exports through it.
+#   (scripts/triton_env.sh): tests/test_triton_server.py serves the exports through it.
 # * NVIDIA Model Optimizer in an environment of its own (scripts/modelopt_env.sh), which
 #   --export_onnx_int8 runs: tests/test_onnx.py quantizes with it.
 # * A real Slurm (Debian's slurm-wlm, with its PMIx plugin, and munge for its authentication)
