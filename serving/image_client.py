@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Send images to a Triton Inference Server serving an export of this repository
 (``--export_triton``) and print what the model found: ResNet-50's top-5 classes, SSD320's
 detections.

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Serve an export's SavedModel through a real Triton Inference Server, without Triton's
 containers: PyTriton (``nvidia-pytriton``) ships Triton's server binary and serves a Python
 function, here the SavedModel's signature. For trying the client and the export on any machine

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Score or continue a text with Transformer-XL served by Triton as a sequence (the
 ``transformerxl`` model of an ``--export_triton`` repository): the memory stays in the server,
 each request carries one segment's tokens only.
