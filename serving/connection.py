@@ -59,6 +59,14 @@ def model_config(server, model: str, protocol: str) -> dict:
     return config.get("config", config)
 
 
+def infer_input(client, name: str, data, dtype: str):
+    """tritonclient's input ``name`` of ``client`` (its module, either protocol) holding the
+    array ``data`` as Triton's ``dtype`` (``BYTES``, ``INT32``, ``FP32`` ...)."""
+    tensor = client.InferInput(name, list(data.shape), dtype)
+    tensor.set_data_from_numpy(data)
+    return tensor
+
+
 def error_line(e: Exception) -> str:
     """The first line of what a server or tritonclient answered, at most 300 characters."""
     text = str(e).strip() or type(e).__name__

@@ -32,7 +32,14 @@ import sys
 
 import numpy as np
 
-from serving.connection import CommandError, connect, error_line, model_config, positive
+from serving.connection import (
+    CommandError,
+    connect,
+    error_line,
+    infer_input,
+    model_config,
+    positive,
+)
 
 PROG = "image_client.py"
 
@@ -71,9 +78,7 @@ def server_preparer(client, server, model: str):
     the same function the ensembles run."""
     def prepare(encoded: list[bytes]):
         data = np.array([[x] for x in encoded], dtype=object)
-        tensor = client.InferInput("images", list(data.shape), "BYTES")
-        tensor.set_data_from_numpy(data)
-        result = server.infer(model, [tensor])
+        result = server.infer(model, [infer_input(client, "images", data, "BYTES")])
         return result.as_numpy("images"), result.as_numpy("valid").reshape(-1)
     return prepare
 
@@ -106,9 +111,7 @@ def request(client, config: dict, data: np.ndarray):
     prepared float batch."""
     (inp,) = config["input"]
     dtype = "BYTES" if takes_encoded(config) else inp["data_type"].removeprefix("TYPE_")
-    tensor = client.InferInput(inp["name"], list(data.shape), dtype)
-    tensor.set_data_from_numpy(data)
-    return [tensor]
+    return [infer_input(client, inp["name"], data, dtype)]
 
 
 def describe(path: str, out: dict, labels: list[str] | None, k: int, threshold: float) -> str:

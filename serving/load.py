@@ -41,7 +41,14 @@ import urllib.request
 
 import numpy as np
 
-from serving.connection import connect, error_line, free_ports, model_config, positive
+from serving.connection import (
+    connect,
+    error_line,
+    free_ports,
+    infer_input,
+    model_config,
+    positive,
+)
 
 PROG = "load.py"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -160,13 +167,6 @@ class Server:
         self.log.close()
 
 
-def _image_request(client, image: bytes, rows: int):
-    data = np.array([[image]] * rows, dtype=object)
-    tensor = client.InferInput("images", list(data.shape), "BYTES")
-    tensor.set_data_from_numpy(data)
-    return [tensor]
-
-
 def _worker(url: str, model: str, kind: dict, stop_at: float, count_from: float, seq_id: int,
             latencies: list, errors: list):
     """One client: a request outstanding until ``stop_at``; latencies of those sent after
@@ -180,25 +180,24 @@ def _worker(url: str, model: str, kind: dict, stop_at: float, count_from: float,
             if now >= stop_at:
                 break
             if "image" in kind:
-                r = server.infer(model, _image_request(client, kind["image"], kind["rows"]))
+                images = np.array([[kind["image"]]] * kind["rows"], dtype=object)
+                r = server.infer(model, [infer_input(client, "images", images, "BYTES")])
                 valid = r.as_numpy("valid")
                 if valid is not None and not valid.all():  # the ensemble answered on zeros
                     raise ValueError("the model could not decode --image (valid is False): "
                                      "give an image it decodes (a JPEG or PNG)")
             else:
-                data = np.asarray([kind["tokens"]], np.int32)
-                tensor = client.InferInput("tokens", list(data.shape), "INT32")
-                tensor.set_data_from_numpy(data)
-                server.infer(model, [tensor], sequence_id=seq_id, sequence_start=first)
+                tokens = np.asarray([kind["tokens"]], np.int32)
+                server.infer(model, [infer_input(client, "tokens", tokens, "INT32")],
+                             sequence_id=seq_id, sequence_start=first)
                 first = False
             done = time.monotonic()
             if now >= count_from:
                 latencies.append((now, done))
         if "tokens" in kind and not first:  # the sequence ended: the server lets it go
-            data = np.asarray([kind["tokens"][:1]], np.int32)
-            tensor = client.InferInput("tokens", list(data.shape), "INT32")
-            tensor.set_data_from_numpy(data)
-            server.infer(model, [tensor], sequence_id=seq_id, sequence_end=True)
+            last = np.asarray([kind["tokens"][:1]], np.int32)
+            server.infer(model, [infer_input(client, "tokens", last, "INT32")],
+                         sequence_id=seq_id, sequence_end=True)
     except Exception as e:  # noqa: BLE001  (the server's answer, said in the table's notes)
         errors.append(str(e).splitlines()[0][:200])
     finally:

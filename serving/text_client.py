@@ -31,7 +31,14 @@ import sys
 
 import numpy as np
 
-from serving.connection import CommandError, connect, error_line, model_config, positive
+from serving.connection import (
+    CommandError,
+    connect,
+    error_line,
+    infer_input,
+    model_config,
+    positive,
+)
 
 PROG = "text_client.py"
 EOS, UNK = "<eos>", "<unk>"
@@ -108,14 +115,9 @@ class Sequence:
         self.started = False
 
     def send(self, tokens, targets=None, end=False) -> dict:
-        inputs = []
-        for name, values in (("tokens", tokens), ("targets", targets)):
-            if values is None:
-                continue
-            data = np.asarray([values], np.int32)
-            tensor = self.client.InferInput(name, list(data.shape), "INT32")
-            tensor.set_data_from_numpy(data)
-            inputs.append(tensor)
+        inputs = [infer_input(self.client, name, np.asarray([values], np.int32), "INT32")
+                  for name, values in (("tokens", tokens), ("targets", targets))
+                  if values is not None]
         want = "nll" if targets is not None else "log_probs"
         try:
             result = self.server.infer(

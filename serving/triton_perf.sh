@@ -29,11 +29,9 @@ mkdir -p "$out"
 if [ -z "$url" ]; then
   # Three ports free now (bound, read, released): the server binds them next, and a port
   # taken in between stops it, which the wait below reports.
-  ports=$(python3 -c 'import socket
-socks = [socket.socket() for _ in range(3)]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(*(s.getsockname()[1] for s in socks))') ||
+  # serving.connection.free_ports, from the checkout this script is in (standard library only).
+  ports=$(PYTHONPATH="$(cd "$(dirname "$0")/.." && pwd)" python3 -c \
+    'from serving.connection import free_ports; print(*free_ports(3))') ||
     { echo "triton_perf.sh: python3 is needed to find free ports" >&2; exit 2; }
   read -r http grpc metrics <<<"$ports"
   tritonserver --model-repository="$repo" --http-port="$http" --grpc-port="$grpc" \

@@ -216,8 +216,8 @@ def distinct_ssd_scores(model, images) -> None:
 
 
 def _distinct_scores(trainer):
-    size = trainer.flags.image_size
     import tensorflow as tf
+    size = trainer.flags.image_size
     distinct_ssd_scores(trainer.model, tf.random.stateless_normal([2, size, size, 3], (3, 4)))
 
 

@@ -37,9 +37,10 @@ def shared_export(tmp_path_factory, task_cls, args, weights=None):
     """``export_model``'s (trainer, export dir, Triton repositories), the export written once
     for the whole run: the serving tests of four files use the same three exports, most of
     their fixtures' time. The first process of the run (a pytest-xdist worker) that asks
-    writes it in the run's shared temporary folder while the others wait on its lock; each
-    process sets up its own trainer from the same arguments and seed, which gives the weights
-    the export holds (the tests compare the two), without exporting again. ``args`` name the
+    writes it in the run's shared temporary folder while the others wait on its lock, and
+    returns the trainer that wrote it; each other process sets up its own trainer from the same
+    arguments and seed, which gives the weights the export holds (the tests compare the two),
+    without exporting again. ``args`` name the
     data by its folder, which each process prepares alike from the same seed."""
     import fcntl
     import hashlib
@@ -53,8 +54,9 @@ def shared_export(tmp_path_factory, task_cls, args, weights=None):
     with open(root.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if not (root / "written").exists():
-            export_model(task_cls, root, args, weights)
+            trainer, export, repo = export_model(task_cls, root, args, weights)
             (root / "written").write_text("")
+            return trainer, export, repo  # the trainer that wrote it
     here = tmp_path_factory.mktemp(f"{task_cls.__name__}-trainer")
     trainer = runner.setup(task_cls, ["main.py", *args, *NO_RUN, "--results_dir", str(here)])
     if weights:
