@@ -134,10 +134,10 @@ class AdaptiveSoftmax(layers.Layer):
         for k in range(self.n_clusters):  # tail words are scored by their cluster in the head
             in_k = (targets >= self.bounds[k + 1]) & (targets < self.bounds[k + 2])
             head_index = tf.where(in_k, c0 + k, head_index)
-        nll = sparse_xent(*self._scores(h, *self._head(w0, b0)), head_index)
         # A static row count (a training or evaluation step) allows the static form; an
         # exported signature's does not, and is not compiled by XLA.
         static = self.static_shapes and targets.shape[0] is not None
+        nll = sparse_xent(*self._scores(h, *self._head(w0, b0)), head_index, nested=not static)
         for k, (w, b) in enumerate(tails):
             lo, hi = self.bounds[k + 1], self.bounds[k + 2]
             nll += (self._tail_nll_static(h, targets, w, b, lo, hi, tail_buckets(
@@ -162,26 +162,42 @@ class AdaptiveSoftmax(layers.Layer):
         and that branch scores that many rows, fixed in its graph (the first rows by position
         whose target is in the cluster, then rows that are not, whose results are dropped).
         XLA compiles every branch; outside XLA, TensorFlow cannot take the gradient of
-        ``sparse_xent``'s custom gradient inside a branch, hence the two forms."""
-        in_cluster = (targets >= lo) & (targets < hi)  # (N,)
-        count = tf.reduce_sum(tf.cast(in_cluster, tf.int32))
+        ``sparse_xent``'s custom gradient inside a branch, hence the two forms.
+
+        Compiled once per run: the branches hold no nested compiled function (XLA, resolving
+        which of the case's inputs are constants, failed on them with a ``RET_CHECK`` line at
+        every compile) and return a dense gradient (``_take_rows``)."""
+        in_cluster = tf.cast((targets >= lo) & (targets < hi), tf.int32)  # (N,) 0 or 1
+        count = tf.reduce_sum(in_cluster)
         index = tf.searchsorted(tf.constant(buckets, tf.int32), count[None])[0]
+        n = targets.shape[0]
 
         def rows(r):
             def nll():
                 # top_k keeps the lower index first among equal keys: the cluster's tokens in
                 # order, then the others
-                pick = tf.math.top_k(tf.cast(in_cluster, tf.int32), k=r).indices  # (r,)
-                real = tf.gather(in_cluster, pick)
-                labels = tf.where(real, tf.gather(targets, pick) - lo, 0)
-                tail = sparse_xent(*self._scores(tf.gather(h, pick), weight, bias), labels)
-                return tf.scatter_nd(pick[:, None], tf.where(real, tail, 0.0),
-                                     tf.shape(targets))
+                pick = tf.math.top_k(in_cluster, k=r).indices  # (r,)
+                real = tf.gather(in_cluster, pick)  # (r,) 1: in the cluster, 0: a filler row
+                labels = (tf.gather(targets, pick) - lo) * real
+                tail = sparse_xent(*self._scores(_take_rows(h, pick), weight, bias), labels,
+                                   nested=False)
+                return tf.scatter_nd(pick[:, None], tail * tf.cast(real, tail.dtype), [n])
             return nll
         return tf.switch_case(index, [rows(r) for r in buckets])
 
 
-def sparse_xent(scores, bias, labels):
+@tf.custom_gradient
+def _take_rows(h, pick):
+    """``tf.gather(h, pick)`` whose gradient is a dense (N, D) tensor: ``tf.gather``'s is
+    sparse, and a branch of a case cannot return it as it is; TensorFlow splits it into values,
+    indices and a dense shape, whose use outside the case makes XLA take every input of the
+    case as a compile-time constant, compiling the step again for every batch."""
+    def grad(dy):
+        return tf.scatter_nd(pick[:, None], dy, h.shape), None
+    return tf.gather(h, pick), grad
+
+
+def sparse_xent(scores, bias, labels, nested: bool = True):
     """Cross-entropy (N,) of the float32 logits ``scores + bias`` ((N, V) in any float dtype,
     (V,) float32) at ``labels`` (N,), as ``tf.nn.sparse_softmax_cross_entropy_with_logits``.
 
@@ -189,11 +205,15 @@ def sparse_xent(scores, bias, labels):
     recomputes the logits from ``scores`` instead of reading stored float32 ones; each is one
     or two fused passes over the (N, V) scores, where TensorFlow's fused CPU kernel (with the
     cast and the bias addition around it) makes several (the measurement: docs/performance/
-    transformerxl.md). XLA compiles once per shape."""
+    transformerxl.md). XLA compiles once per shape. ``nested=False`` inside a function that
+    XLA compiles whole (``--xla``): the two are traced into it instead of nested in it."""
+    forward, backward = ((_xent_forward, _xent_backward) if nested else
+                         (_xent_forward.python_function, _xent_backward.python_function))
+
     @tf.custom_gradient
     def xent(scores, bias):
-        nll, lse = _xent_forward(scores, bias, labels)
-        return nll, lambda dnll: _xent_backward(scores, bias, labels, lse, dnll)
+        nll, lse = forward(scores, bias, labels)
+        return nll, lambda dnll: backward(scores, bias, labels, lse, dnll)
     return xent(scores, bias)
 
 
