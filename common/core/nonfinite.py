@@ -29,8 +29,9 @@ def _finite_each(tensors) -> tf.Tensor:
 
 def _first_false(flags: tf.Tensor) -> tf.Tensor:
     """Index of the first False in ``flags`` (int64), or -1 when there is none (static shapes
-    only: XLA compiles it quickly)."""
-    first = tf.argmin(tf.cast(flags, tf.int32), output_type=tf.int64)
+    only: XLA compiles it quickly). ``argmin`` over float32: a GPU has no int32 ``ArgMin``
+    kernel, and TensorFlow would run it on the host (common/tools/gpu_placement.py)."""
+    first = tf.argmin(tf.cast(flags, tf.float32), output_type=tf.int64)
     return tf.where(tf.reduce_all(flags), tf.constant(-1, tf.int64), first)
 
 
@@ -60,7 +61,8 @@ class NonFiniteGuard:
 
     def finite(self, grads) -> tuple[tf.Tensor, tf.Tensor]:
         """(all gradients finite: bool scalar, index of the first that is not or -1): the
-        step's one decision, which the loss-scale optimizer takes too
+        step's one decision, taken inside the update that XLA compiles on a GPU
+        (``common/core/train_step.py``), which the loss-scale optimizer takes too
         (``precision.LossScaleOptimizer``). A sum per gradient, then one finiteness test of
         the sums: an inf or a NaN anywhere makes its gradient's sum one (so would finite
         values summing past float32's 3.4e38, a step as diverged as any), in one pass over

@@ -2,10 +2,11 @@
 
 In this order: each micro-batch made ready where it is (``Task.prepare_train_batch``) ->
 forward -> loss (float32) -> loss scale (float16 only) -> gradients, averaged over the step's
-``--batch_chunk`` micro-batches -> allreduce across ranks -> one finiteness decision -> unscale,
-skip if not finite, clip, apply (the Keras ``LossScaleOptimizer`` and the optimizer's own
-clipping) -> step += 1. A stateful task's state (Transformer-XL's memory) goes into each
-micro-batch's forward pass and its next value comes out of the step.
+``--batch_chunk`` micro-batches -> allreduce across ranks -> the update: one finiteness
+decision, unscale, skip if not finite, clip, apply (the Keras ``LossScaleOptimizer`` and the
+optimizer's own clipping), count a skipped step, step += 1. A stateful task's state
+(Transformer-XL's memory) goes into each micro-batch's forward pass and its next value comes
+out of the step.
 
 With ``--xla`` the forward and backward pass and the update are compiled apart with
 ``jit_compile``: Horovod's allreduce sits between them (its ops have no XLA kernels on a CPU
@@ -55,9 +56,13 @@ def build(task, model: keras.Model, optimizer, guard, global_step: tf.Variable, 
             acc = [None if g is None else g / k for g in acc]
         return total / k, acc, tuple(new_states)
 
-    def update(grads, finite):
-        """Applies the step when ``finite`` (the loss-scale optimizer lowers its scale
-        instead), by the one decision ``guard.finite`` made."""
+    def update(grads, loss):
+        """The step's one finiteness decision (``guard.finite``), taken where the update is
+        compiled: the update applied when the gradients are finite (the loss-scale optimizer
+        lowers its scale instead), the decision counted (``guard.record``), the step counted.
+        On a GPU all of it is one XLA computation: a per-variable reduction outside it would be
+        a kernel per variable, and a TensorFlow op deciding on the host a wait for the GPU."""
+        finite, first = guard.finite(grads)
         if loss_scaled:
             optimizer.finite = finite
             try:
@@ -69,6 +74,12 @@ def build(task, model: keras.Model, optimizer, guard, global_step: tf.Variable, 
                 optimizer.apply(grads, variables)
                 return tf.constant(True)
             tf.cond(finite, apply, lambda: tf.constant(False))
+        counted = None
+        if dynamic_scale:  # an overflow counts once the scale is spent, or the loss is not finite
+            counted = tf.logical_or(tf.logical_not(tf.math.is_finite(loss)),
+                                    optimizer.dynamic_scale < 1.0)
+        guard.record(finite, first, global_step + 1, counted)
+        global_step.assign_add(1)
         return finite
 
     update_xla = xla or update_compiled  # Capabilities.update_compiled: on a GPU
@@ -89,14 +100,7 @@ def build(task, model: keras.Model, optimizer, guard, global_step: tf.Variable, 
         loss, grads, states = gradients_c(micro_batches, states)
         grads = dist.allreduce_gradients(grads, fp16_compression=fp16_allreduce)
         # Every rank decides alike: these are the allreduced gradients.
-        finite, first = guard.finite(grads)
-        update_c(grads, finite)
-        counted = None
-        if dynamic_scale:  # an overflow counts once the scale is spent, or the loss is not finite
-            counted = tf.logical_or(tf.logical_not(tf.math.is_finite(loss)),
-                                    optimizer.dynamic_scale < 1.0)
-        guard.record(finite, first, global_step + 1, counted)
-        global_step.assign_add(1)
+        update_c(grads, loss)
         return loss, states
     step.xla_parts = (gradients_c, update_c) if xla else ()
     step.update = update_c
