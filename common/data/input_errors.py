@@ -102,13 +102,16 @@ class DeviceRangeCheck:
 
     def __call__(self, values, valid=None):
         """Counts the values (where ``valid``, a bool tensor of their shape) outside the range;
-        returns ``values`` (call inside a ``tf.function``). A dozen small ops, no copy."""
+        returns ``values`` as int64 (call inside a ``tf.function``). A dozen small ops, no
+        copy: compared in int64, whose GPU kernels read device memory, where int32's
+        comparisons and reductions are host kernels (common/tools/gpu_placement.py)."""
+        values = tf.cast(values, tf.int64)
         bad = (values < self.low - self.shift) | (values > self.high - self.shift)
         if valid is not None:
             bad &= valid
         self.count.assign_add(tf.reduce_sum(tf.cast(bad, tf.int64)))
-        largest = tf.reduce_max(tf.where(bad, values, values.dtype.min))
-        self.worst.assign(tf.maximum(self.worst, tf.cast(largest, tf.int64)))
+        largest = tf.reduce_max(tf.where(bad, values, tf.int64.min))
+        self.worst.assign(tf.maximum(self.worst, largest))
         return values
 
     def raise_if_bad(self, locate: Callable[[], str | None] | None = None) -> None:

@@ -34,9 +34,9 @@ def detection_loss(cls_logits, box_codes, target_classes, target_codes):
 
     cls_logits (B, A, C + 1), box_codes (B, A, 4), target_classes (B, A) int, target_codes
     (B, A, 4)."""
-    num_columns = tf.shape(cls_logits)[-1]
+    num_columns = cls_logits.shape[-1]
     onehot = tf.one_hot(target_classes, num_columns)  # background rows -> column 0 ...
-    onehot = onehot * tf.cast(tf.range(num_columns) > 0, tf.float32)  # ... which stays 0
+    onehot = onehot * tf.constant([0.0] + [1.0] * (num_columns - 1))  # ... which stays 0
     matched = tf.cast(target_classes > 0, tf.float32)
     n = tf.maximum(tf.reduce_sum(matched), 1.0)
     cls = tf.reduce_sum(focal_loss(onehot, cls_logits)) / n

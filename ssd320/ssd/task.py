@@ -159,8 +159,8 @@ class SSDTask(RecordTask):
         function the tf.data pipeline applies to each image."""
         if "cls" in batch:
             return batch
-        count = batch["count"]
-        real = tf.range(config.MAX_BOXES) < count[:, None]  # (N, 100)
+        count = tf.cast(batch["count"], tf.int64)  # int64 on a GPU: int32 is host-side
+        real = tf.range(config.MAX_BOXES, dtype=tf.int64) < count[:, None]  # (N, 100)
         classes = self.class_check(batch["classes"], valid=real)
         boxes = tf.gather(batch["boxes_ltrb"], [1, 0, 3, 2], axis=-1)  # ymin, xmin, ymax, xmax
         cls, box = targets.encode_targets(boxes, classes, count, tf.constant(self.anchors))
@@ -219,7 +219,7 @@ class SSDTask(RecordTask):
         batch = {"images": tf.random.normal((f.batch_size, f.image_size, f.image_size, 3)),
                  "cls": tf.where(tf.random.uniform((f.batch_size, a)) < 0.01,
                                  tf.random.uniform((f.batch_size, a), 1, f.num_classes + 1,
-                                                   tf.int32), 0),
+                                                   tf.int64), tf.constant(0, tf.int64)),
                  "box": tf.random.normal((f.batch_size, a, 4)),
                  "image_id": tf.range(f.batch_size, dtype=tf.int64),
                  "height": tf.fill([f.batch_size], tf.constant(f.image_size, tf.int64)),

@@ -5,7 +5,7 @@ Training, in TF-OD's order: decode, random horizontal flip (p 0.5, boxes flipped
 outside the crop dropped, the rest clipped), bilinear resize to ``image_size`` (aspect not
 kept), normalise. Evaluation: decode, resize, normalise. Then ``finish``: boxes padded to 100 and
 encoded against the anchors (``targets.encode_targets``). Elements are dicts: ``images``
-(S, S, 3) float32, ``cls`` (A,) int32, ``box`` (A, 4) float32, ``image_id``, ``height``,
+(S, S, 3) float32, ``cls`` (A,) int64, ``box`` (A, 4) float32, ``image_id``, ``height``,
 ``width`` (the original size, to put detections back into its pixels).
 """
 from __future__ import annotations

@@ -127,13 +127,15 @@ class AdaptiveSoftmax(layers.Layer):
         """Negative log-likelihood (N,) of ``targets`` (N,) int, computing each tail cluster's
         softmax only for the tokens that fall in it, up to the next of ``tail_buckets``
         (``_tail_nll``)."""
-        h, targets = tf.cast(h, tf.float32), tf.cast(targets, tf.int32)  # h's gradient in float32
+        # h's gradient in float32; int64 ids, whose GPU kernels read device memory (int32's
+        # comparisons, pads and scatters are host kernels: common/tools/gpu_placement.py)
+        h, targets = tf.cast(h, tf.float32), tf.cast(targets, tf.int64)
         (w0, b0), *tails = self._clusters(table)
         c0 = self.bounds[1]
         head_index = targets
         for k in range(self.n_clusters):  # tail words are scored by their cluster in the head
             in_k = (targets >= self.bounds[k + 1]) & (targets < self.bounds[k + 2])
-            head_index = tf.where(in_k, c0 + k, head_index)
+            head_index = tf.where(in_k, tf.constant(c0 + k, tf.int64), head_index)
         # A static row count (a training or evaluation step) allows the static form; an
         # exported signature's does not, and is not compiled by XLA.
         static = self.static_shapes and targets.shape[0] is not None
@@ -148,13 +150,14 @@ class AdaptiveSoftmax(layers.Layer):
         """(N,) the within-cluster NLL of the tokens whose target is in [lo, hi), 0 elsewhere,
         computed for the cluster's tokens only, gathered and padded with zero rows up to the
         bucket that holds them (``bucket_rows``: a shape known only when the step runs)."""
-        idx = tf.where((targets >= lo) & (targets < hi))[:, 0]
+        idx = tf.where((targets >= lo) & (targets < hi))  # (n, 1) int64
         n = tf.shape(idx)[0]
         pad = bucket_rows(n, tf.shape(targets)[0]) - n
-        tail = sparse_xent(*self._scores(tf.pad(tf.gather(h, idx), [[0, pad], [0, 0]]),
-                                         weight, bias),
-                           tf.pad(tf.gather(targets, idx) - lo, [[0, pad]]))
-        return tf.scatter_nd(idx[:, None], tail[:n], tf.shape(targets, out_type=tf.int64))
+        rows = tf.concat([idx[:, 0], tf.zeros([pad], tf.int64)], 0)  # padded with row 0's
+        real = tf.range(tf.cast(n + pad, tf.int64)) < tf.cast(n, tf.int64)
+        labels = (tf.gather(targets, rows) - lo) * tf.cast(real, tf.int64)
+        tail = sparse_xent(*self._scores(tf.gather(h, rows), weight, bias), labels)
+        return tf.scatter_nd(idx, tail[:n], tf.shape(targets, out_type=tf.int64))
 
     def _tail_nll_static(self, h, targets, weight, bias, lo, hi, buckets):
         """``_tail_nll`` with every shape static, so that XLA compiles it (``--xla``):
@@ -167,9 +170,9 @@ class AdaptiveSoftmax(layers.Layer):
         Compiled once per run: the branches hold no nested compiled function (XLA, resolving
         which of the case's inputs are constants, failed on them with a ``RET_CHECK`` line at
         every compile) and return a dense gradient (``_take_rows``)."""
-        in_cluster = tf.cast((targets >= lo) & (targets < hi), tf.int32)  # (N,) 0 or 1
+        in_cluster = tf.cast((targets >= lo) & (targets < hi), tf.int64)  # (N,) 0 or 1
         count = tf.reduce_sum(in_cluster)
-        index = tf.searchsorted(tf.constant(buckets, tf.int32), count[None])[0]
+        index = tf.searchsorted(tf.constant(buckets, tf.int64), count[None])[0]
         n = targets.shape[0]
 
         def rows(r):

@@ -110,6 +110,7 @@ def attention_mask(qlen: int, mlen: int, same_length: bool = False):
     """(Q, M + Q) bool, True where query i may NOT see key j: the future of the segment and,
     with ``same_length``, the oldest keys too, so that every query sees exactly M + 1 keys.
     Memory positions are otherwise all visible (zero memory included, as in NVIDIA's code)."""
+    qlen, mlen = tf.cast(qlen, tf.int64), tf.cast(mlen, tf.int64)  # on a GPU, not its host
     i = tf.range(qlen)[:, None]
     j = tf.range(mlen + qlen)[None, :]
     masked = j > i + mlen

@@ -148,8 +148,9 @@ class TransformerXL(keras.Model):
         h, new_mems = self.hidden(tokens, mems, training=training, mem_len=mem_len,
                                   clamp_len=clamp_len, same_length=same_length)
         b, q = tf.shape(h)[0], tf.shape(h)[1]
+        # int64 ids: on a GPU, int32's reshapes and comparisons are host kernels
         nll = self.softmax(tf.reshape(h, [b * q, -1]), self.embedding.embeddings,
-                           tf.reshape(targets, [-1]))
+                           tf.reshape(tf.cast(targets, tf.int64), [-1]))
         return tf.reshape(nll, [b, q]), new_mems
 
     def log_prob(self, tokens, mems, mem_len=None, clamp_len=None, same_length=None):
