@@ -161,10 +161,16 @@ class Task(abc.ABC):
         return []
 
     def eval_update(self, model: keras.Model, batch, metrics: Sequence[keras.metrics.Metric],
-                    state=None):
-        """Updates ``metrics`` with one evaluation batch (inside a ``tf.function``); returns the
-        next batch's state."""
+                    state=None, valid=None):
+        """Updates ``metrics`` with one evaluation batch (inside a ``tf.function``), weighing
+        only its ``valid`` entries (bool along ``eval_padding``'s axis; the padding of the
+        last batch is not); returns the next batch's state."""
         raise NotImplementedError(f"{self.name} has no evaluation")
+
+    def eval_padding(self) -> tuple[int, int]:
+        """(axis, size): every evaluation batch is padded to ``size`` along ``axis`` (the last
+        one is shorter), so that the evaluation step has one shape: a batch's rows."""
+        return 0, self.flags.batch_size
 
     # --- data ---------------------------------------------------------------------------
     @abc.abstractmethod

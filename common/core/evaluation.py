@@ -8,6 +8,11 @@ summarises the whole split once (``Task.gathers_eval_outputs``).
 
 One evaluation input pipeline serves every evaluation of a run (a DALI pipeline is not rebuilt
 each time: ``common/data/dali.py``'s ``EvalPass``).
+
+Every batch reaches the step in one shape (``Task.eval_padding``: rows, or a language model's
+time steps), the last one padded, with ``valid`` marking its real entries: the step is traced,
+and under ``--xla`` compiled and autotuned, once per run, where a smaller last batch was a
+second program. Metrics weigh the padding zero; gathered outputs drop it on the host.
 """
 from __future__ import annotations
 
@@ -16,10 +21,25 @@ from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.autograph.experimental import do_not_convert
 
 from common import task as task_lib
+from common.data import dali
 from common.data.input_errors import read_batches
 from common.errors import DataError
+
+
+def pad_batch(batch, axis: int, size: int):
+    """(``batch`` with every tensor padded by zeros to ``size`` along ``axis``, valid: (size,)
+    bool, True for the entries it had): a tf.data map function."""
+    n = tf.shape(tf.nest.flatten(batch)[0], out_type=tf.int64)[axis]
+
+    def pad(t):
+        paddings = [[0, 0]] * len(t.shape)
+        paddings[axis] = [0, size - n]
+        return tf.ensure_shape(tf.pad(t, paddings), [size if i == axis else d
+                                                    for i, d in enumerate(t.shape)])
+    return tf.nest.map_structure(pad, batch), tf.range(size, dtype=tf.int64) < n
 
 
 class Evaluator:
@@ -45,22 +65,51 @@ class Evaluator:
         return results
 
     def batches(self):
+        """(batch, valid) of this rank's pass: each batch padded to the task's one shape
+        (``Task.eval_padding``), ``valid`` (bool, along the padded axis) its real entries."""
         if self._data is None:
-            self._data = self.ctx.capabilities.on_device(self.task.eval_dataset())
-        return read_batches(self._data, lambda: task_lib.locate_bad_record(self.task, "eval"))
+            data = self.task.eval_dataset()
+            if isinstance(data, dali.EvalPass):  # DALI pads the last batch itself
+                self._data = data
+            else:  # on the host, before the batch goes to the device
+                axis, size = self.task.eval_padding()
+                self._data = self.ctx.capabilities.on_device(data.map(do_not_convert(
+                    lambda *b: pad_batch(b[0] if len(b) == 1 else b, axis, size))))
+        data = self._data.padded() if isinstance(self._data, dali.EvalPass) else self._data
+        return read_batches(data, lambda: task_lib.locate_bad_record(self.task, "eval"))
+
+    def step_function(self):
+        """The evaluation step, traced once for the run: ``(batch, valid, state) -> state``,
+        updating the metrics, or ``(batch) -> outputs`` for gathered outputs, whose forward
+        pass alone XLA compiles (post-processing such as NMS has no XLA kernel)."""
+        if self._step is None:
+            task, model, metrics = self.task, self.model(), self.metrics
+            if task.gathers_eval_outputs:
+                forward = tf.function(lambda x: model(x, training=False), jit_compile=self.xla,
+                                      autograph=False)
+                self._step = tf.function(
+                    lambda batch: task.eval_outputs(lambda x, training=False: forward(x), batch),
+                    autograph=False)
+            else:
+                self._step = tf.function(
+                    lambda batch, valid, state: task.eval_update(model, batch, metrics, state,
+                                                                 valid),
+                    jit_compile=self.xla, autograph=False)
+        return self._step
+
+    def _items(self, batch, valid) -> int:
+        """Real items in a padded batch: the batch's share of its real entries."""
+        valid = np.asarray(valid)
+        return self.task.items_in(batch) * int(valid.sum()) // valid.size
 
     def _summed(self) -> tuple[dict, int, float]:
-        task, model, metrics = self.task, self.model(), self.metrics
-        if self._step is None:
-            self._step = tf.function(
-                lambda batch, state: task.eval_update(model, batch, metrics, state),
-                jit_compile=self.xla, autograph=False)
+        task, metrics, step = self.task, self.metrics, self.step_function()
         for m in metrics:
             m.reset_state()
-        start, items, state = time.perf_counter(), 0, task.initial_state(model, "eval")
-        for batch in self.batches():
-            state = self._step(batch, state)
-            items += task.items_in(batch)
+        start, items, state = time.perf_counter(), 0, task.initial_state(self.model(), "eval")
+        for batch, valid in self.batches():
+            state = step(batch, valid, state)
+            items += self._items(batch, valid)
         self.check_inputs("eval")
         seconds = time.perf_counter() - start
         total = self._total_items(items)
@@ -71,18 +120,12 @@ class Evaluator:
         return {**results, f"eval_{task.item_unit}": total}, items, seconds
 
     def _gathered(self) -> tuple[dict, int, float]:
-        task, model = self.task, self.model()
-        if self._step is None:
-            # Only the forward pass goes to XLA: post-processing such as NMS has no XLA kernel.
-            forward = tf.function(lambda x: model(x, training=False), jit_compile=self.xla,
-                                  autograph=False)
-            self._step = tf.function(
-                lambda batch: task.eval_outputs(lambda x, training=False: forward(x), batch),
-                autograph=False)
+        task, step = self.task, self.step_function()
         start, items, outputs = time.perf_counter(), 0, []
-        for batch in self.batches():
-            outputs.append({k: v.numpy() for k, v in self._step(batch).items()})
-            items += task.items_in(batch)
+        for batch, valid in self.batches():
+            real = np.asarray(valid)  # gathered outputs are per row: the padding rows dropped
+            outputs.append({k: v.numpy()[real] for k, v in step(batch).items()})
+            items += self._items(batch, valid)
         seconds = time.perf_counter() - start
         total = self._total_items(items)
         if self.dist.any(not outputs):  # every rank must take part in the gather
@@ -101,8 +144,16 @@ class Evaluator:
         besides its batches (``Task.check_eval_inputs``). A missing, empty or unreadable split
         stops the run now instead of an epoch later."""
         first = next(self.batches(), None)
-        self.task.check_eval_inputs(first)
-        items = 0 if first is None else self.task.items_in(first)
+        if first is None:
+            self.task.check_eval_inputs(None)
+            items = 0
+        else:
+            batch, valid = first
+            axis, _ = self.task.eval_padding()
+            real = np.asarray(valid)  # the batch as the data holds it, without its padding
+            self.task.check_eval_inputs(tf.nest.map_structure(
+                lambda t: tf.boolean_mask(t, real, axis=axis), batch))
+            items = self._items(batch, valid)
         del first
         total = int(self.dist.sum([tf.constant(items, tf.int64)])[0])
         if total == 0:

@@ -7,10 +7,10 @@ Nothing is chained after it: TensorFlow's dataset transformations have CPU kerne
 ``map`` or ``unbatch`` after a GPU-placed DALIDataset would copy each batch to the host and
 back, or fail. What a model does to a batch after DALI happens either in the DALI graph or in
 the compiled step (``Task.train_loss``, ``Task.eval_update``), and an evaluation pass is cut by
-``EvalPass``, which slices the last batch on the device. With no GPU the same pipeline runs on
-the CPU (``device_id=None``), which is how the tests run it. The pipelines themselves
-(``*/dali_pipeline.build_pipeline``) and their placement (``common/data/dali_graph.py``) need no
-TensorFlow.
+``EvalPass``, which marks the last batch's padding rows for the evaluation to weigh zero. With
+no GPU the same pipeline runs on the CPU (``device_id=None``), which is how the tests run it.
+The pipelines themselves (``*/dali_pipeline.build_pipeline``) and their placement
+(``common/data/dali_graph.py``) need no TensorFlow.
 
 ``nvidia.dali`` is imported only when a pipeline is built, so ``--dali`` is the only path that
 needs it.
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from common.data import tfrecord_index
@@ -98,6 +99,19 @@ class EvalPass:
         self._position = 0  # batches of the current pass already read
 
     def __iter__(self) -> Iterator:
+        for batch, real in self._pass():
+            yield batch if real == self.batch_size else tf.nest.map_structure(
+                lambda t, real=real: t[:real], batch)
+
+    def padded(self) -> Iterator:
+        """The pass as the evaluation reads it: (batch, valid), every batch whole, the last
+        one's padding rows (DALI's repeats of the shard's last record) marked False in
+        ``valid`` ((batch_size,) bool, made on the host) instead of sliced off on the device."""
+        for batch, real in self._pass():
+            yield batch, np.arange(self.batch_size) < real
+
+    def _pass(self) -> Iterator:
+        """(batch, rows of it that are the shard's) for one pass."""
         if not self.batches:
             return
         if self._iterator is None:
@@ -110,6 +124,4 @@ class EvalPass:
         for i in range(self.batches):
             batch = next(self._iterator)
             self._position += 1
-            if i == self.batches - 1 and last < self.batch_size:
-                batch = tf.nest.map_structure(lambda t: t[:last], batch)
-            yield batch
+            yield batch, last if i == self.batches - 1 else self.batch_size

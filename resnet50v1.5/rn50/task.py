@@ -146,12 +146,13 @@ class ResNetTask(RecordTask):
         return [keras.metrics.SparseCategoricalAccuracy(name="top1"),
                 keras.metrics.SparseTopKCategoricalAccuracy(k=5, name="top5")]
 
-    def eval_update(self, model, batch, metrics, state=None):
+    def eval_update(self, model, batch, metrics, state=None, valid=None):
         images, labels = batch
-        labels = self.label_check(labels)
+        labels = self.label_check(labels, valid=valid)
         logits = model(images, training=False)
+        weights = None if valid is None else tf.cast(valid, tf.float32)
         for m in metrics:
-            m.update_state(labels, logits)
+            m.update_state(labels, logits, sample_weight=weights)
         return state
 
     # --- data ---------------------------------------------------------------------------

@@ -19,9 +19,16 @@ class PerplexityMetric(keras.metrics.Metric):
         self.weight = self.add_variable(shape=(), initializer="zeros", name="weight",
                                         dtype="float64")
 
-    def update_state(self, nll):
+    def update_state(self, nll, valid=None):
+        """``nll`` (rows, time); ``valid`` (time,) bool: the time steps that count (padding
+        after a short last segment does not)."""
         nll = tf.cast(nll, tf.float64)
-        rows, tokens = tf.cast(tf.shape(nll)[0], tf.float64), tf.cast(tf.size(nll), tf.float64)
+        rows = tf.cast(tf.shape(nll)[0], tf.float64)
+        if valid is None:
+            tokens = tf.cast(tf.size(nll), tf.float64)
+        else:
+            nll = tf.where(valid[None, :], nll, tf.constant(0.0, tf.float64))
+            tokens = rows * tf.reduce_sum(tf.cast(valid, tf.float64))
         total = tf.reduce_sum(nll)
         if self.per_segment:  # (sum / (rows * q)) * (rows / global_rows)
             self.loss_sum.assign_add(total / tokens * rows / self.global_rows)

@@ -221,11 +221,16 @@ class TransformerXLTask(Task):
                 PerplexityMetric("loss", True, self.flags.eval_batch_size, exp=False),
                 PerplexityMetric("ppl_token_weighted", False)]
 
-    def eval_update(self, model, batch, metrics, state=None):
+    def eval_update(self, model, batch, metrics, state=None, valid=None):
         nll, state = self.forward_segment(model, batch, state)
         for m in metrics:
-            m.update_state(nll)
+            m.update_state(nll, valid)
         return state
+
+    def eval_padding(self):
+        """The last segment is shorter in time: segments are padded to --eval_tgt_len (its
+        padded positions come after its real ones, which causal attention keeps unseen)."""
+        return 1, self.flags.eval_tgt_len
 
     # --- data ---------------------------------------------------------------------------
     def steps_per_epoch(self):
