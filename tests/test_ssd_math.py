@@ -1,6 +1,7 @@
 """SSD320's anchors, box coder, matcher, focal loss and NMS against the reference values and
 straightforward numpy versions written here."""
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from ssd import anchors, box_coder, losses, postprocess, targets
@@ -115,9 +116,10 @@ def test_nms_equals_a_brute_force_reference():
 
 
 def test_the_cut_before_nms_keeps_the_detections_of_the_full_nms():
-    """Each image's 1,000 best (anchor, class) scores give the same 100 detections as NMS over
-    all of them (SSD320's 12,804 anchors x 90 classes), on scores spread as an untrained
-    model's and as a trained one's (a few confident objects over a sea of background)."""
+    """Each image's 1,000 best (anchor, class) scores, through the device's NMS, give the same
+    100 detections as TF-OD's NMS kernel (the exports') over all of them (SSD320's 12,804
+    anchors x 90 classes), on scores spread as an untrained model's and as a trained one's
+    (a few confident objects over a sea of background)."""
     rng = np.random.default_rng(0)
     anc = anchors.generate(320)
     a = len(anc)
@@ -128,8 +130,43 @@ def test_the_cut_before_nms_keeps_the_detections_of_the_full_nms():
     for logits in (untrained, trained):
         codes = rng.normal(0, 0.5, (2, a, 4)).astype(np.float32)
         cut = postprocess.detect(logits, codes, anc)
-        full = postprocess.detect(logits, codes, anc, top_k=a * 90)
-        for key in ("num_detections", "classes"):
-            np.testing.assert_array_equal(cut[key].numpy(), full[key].numpy())
-        for key in ("scores", "boxes"):
-            np.testing.assert_allclose(cut[key].numpy(), full[key].numpy(), atol=1e-6)
+        full = postprocess.nms(*postprocess.top_candidates(
+            *postprocess.decode(logits, codes, anc), k=a * 90))
+        _assert_same_detections(cut, full)
+
+
+@pytest.mark.parametrize("max_per_class", [100, 3])
+def test_the_devices_nms_equals_tf_ods_kernel(max_per_class):
+    """greedy_nms (evaluation's, on the device) keeps what combined_non_max_suppression (the
+    exports') keeps, in its order: crowded boxes of few classes, so that NMS suppresses, and
+    with a per-class cap that binds."""
+    rng = np.random.default_rng(5)
+    b, k, c = 3, 400, 4
+    centre = rng.uniform(0.3, 0.7, (b, k, 2))
+    size = rng.uniform(0.05, 0.3, (b, k, 2))
+    boxes = np.concatenate([centre - size / 2, centre + size / 2], -1).clip(0, 1).astype(
+        np.float32)
+    scores = rng.uniform(0, 1, (b, k)).astype(np.float32)
+    scores[:, :20] = 0.0  # below the score threshold
+    classes = rng.integers(0, c, (b, k)).astype(np.int64)
+    device = postprocess.greedy_nms(tf.constant(boxes), tf.constant(scores),
+                                    tf.constant(classes), c, max_per_class, 30)
+    kernel = postprocess.nms(tf.constant(boxes), tf.one_hot(classes, c) * scores[..., None],
+                             max_per_class, 30)
+    _assert_same_detections(device, kernel)
+    assert (device["num_detections"].numpy() == min(30, c * max_per_class)).all()
+
+
+def _assert_same_detections(a, b):
+    """The same detections in each image, in the same order of score; detections of equal
+    score (a trained model's certain ones) may come in either order: COCO's evaluation sorts
+    them by score alone."""
+    np.testing.assert_array_equal(a["num_detections"].numpy(), b["num_detections"].numpy())
+    for i, n in enumerate(a["num_detections"].numpy()):
+        def rows(d):
+            return sorted(zip(np.round(d["scores"][i, :n].numpy(), 6) * -1,
+                              d["classes"][i, :n].numpy(),
+                              map(tuple, np.round(d["boxes"][i, :n].numpy(), 5))))
+        assert rows(a) == rows(b)
+        np.testing.assert_allclose(a["scores"][i, :n].numpy(), b["scores"][i, :n].numpy(),
+                                   atol=1e-6)  # in the same order of score
