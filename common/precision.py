@@ -10,6 +10,11 @@ honoured here and nowhere else:
   override it and is refused.
 * ``TF_XLA_FLAGS`` is left to TensorFlow (auto-clustering, dumps); ``--xla`` additionally compiles
   the train and eval steps with ``jit_compile=True``.
+* ``TF_USE_CUDNN_BATCHNORM_SPATIAL_PERSISTENT=1`` is set for float16 on a GPU, as NVIDIA's
+  TensorFlow ResNet-50 runner sets it: without it TensorFlow's fused batch norm transposes every
+  float16 NHWC activation to NCHW and back (cuDNN computes NHWC float16 in place only in its
+  persistent mode), and Grappler does not fuse batch norm with the ReLU (and the residual
+  addition) after it. A value the user set wins (``0`` turns it off); nothing is set on a CPU.
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ from common.errors import UsageError
 AMP_ENV = "TF_ENABLE_AUTO_MIXED_PRECISION"
 TF32_ENV = "NVIDIA_TF32_OVERRIDE"
 XLA_ENV = "TF_XLA_FLAGS"
+CUDNN_BN_ENV = "TF_USE_CUDNN_BATCHNORM_SPATIAL_PERSISTENT"
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -40,6 +46,7 @@ class Precision:
     xla: bool
     xla_env_flags: str
     sources: Mapping[str, str]  # setting -> where its value came from
+    cudnn_bn_persistent: bool = False  # CUDNN_BN_ENV is 1 for this run (set here or by the user)
 
     @property
     def policy(self) -> str:
@@ -53,6 +60,7 @@ class Precision:
             "tf32": self.tf32,
             "xla": self.xla,
             XLA_ENV: self.xla_env_flags or "<unset>",
+            CUDNN_BN_ENV: int(self.cudnn_bn_persistent),
             **{f"{k}_source": v for k, v in self.sources.items()},
         }
 
@@ -131,11 +139,23 @@ def resolve(
         sources["tf32"] = "default"
 
     sources["xla"] = "flag --xla" if xla else "default"
-    return Precision(amp, compute_dtype, loss_scale, tf32, xla, environ.get(XLA_ENV, ""), sources)
+    env_bn = _env_bool(environ, CUDNN_BN_ENV)
+    if env_bn is not None:
+        bn_persistent = env_bn
+        sources["cudnn_bn_persistent"] = f"env {CUDNN_BN_ENV}={environ[CUDNN_BN_ENV]}"
+    else:
+        bn_persistent = has_gpu and compute_dtype == "float16"
+        sources["cudnn_bn_persistent"] = ("set: float16 on a GPU" if bn_persistent else
+                                          "default (float16 on a GPU only)")
+    return Precision(amp, compute_dtype, loss_scale, tf32, xla, environ.get(XLA_ENV, ""), sources,
+                     bn_persistent)
 
 
-def apply(precision: Precision) -> None:
-    """Sets the process-wide state. Call once, before any model is built."""
+def apply(precision: Precision, environ=os.environ) -> None:
+    """Sets the process-wide state. Call once, before any model is built (TensorFlow reads
+    ``CUDNN_BN_ENV`` when it first runs or optimises a batch norm)."""
+    if precision.cudnn_bn_persistent and CUDNN_BN_ENV not in environ:
+        environ[CUDNN_BN_ENV] = "1"
     keras.mixed_precision.set_dtype_policy(precision.policy)
     tf.config.experimental.enable_tensor_float_32_execution(precision.tf32)
     # AMP is done by the Keras policy; Grappler's rewrite would convert the graph a second time.

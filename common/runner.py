@@ -145,7 +145,8 @@ def _say_settings(trainer: Trainer, adopted) -> None:
         f"precision: policy {prec.policy} (amp: {prec.sources['amp']}), loss scale "
         f"{prec.loss_scale or 'none'}, tf32 {'on' if prec.tf32 else 'off'} "
         f"({prec.sources['tf32']}), xla {'on' if prec.xla else 'off'}"
-        + (f", {precision.XLA_ENV}={prec.xla_env_flags}" if prec.xla_env_flags else ""))
+        + (f", {precision.XLA_ENV}={prec.xla_env_flags}" if prec.xla_env_flags else "")
+        + (f", {precision.CUDNN_BN_ENV}=1" if prec.cudnn_bn_persistent else ""))
     # TensorFlow's own start-up lines about CUDA are not shown (common/runtime/quiet_start.py):
     # this line says what the process computes on.
     logger.print(f"device: {machine.describe(dist.devices)}")
