@@ -114,12 +114,17 @@ class Task(abc.ABC):
         stream of ``model`` starts from."""
         return None
 
+    # Whether ``prepare_train_batch`` runs inside the forward pass's function, which --xla
+    # compiles (SSD320's anchor matching fused with the rest); False where it needs an op XLA
+    # has no kernel for (mixup's gamma draws): then it runs in the step before that function.
+    prepare_compiles = True
+
     def prepare_train_batch(self, batch):
         """A training micro-batch as ``train_loss`` takes it, made inside the step on the
         device the batch is on (the GPU, for DALI's): one-hot targets, mixup, box targets.
         Nothing is chained after a GPU-placed DALI dataset (``common/data/dali.py``), so this is
-        where such work goes. Runs outside XLA (random draws such as mixup's gamma have no XLA
-        kernel); the default hands the batch on."""
+        where such work goes (compiled with the forward pass unless ``prepare_compiles`` is
+        False); the default hands the batch on."""
         return batch
 
     @abc.abstractmethod

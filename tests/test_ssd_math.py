@@ -162,11 +162,11 @@ def _assert_same_detections(a, b):
     score (a trained model's certain ones) may come in either order: COCO's evaluation sorts
     them by score alone."""
     np.testing.assert_array_equal(a["num_detections"].numpy(), b["num_detections"].numpy())
+    def rows(d, i, n):
+        return sorted(zip(np.round(d["scores"][i, :n].numpy(), 6) * -1,
+                          d["classes"][i, :n].numpy(),
+                          map(tuple, np.round(d["boxes"][i, :n].numpy(), 5))))
     for i, n in enumerate(a["num_detections"].numpy()):
-        def rows(d):
-            return sorted(zip(np.round(d["scores"][i, :n].numpy(), 6) * -1,
-                              d["classes"][i, :n].numpy(),
-                              map(tuple, np.round(d["boxes"][i, :n].numpy(), 5))))
-        assert rows(a) == rows(b)
+        assert rows(a, i, n) == rows(b, i, n)
         np.testing.assert_allclose(a["scores"][i, :n].numpy(), b["scores"][i, :n].numpy(),
                                    atol=1e-6)  # in the same order of score

@@ -1,10 +1,11 @@
 """The one compiled training step of every model.
 
-In this order: each micro-batch made ready where it is (``Task.prepare_train_batch``) ->
-forward -> loss (float32) -> loss scale (float16 only) -> gradients, averaged over the step's
-``--batch_chunk`` micro-batches -> allreduce across ranks -> the update: one finiteness
-decision, unscale, skip if not finite, clip, apply (the Keras ``LossScaleOptimizer`` and the
-optimizer's own clipping), count a skipped step, step += 1. A stateful task's state
+In this order: each micro-batch made ready where it is (``Task.prepare_train_batch``, in the
+forward pass's function unless ``Task.prepare_compiles`` is False) -> forward -> loss (float32)
+-> loss scale (float16 only) -> gradients, averaged over the step's ``--batch_chunk``
+micro-batches -> allreduce across ranks -> the update: one finiteness decision, unscale, skip if
+not finite, clip, apply (the Keras ``LossScaleOptimizer`` and the optimizer's own clipping),
+count a skipped step, step += 1. A stateful task's state
 (Transformer-XL's memory) goes into each micro-batch's forward pass and its next value comes
 out of the step.
 
@@ -37,6 +38,8 @@ def build(task, model: keras.Model, optimizer, guard, global_step: tf.Variable, 
         each micro-batch's next state."""
         total, acc, new_states = 0.0, None, []
         for batch, state in zip(micro_batches, states):  # unrolled: k is fixed for the run
+            if task.prepare_compiles:
+                batch = task.prepare_train_batch(batch)
             with tf.GradientTape() as tape:
                 loss, state = task.train_loss(model, batch, state)
                 regularization = task.regularization(model)
@@ -96,7 +99,8 @@ def build(task, model: keras.Model, optimizer, guard, global_step: tf.Variable, 
     # of it cost every process seconds of CPU at its first trace (docs/performance/startup.md).
     @tf.function(autograph=False)
     def step(micro_batches, states):
-        micro_batches = tuple(task.prepare_train_batch(b) for b in micro_batches)
+        if not task.prepare_compiles:
+            micro_batches = tuple(task.prepare_train_batch(b) for b in micro_batches)
         loss, grads, states = gradients_c(micro_batches, states)
         grads = dist.allreduce_gradients(grads, fp16_compression=fp16_allreduce)
         # Every rank decides alike: these are the allreduced gradients.

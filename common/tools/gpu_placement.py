@@ -169,8 +169,9 @@ def findings(concrete) -> list[Finding]:
             if not compiled and not _must_compile(op) and not _dead(op, outputs):
                 out.extend(_check_op(op, name))
 
-    walk(concrete.graph, concrete.name if isinstance(concrete.name, str)
-         else concrete.name.decode(), False)
+    attrs = concrete.function_def.attr
+    walk(concrete.graph, concrete.function_def.signature.name,
+         "_XlaMustCompile" in attrs and attrs["_XlaMustCompile"].b)
     return out
 
 

@@ -90,6 +90,7 @@ class ResNetTask(RecordTask):
         # Labels are checked where the batch is (DALI leaves it on the GPU): 1-based, as the
         # records hold them and the tf.data pipeline's own check names them.
         self.label_check = DeviceRangeCheck("label", 1, f.num_classes, shift=1)
+        self.prepare_compiles = not f.mixup  # XLA has no kernel for mixup's gamma draws
         # How evaluation prepares an image (--eval_preprocessing, or the checkpoint's record of
         # it), parsed once at the run's image size and handed to the pipelines, predict and
         # the exports: a crop that does not fit is refused now, before any checkpoint.
@@ -143,7 +144,9 @@ class ResNetTask(RecordTask):
         return l2_regularization(self.flags.weight_decay, decayed_kernels(model))
 
     def eval_metrics(self):
-        return [keras.metrics.SparseCategoricalAccuracy(name="top1"),
+        # top-1 by TensorFlow's argmax: Keras' compares the logits' bits as int32 (for -0.0),
+        # which a GPU does on its host (common/tools/gpu_placement.py)
+        return [keras.metrics.MeanMetricWrapper(_top1, name="top1"),
                 keras.metrics.SparseTopKCategoricalAccuracy(k=5, name="top5")]
 
     def eval_update(self, model, batch, metrics, state=None, valid=None):
@@ -180,3 +183,8 @@ class ResNetTask(RecordTask):
         return Repeated((images, labels))
 
     # --- inference ----------------------------------------------------------------------
+
+
+def _top1(labels, logits):
+    """1.0 where the highest logit is the label's (the first of equal ones), else 0.0."""
+    return tf.cast(tf.equal(tf.argmax(logits, axis=-1), tf.cast(labels, tf.int64)), tf.float32)

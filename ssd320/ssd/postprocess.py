@@ -111,9 +111,9 @@ def greedy_nms(boxes, scores, classes, num_classes: int, max_per_class: int = MA
     on = tf.cast(kept, tf.float32)
     return {"boxes": tf.gather(boxes, chosen, batch_dims=1) * on[..., None],
             "scores": tf.gather(scores, chosen, batch_dims=1) * on,
-            "classes": tf.cast(tf.gather(classes, chosen, batch_dims=1) * tf.cast(kept, tf.int64),
-                               tf.int32) + 1,
-            "num_detections": tf.reduce_sum(tf.cast(kept, tf.int32), axis=1)}
+            # int64, not the kernel's int32: a GPU's int32 kernels run on its host
+            "classes": tf.gather(classes, chosen, batch_dims=1) * tf.cast(kept, tf.int64) + 1,
+            "num_detections": tf.reduce_sum(tf.cast(kept, tf.int64), axis=1)}
 
 
 def detect(cls_logits, box_codes, anchors, max_per_class: int = MAX_PER_CLASS,
