@@ -7,6 +7,8 @@ the GPU), under FP32 and AMP (float16, bfloat16), with and without --xla. An op 
 kernel, or a batch-sized tensor through a host-memory argument, is a copy to the host that
 waits for the GPU at every step; on commit 5c56af5 this found the finiteness check's int32
 argmin, the int32 label and class range checks and SSD320's int32 anchor matching."""
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -171,3 +173,28 @@ def test_the_mixup_draws_stay_out_of_the_compiled_pass(tmp_path, digits_records)
     step = trainer.build_step()
     loss, _ = step((next(iter(trainer.task.train_dataset())),), trainer.initial_train_states())
     assert np.isfinite(float(loss))
+
+
+@pytest.mark.parametrize("gpu, user, want", [(True, None, "1"), (False, None, None),
+                                             (True, "0", "0")])
+def test_a_float16_gpu_run_sets_cudnn_persistent_batch_norm(gpu, user, want, tmp_path,
+                                                            monkeypatch, digits_records):
+    """TF_USE_CUDNN_BATCHNORM_SPATIAL_PERSISTENT=1 for --amp (float16) on the stand-in GPU,
+    nothing on the CPU, and a value the user set is left as it is; the log says which."""
+    from common import precision
+    from rn50.task import ResNetTask
+    if user is None:
+        monkeypatch.delenv(precision.CUDNN_BN_ENV, raising=False)
+    else:
+        monkeypatch.setenv(precision.CUDNN_BN_ENV, user)
+    args = [*TINY, "--data_dir", digits_records, "--amp"]
+    with devices.standing_in(STAND_IN if gpu else devices.CPU_ONLY):
+        if gpu:
+            trainer = _gpu_process(ResNetTask, args, tmp_path, monkeypatch)
+        else:
+            trainer = runner.setup(ResNetTask, ["main.py", *args, "--results_dir",
+                                                str(tmp_path)])
+            trainer.log.close()
+    assert os.environ.get(precision.CUDNN_BN_ENV) == want
+    assert trainer.ctx.precision.compute_dtype == ("float16" if gpu else "bfloat16")
+    assert trainer.ctx.precision.describe()[precision.CUDNN_BN_ENV] == int(want == "1")

@@ -252,3 +252,30 @@ def test_float16_overflows_while_the_scale_finds_its_level_are_not_bad_steps(tmp
     with pytest.raises(Exception, match="not finite for 2 consecutive steps since step 2"):
         runner.run(LinearTask, [*args, "--results_dir", str(tmp_path / "b"), "--display_every",
                                 "1"])
+
+
+@pytest.mark.parametrize("update_compiled", [False, True], ids=["one-graph", "compiled"])
+def test_the_first_variable_with_a_nan_gradient_is_named(update_compiled, tmp_path,
+                                                         monkeypatch):
+    """The decision and the first bad variable come out of the update, compiled by XLA as a
+    GPU compiles it or in the step's one graph: a NaN in the bias's gradient alone (the
+    second variable) is named in the one-line error."""
+    from common.runtime import devices
+    from common.runtime.devices import Capabilities
+    monkeypatch.setattr(Capabilities, "update_compiled", property(lambda self: update_compiled))
+    real, calls = LinearTask.train_loss, _step_counter()
+
+    def nan_in_the_bias(self, model, batch, state=None):
+        loss, state = real(self, model, batch, state)
+        calls.assign_add(1)
+        bias = model.trainable_variables[1]
+        return loss + tf.reduce_sum(bias * tf.where(calls >= 2, float("nan"), 0.0)), state
+
+    monkeypatch.setattr(LinearTask, "train_loss", nan_in_the_bias)
+    with pytest.raises(Exception) as e:
+        runner.run(LinearTask, ["x", "--results_dir", str(tmp_path), "--num_iter", "6",
+                                "--max_bad_steps", "2", "--display_every", "1"])
+    kernel, bias = LinearTask.last_model.trainable_variables
+    assert f"since step 2 (first: {bias.path})" in str(e.value), str(e.value)
+    assert devices.current().update_compiled is update_compiled
+    assert np.isfinite(kernel.numpy()).all() and np.isfinite(bias.numpy()).all()

@@ -106,3 +106,19 @@ def test_bfloat16_and_float32_keep_the_plain_optimizer():
     sgd = keras.optimizers.SGD(1.0)
     assert precision.wrap_optimizer(sgd, resolve(amp=True)) is sgd
     assert precision.wrap_optimizer(sgd, resolve()) is sgd
+
+
+def test_cudnn_persistent_batch_norm_is_float16_on_a_gpu_and_the_users_value_wins():
+    env = precision.CUDNN_BN_ENV
+    assert resolve(amp=True, has_gpu=True).cudnn_bn_persistent  # float16: set
+    assert not resolve(amp=True).cudnn_bn_persistent  # a CPU: bfloat16, nothing set
+    assert not resolve(amp=True, amp_dtype="bfloat16", has_gpu=True).cudnn_bn_persistent
+    assert not resolve(has_gpu=True).cudnn_bn_persistent  # FP32
+    off = resolve({env: "0"}, amp=True, has_gpu=True)
+    assert not off.cudnn_bn_persistent and off.sources["cudnn_bn_persistent"] == f"env {env}=0"
+    environ = {}
+    precision.apply(resolve(amp=True, has_gpu=True), environ)
+    assert environ == {env: "1"}
+    environ = {env: "0"}
+    precision.apply(resolve(environ, amp=True, has_gpu=True), environ)
+    assert environ == {env: "0"}
