@@ -144,6 +144,9 @@ class Task(abc.ABC):
     # trainer gathers them from every rank in order, and rank 0 calls ``summarize`` once on the
     # whole split.
     gathers_eval_outputs = False
+    # (axis, flag): every evaluation batch is padded along ``axis`` to the flag's value (the
+    # last one is shorter), so that the evaluation step has one shape: a batch's rows.
+    eval_padding = (0, "batch_size")
 
     # Under AMP, whether the runs that only infer (evaluate, predict, inference_benchmark) may run
     # ``precision.compute_dtype_copy`` of the model: its 16-bit layers' weights stored in the
@@ -168,14 +171,10 @@ class Task(abc.ABC):
     def eval_update(self, model: keras.Model, batch, metrics: Sequence[keras.metrics.Metric],
                     state=None, valid=None):
         """Updates ``metrics`` with one evaluation batch (inside a ``tf.function``), weighing
-        only its ``valid`` entries (bool along ``eval_padding``'s axis; the padding of the
-        last batch is not); returns the next batch's state."""
+        only its ``valid`` entries (bool along ``eval_padding``'s axis: the last batch's
+        padding is not); returns the next batch's state."""
         raise NotImplementedError(f"{self.name} has no evaluation")
 
-    def eval_padding(self) -> tuple[int, int]:
-        """(axis, size): every evaluation batch is padded to ``size`` along ``axis`` (the last
-        one is shorter), so that the evaluation step has one shape: a batch's rows."""
-        return 0, self.flags.batch_size
 
     # --- data ---------------------------------------------------------------------------
     @abc.abstractmethod

@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import TINY
+from conftest import OWN_HANDLING, TINY
 
 from common import runner
 from common.core import train_step
@@ -25,6 +25,11 @@ from common.tools import gpu_placement
 STAND_IN = Devices(0, "stand-in GPU", 1)
 PRECISIONS = {"fp32": [], "fp16": ["--amp", "--amp_dtype", "float16"],
               "bf16": ["--amp", "--amp_dtype", "bfloat16"]}
+# float16 in both suites (each stack's TensorFlow has its own kernel table); FP32 and bfloat16,
+# which differ from it in the layers' dtypes only, in the pip suite's
+_OTHER_PRECISIONS = pytest.mark.one_stack(
+    "pip", "the kernel tables of both stacks are read with float16 AMP's steps; FP32's and "
+           "bfloat16's differ from them in the layers' dtypes only")
 
 
 def _problems(fn, *args) -> list[str]:
@@ -113,10 +118,15 @@ def _models(digits_records, shapes_records, corpus):
     }
 
 
-@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("precision", [pytest.param("fp32", marks=_OTHER_PRECISIONS), "fp16",
+                                       pytest.param("bf16", marks=_OTHER_PRECISIONS)])
 @pytest.mark.parametrize("model", ["resnet50v1.5", "ssd320", "transformerxl"])
 def test_no_step_of_a_gpu_run_computes_on_its_host(model, precision, tmp_path, monkeypatch,
                                                     digits_records, shapes_records, corpus):
+    """Every step of each precision, with and without --xla. In float16, also: the step's own
+    graph calls the forward and backward pass and the compiled update,
+    and computes nothing itself (no per-variable reduction of the finiteness check, 161 sums
+    for SSD320; no batch preparation outside the function --xla compiles)."""
     task_cls, args = _models(digits_records, shapes_records, corpus)[model]
     with devices.standing_in(STAND_IN):
         trainer = _gpu_process(task_cls, [*TINY, "--dali", *args, *PRECISIONS[precision]],
@@ -128,8 +138,8 @@ def test_no_step_of_a_gpu_run_computes_on_its_host(model, precision, tmp_path, m
             step = train_step.build(trainer.task, trainer.model, trainer.optimizer,
                                     trainer.guard, trainer.global_step, trainer.dist, xla,
                                     False, True)
-            problems[f"train, xla {xla}"] = _problems(step, batch,
-                                                      trainer.initial_train_states())
+            concrete = step.get_concrete_function(batch, trainer.initial_train_states())
+            problems[f"train, xla {xla}"] = [str(f) for f in gpu_placement.findings(concrete)]
             evaluator = Evaluator(trainer.task, trainer.ctx, trainer.inference_model,
                                   lambda split: None)
             evaluator.xla = xla
@@ -138,27 +148,14 @@ def test_no_step_of_a_gpu_run_computes_on_its_host(model, precision, tmp_path, m
             args = (specs[0],) if trainer.task.gathers_eval_outputs else (
                 *specs, trainer.task.initial_state(evaluator.model(), "eval"))
             problems[f"eval, xla {xla}"] = _problems(fn, *args)
+            if precision == "fp16" and not xla:
+                ops = [op.type for op in concrete.graph.get_operations()]
+                assert ops.count("StatefulPartitionedCall") == 2  # the pass, the update
+                assert set(ops) <= {"StatefulPartitionedCall", "Placeholder", "Identity",
+                                    "NoOp"}, sorted(set(ops))
+                assert len(trainer.model.trainable_variables) > 20
+                assert step.update._jit_compile
     assert problems == {k: [] for k in problems}
-
-
-@pytest.mark.parametrize("model", ["resnet50v1.5", "ssd320", "transformerxl"])
-def test_the_steps_outer_graph_is_two_calls(model, tmp_path, monkeypatch, digits_records,
-                                            shapes_records, corpus):
-    """On a GPU the step's own graph calls the forward and backward pass and the compiled
-    update, and computes nothing itself: no per-variable reduction of the finiteness check
-    (161 sums for SSD320), no batch preparation outside the function --xla compiles."""
-    task_cls, args = _models(digits_records, shapes_records, corpus)[model]
-    with devices.standing_in(STAND_IN):
-        trainer = _gpu_process(task_cls, [*TINY, "--dali", *args], tmp_path, monkeypatch)
-        step = trainer.build_step()
-        concrete = step.get_concrete_function((_dali_specs(trainer.task.train_dataset()),),
-                                              trainer.initial_train_states())
-    ops = [op.type for op in concrete.graph.get_operations()]
-    assert ops.count("StatefulPartitionedCall") == 2  # gradients, then the compiled update
-    assert set(ops) <= {"StatefulPartitionedCall", "Placeholder", "Identity", "NoOp"}, \
-        sorted(set(ops))
-    assert len(trainer.model.trainable_variables) > 20
-    assert step.update._jit_compile
 
 
 def test_the_mixup_draws_stay_out_of_the_compiled_pass(tmp_path, digits_records):
@@ -175,6 +172,7 @@ def test_the_mixup_draws_stay_out_of_the_compiled_pass(tmp_path, digits_records)
     assert np.isfinite(float(loss))
 
 
+@OWN_HANDLING
 @pytest.mark.parametrize("gpu, user, want", [(True, None, "1"), (False, None, None),
                                              (True, "0", "0")])
 def test_a_float16_gpu_run_sets_cudnn_persistent_batch_norm(gpu, user, want, tmp_path,

@@ -99,12 +99,14 @@ def _nms_reference(boxes, scores, iou_thr, max_per_class, max_total, score_thr):
     return kept[:max_total]
 
 
-def test_nms_equals_a_brute_force_reference():
+@pytest.mark.parametrize("on_device", [False, True], ids=["kernel", "device"])
+def test_nms_equals_a_brute_force_reference(on_device):
     rng = np.random.default_rng(2)
     anc = anchors.generate(64)  # 6 * (8*8 + 4*4 + 2*2 + 1 + 1) = 516 anchors
     logits = rng.normal(-2, 2, (1, len(anc), 4)).astype(np.float32)
     codes = rng.normal(0, 1, (1, len(anc), 4)).astype(np.float32)
-    out = postprocess.detect(logits, codes, anc, max_per_class=20, max_total=30)
+    out = postprocess.detect(logits, codes, anc, max_per_class=20, max_total=30,
+                             on_device=on_device)
     boxes = np.clip(box_coder.decode(codes[0], anc).numpy(), 0, 1)
     scores = 1 / (1 + np.exp(-logits[0, :, 1:].astype(np.float64)))
     ref = _nms_reference(boxes, scores, 0.6, 20, 30, 1e-8)
@@ -129,7 +131,7 @@ def test_the_cut_before_nms_keeps_the_detections_of_the_full_nms():
     trained[:, objects, rng.integers(1, 91, 40)] = 6.0
     for logits in (untrained, trained):
         codes = rng.normal(0, 0.5, (2, a, 4)).astype(np.float32)
-        cut = postprocess.detect(logits, codes, anc)
+        cut = postprocess.detect(logits, codes, anc, on_device=True)
         full = postprocess.nms(*postprocess.top_candidates(
             *postprocess.decode(logits, codes, anc), k=a * 90))
         _assert_same_detections(cut, full)

@@ -4,7 +4,7 @@ that read images; a computation XLA cannot compile fails the run instead of fall
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import TINY, step_losses
+from conftest import OWN_HANDLING, TINY, step_losses
 
 from common import runner
 from common.runtime import dllogger
@@ -46,6 +46,7 @@ def test_xla_trains_and_evaluates_every_model(model, tmp_path, digits_records, s
         np.testing.assert_allclose(xla, plain, rtol=2e-5)
 
 
+@OWN_HANDLING
 @pytest.mark.parametrize("model", ["resnet50v1.5", "ssd320", "transformerxl"])
 def test_xla_evaluation_is_one_program_and_scores_as_the_unpadded_batches(
         model, tmp_path, digits_records, shapes_records, corpus):

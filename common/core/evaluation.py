@@ -72,7 +72,8 @@ class Evaluator:
             if isinstance(data, dali.EvalPass):  # DALI pads the last batch itself
                 self._data = data
             else:  # on the host, before the batch goes to the device
-                axis, size = self.task.eval_padding()
+                axis, flag = self.task.eval_padding
+                size = getattr(self.task.flags, flag)
                 self._data = self.ctx.capabilities.on_device(data.map(do_not_convert(
                     lambda *b: pad_batch(b[0] if len(b) == 1 else b, axis, size))))
         data = self._data.padded() if isinstance(self._data, dali.EvalPass) else self._data
@@ -149,7 +150,7 @@ class Evaluator:
             items = 0
         else:
             batch, valid = first
-            axis, _ = self.task.eval_padding()
+            axis, _ = self.task.eval_padding
             real = np.asarray(valid)  # the batch as the data holds it, without its padding
             self.task.check_eval_inputs(tf.nest.map_structure(
                 lambda t: tf.boolean_mask(t, real, axis=axis), batch))

@@ -117,11 +117,15 @@ def greedy_nms(boxes, scores, classes, num_classes: int, max_per_class: int = MA
 
 
 def detect(cls_logits, box_codes, anchors, max_per_class: int = MAX_PER_CLASS,
-           max_total: int = MAX_TOTAL, top_k: int = PRE_NMS_TOP_K):
-    """The post-NMS detections of the heads' outputs (``greedy_nms`` of ``decode``'s best
-    ``top_k`` candidates), computed where the model runs: what evaluation scores. The
-    exports run ``nms`` (TF-OD's kernel, which ONNX and TensorRT convert); a test holds the
-    two equal."""
+           max_total: int = MAX_TOTAL, top_k: int = PRE_NMS_TOP_K, on_device: bool = False):
+    """The post-NMS detections of the heads' outputs: ``nms`` of ``decode``'s best ``top_k``
+    candidates, TF-OD's kernel, as the exports run it (ONNX and TensorRT convert it), or with
+    ``on_device`` ``greedy_nms``, computed where the model runs: what evaluation scores. A
+    test holds the two equal; where scores tie exactly (an untrained model's, or sigmoids
+    rounded to 1.0), either may keep another of the tied boxes, so ``predict`` keeps the
+    kernel, whose detections the exports serve."""
     boxes, scores = decode(cls_logits, box_codes, anchors)
+    if not on_device:
+        return nms(*top_candidates(boxes, scores, top_k), max_per_class, max_total)
     return greedy_nms(*_candidates(boxes, scores, top_k), scores.shape[2], max_per_class,
                       max_total)

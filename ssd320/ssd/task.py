@@ -177,13 +177,17 @@ class SSDTask(RecordTask):
     def regularization(self, model):
         return l2_regularization(self.flags.weight_decay, decayed_kernels(model))
 
-    def detect(self, model, images):
+    def detect(self, model, images, on_device: bool = False):
+        """The detections (``postprocess.detect``): the exports' NMS kernel, or with
+        ``on_device`` the evaluation's NMS, which a GPU runs itself."""
         out = model(images, training=False)
-        return postprocess.detect(out["cls_logits"], out["box_codes"], tf.constant(self.anchors))
+        return postprocess.detect(out["cls_logits"], out["box_codes"], tf.constant(self.anchors),
+                                  on_device=on_device)
 
     def eval_outputs(self, model, batch):
-        return {**self.detect(model, batch["images"]), "image_id": batch["image_id"],
-                "height": batch["height"], "width": batch["width"]}
+        return {**self.detect(model, batch["images"], on_device=True),
+                "image_id": batch["image_id"], "height": batch["height"],
+                "width": batch["width"]}
 
     def summarize(self, outputs):
         return coco_eval.evaluate(self._ground_truth(), coco_eval.to_coco(outputs),
@@ -217,9 +221,10 @@ class SSDTask(RecordTask):
     def synthetic_dataset(self):
         f, a = self.flags, len(self.anchors)
         batch = {"images": tf.random.normal((f.batch_size, f.image_size, f.image_size, 3)),
-                 "cls": tf.where(tf.random.uniform((f.batch_size, a)) < 0.01,
-                                 tf.random.uniform((f.batch_size, a), 1, f.num_classes + 1,
-                                                   tf.int64), tf.constant(0, tf.int64)),
+                 "cls": tf.cast(tf.where(tf.random.uniform((f.batch_size, a)) < 0.01,
+                                         tf.random.uniform((f.batch_size, a), 1,
+                                                           f.num_classes + 1, tf.int32), 0),
+                                tf.int64),
                  "box": tf.random.normal((f.batch_size, a, 4)),
                  "image_id": tf.range(f.batch_size, dtype=tf.int64),
                  "height": tf.fill([f.batch_size], tf.constant(f.image_size, tf.int64)),

@@ -36,6 +36,9 @@ from txl.serving import TXLServing
 
 class TransformerXLTask(Task):
     name = "transformerxl"
+    # The last segment is shorter in time: segments are padded to --eval_tgt_len, the padded
+    # positions after the real ones, which causal attention keeps unseen.
+    eval_padding = (1, "eval_tgt_len")
     serving_class = TXLServing
     item_unit = "tokens"
     headline_metric = "ppl"
@@ -226,11 +229,6 @@ class TransformerXLTask(Task):
         for m in metrics:
             m.update_state(nll, valid)
         return state
-
-    def eval_padding(self):
-        """The last segment is shorter in time: segments are padded to --eval_tgt_len (its
-        padded positions come after its real ones, which causal attention keeps unseen)."""
-        return 1, self.flags.eval_tgt_len
 
     # --- data ---------------------------------------------------------------------------
     def steps_per_epoch(self):
