@@ -248,7 +248,10 @@ def test_the_time_limit_warning_stops_requeues_and_resumes_as_one_run(slurm, tmp
         np.testing.assert_allclose(a[k], b[k], rtol=1e-5, atol=1e-6, err_msg=k)
 
 
+# The same stop, checkpoint and requeue as the time limit's (the test before, in the suite),
+# started by a preemption's SIGTERM instead of the limit's warning: `make test-slow`.
 @CLUSTER_ONLY
+@pytest.mark.slow
 def test_a_preempted_job_stops_with_a_checkpoint_and_comes_back_to_resume(slurm, tmp_path):
     """A job of the cluster's urgent partition (PriorityTier 2) takes the node: Slurm sends
     SIGTERM to the steps (GraceTime 60 s), the ranks stop with a checkpoint, and the job, which
