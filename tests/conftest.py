@@ -84,6 +84,22 @@ def learning_runs(request, tmp_path):
     return where
 
 
+@pytest.fixture(autouse=True)
+def _process_state_restored():
+    """Each test leaves the process as it found it: the Keras dtype policy, TF32, Grappler's AMP
+    rewrite and the random states that ``runner.setup`` sets for the whole process (tests that
+    set up a trainer in this process would otherwise hand, say, a float16 policy to the next
+    test of their worker, whichever it is)."""
+    if "keras" not in sys.modules:
+        yield
+        if "keras" in sys.modules:  # the test imported it: its default policy is float32
+            sys.modules["keras"].mixed_precision.set_dtype_policy("float32")
+        return
+    from common import runner
+    with runner.process_state_restored():
+        yield
+
+
 @contextlib.contextmanager
 def dtype_policy(name: str):
     """Keras' global dtype policy set to ``name`` inside the block, float32 again after it."""
