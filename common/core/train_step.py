@@ -5,9 +5,8 @@ forward pass's function unless ``Task.prepare_compiles`` is False) -> forward ->
 -> loss scale (float16 only) -> gradients, averaged over the step's ``--batch_chunk``
 micro-batches -> allreduce across ranks -> the update: one finiteness decision, unscale, skip if
 not finite, clip, apply (the Keras ``LossScaleOptimizer`` and the optimizer's own clipping),
-count a skipped step, step += 1. A stateful task's state
-(Transformer-XL's memory) goes into each micro-batch's forward pass and its next value comes
-out of the step.
+count a skipped step, step += 1. A stateful task's state (Transformer-XL's memory) goes into
+each micro-batch's forward pass and its next value comes out of the step.
 
 With ``--xla`` the forward and backward pass and the update are compiled apart with
 ``jit_compile``: Horovod's allreduce sits between them (its ops have no XLA kernels on a CPU
