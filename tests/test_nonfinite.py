@@ -122,6 +122,10 @@ def test_consecutive_non_finite_steps_stop_the_run_and_name_the_variable(
     assert "/kernel), and none of them was applied; stopped without saving" in err
 
 
+# A resume in another precision is test_checkpoint_faults' in the suite (ResNet-50, there and
+# back), the guard's verdicts this file's; the reported SSD320 case itself, three SSD processes:
+# `make test-slow` (the suite's time budget).
+@pytest.mark.slow
 def test_ssd_at_64_pixels_trains_under_amp_as_under_fp32(tmp_path):
     """The reported case: SSD's tiny trunk at --image_size 64, 4 steps in FP32, then resumed for
     4 more under --amp (bfloat16). It used to exit 0 with fpn_p7's kernel near 1e23."""

@@ -19,6 +19,12 @@ from ssd import backbone
 from ssd.model import build_ssd
 from ssd.task import SSDTask
 
+# The mapping of slim's names onto the trunk is this repository's code; reading a checkpoint's
+# tensors (tf.train) is tested on both stacks by the checkpoint and fine-tuning tests.
+pytestmark = pytest.mark.one_stack(
+    "pip", "slim's names mapped onto the trunk are this repository's code, the same on both "
+    "stacks; checkpoints are read on both by the checkpoint and fine-tuning tests")
+
 tf1 = tf.compat.v1
 slim = pytest.importorskip("tf_slim", reason="tf-slim is a test dependency "
                            "(scripts/install_test_deps.sh installs it)")

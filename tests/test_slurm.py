@@ -83,6 +83,10 @@ def test_resnet_sbatch_is_one_horovod_job_and_trains_as_mpirun_does(slurm, tmp_p
 
 
 @LAUNCH_ONLY
+# The sbatch path is scripts/slurm_job.sh's for every model (ResNet-50's job, the test before,
+# runs in the suite); SSD320's two-rank evaluation is test_ssd's (tf.data, mpirun). Its job, with
+# DALI's shards on two tasks: `make test-slow` (the suite's time budget).
+@pytest.mark.slow
 def test_ssd_sbatch_trains_and_evaluates_with_dali_on_two_tasks(slurm, tmp_path, shapes_records):
     results = str(tmp_path / "r")
     out = _sbatch(slurm, "ssd320/scripts/slurm.sbatch",

@@ -191,6 +191,7 @@ def _stop_after(monkeypatch, steps):
     monkeypatch.setattr(GracefulStop, "should_stop", lambda self, dist: next(calls) >= steps)
 
 
+@OWN_HANDLING
 def test_resume_continues_at_the_exact_step(tmp_path, corpus, monkeypatch):
     """Two epochs in one run equal one epoch, a stop, and a resumed second epoch: weights,
     optimizer and data position all continue (memory restarts at every epoch in both). A
