@@ -264,21 +264,29 @@ files._exchange, os.rename = (lambda a, b: False), rename
 """
 
 
+def _between_renames(tmp_path, first_export):
+    """The first export's run and export copied into ``tmp_path``, a ``sitecustomize`` that
+    holds main.py between the fallback's two renames (``BETWEEN_RENAMES``) and the environment
+    that loads it: (export, the export's files as they are, env)."""
+    export = tmp_path / "export"
+    for name in ("run", "export"):
+        shutil.copytree(first_export / name, tmp_path / name)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(BETWEEN_RENAMES)
+    env = {"PYTHONPATH": os.pathsep.join([str(site), ROOT, os.environ.get("PYTHONPATH", "")]),
+           "SWAP_DELAY": "30"}
+    return export, _whole(export), env
+
+
 def test_a_kill_between_the_fallbacks_renames_loses_nothing_through_the_next_runs(
         tmp_path, digits_records, first_export):
     """Without an exchange (NFS), main.py killed between the fallback's two renames leaves the
     earlier export aside. The next run's start-up check made an empty directory at the path, so
     its recovery saw a target and deleted the export aside. Now: a run stopped early (SIGTERM
     0.5 s in) finds the earlier export back in place."""
-    export = tmp_path / "export"
-    for name in ("run", "export"):
-        shutil.copytree(first_export / name, tmp_path / name)
-    earlier = _whole(export)
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(BETWEEN_RENAMES)
-    env = {"PYTHONPATH": os.pathsep.join([str(site), ROOT, os.environ.get("PYTHONPATH", "")]),
-           "SWAP_MARKER": str(tmp_path / "marker"), "SWAP_DELAY": "30"}
+    export, earlier, env = _between_renames(tmp_path, first_export)
+    env["SWAP_MARKER"] = str(tmp_path / "marker")
     proc = _export(tmp_path, digits_records, 2, export, env, wait=lambda p: p.kill())
     assert proc.returncode == -signal.SIGKILL
     assert not export.exists()  # aside: .export.replaced-*/export
@@ -305,15 +313,8 @@ def test_a_kill_between_the_triton_repositorys_renames_keeps_every_version(
         tmp_path, digits_records, first_export):
     """A whole export with its Triton repositories, then one more killed between its renames,
     then another: every version of the repositories is there to roll back to."""
-    export, repo = tmp_path / "export", tmp_path / "triton"
-    for name in ("run", "export"):
-        shutil.copytree(first_export / name, tmp_path / name)
-    earlier = _whole(export)
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(BETWEEN_RENAMES)
-    env = {"PYTHONPATH": os.pathsep.join([str(site), ROOT, os.environ.get("PYTHONPATH", "")]),
-           "SWAP_DELAY": "30"}
+    repo = tmp_path / "triton"
+    export, earlier, env = _between_renames(tmp_path, first_export)
     args = [sys.executable, MAIN, *TINY, "--mode", "evaluate", "--data_dir", digits_records,
             "--results_dir", str(tmp_path / "run"), "--export_dir", str(export)]
     deadline = time.time() + 120
