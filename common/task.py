@@ -175,7 +175,6 @@ class Task(abc.ABC):
         padding is not); returns the next batch's state."""
         raise NotImplementedError(f"{self.name} has no evaluation")
 
-
     # --- data ---------------------------------------------------------------------------
     @abc.abstractmethod
     def steps_per_epoch(self) -> int:
