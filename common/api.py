@@ -4,14 +4,18 @@ timm's ``create_model`` give a model::
     from common import api
 
     model = api.load("/results/checkpoints")  # its settings, recipe and card come with it
-    outputs = model.predict(images=[open("cat.jpg", "rb").read()])  # named numpy arrays
+    outputs = model.predict(images=["cat.jpg"])  # named numpy arrays
     model.export("/results/export", onnx=True)
     served = api.load("/results/export")  # the SavedModel: the same predict, the same card
 
 ``predict`` calls one of the export's signatures (``serving_default`` unless ``signature``
 names another: Transformer-XL's ``score``, the image models' ``preprocessed``), whose inputs
 and outputs ``client.json`` describes: what a checkpoint answers in Python is what its export
-answers in a server. ``load`` builds a checkpoint's model the way ``main.py --model_dir``
+answers in a server. An image is a file's path, its bytes, a PIL image or uint8 pixels, one or
+a list; one that cannot be decoded is a ``DataError`` naming it (``mask=True``: the others
+answered, it ``valid`` False). Token ids are checked before any cast against the signature's
+type, the vocabulary and the served ``max_segment``, as the server checks them: every refusal
+is one ``DataError`` line. ``load`` builds a checkpoint's model the way ``main.py --model_dir``
 does, from the settings its ``settings.json`` recorded (``**flags`` are main.py's flags over
 them: ``amp=True``, ``xla=True``; Transformer-XL reads its vocabulary where main.py does,
 ``data_dir=``).
@@ -22,6 +26,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import tempfile
 import weakref
@@ -44,7 +49,116 @@ def _arrays(outputs) -> dict:
     return {k: v.numpy() for k, v in outputs.items()}
 
 
-def _call(signatures, name: str, inputs: dict):
+def _image_bytes(i: int, item) -> tuple[bytes, str]:
+    """One image of ``images`` as the encoded bytes the signature decodes, and how to name it
+    in an error: a file's path, encoded bytes, a PIL image, or uint8 pixels (H, W[, C])."""
+    import numpy as np
+    where = f"images[{i}]"
+    if isinstance(item, (bytes, bytearray, memoryview)):
+        return bytes(item), where
+    if isinstance(item, (str, os.PathLike)):
+        path = os.fspath(item)
+        try:
+            with open(path, "rb") as f:
+                return f.read(), path
+        except OSError as e:
+            raise DataError(f"{where}: cannot read {path} ({e.strerror or e})") from None
+    if type(item).__module__.startswith("PIL.") and hasattr(item, "save"):
+        encoded = io.BytesIO()
+        item.convert("RGB").save(encoded, format="PNG")
+        return encoded.getvalue(), where
+    if isinstance(item, np.ndarray):
+        if item.dtype != np.uint8 or item.ndim not in (2, 3) or (
+                item.ndim == 3 and item.shape[2] not in (1, 3, 4)) or 0 in item.shape:
+            raise DataError(f"{where}: an array of {item.dtype} {tuple(item.shape)}; an image "
+                            "is uint8 pixels of shape (height, width), (height, width, 3) "
+                            "(RGB) or with 1 or 4 channels")
+        import tensorflow as tf
+        pixels = item[:, :, None] if item.ndim == 2 else item
+        return tf.io.encode_png(pixels).numpy(), where
+    raise DataError(f"{where}: a {type(item).__name__}; an image is a file's path, its bytes, "
+                    "a PIL image or a uint8 array")
+
+
+def _images(value) -> tuple[list[bytes], list[str]]:
+    """``images`` as given (one image or a sequence of them, of any of ``_image_bytes``'s
+    kinds): the encoded batch, each image's name."""
+    import numpy as np
+    one = isinstance(value, (bytes, bytearray, memoryview, str, os.PathLike)) or (
+        isinstance(value, np.ndarray) and value.dtype == np.uint8 and value.ndim in (2, 3)
+        and not (value.ndim == 3 and value.shape[2] not in (1, 3, 4))) or (
+        type(value).__module__.startswith("PIL."))
+    items = [value] if one else list(value) if isinstance(
+        value, (list, tuple, np.ndarray)) else None
+    if items is None:
+        raise DataError(f"images: a {type(value).__name__}; give an image (a path, its bytes, a "
+                        "PIL image, uint8 pixels) or a list of them")
+    if not items:
+        raise DataError("images: an empty list; give at least one image")
+    encoded = [_image_bytes(i, item) for i, item in enumerate(items)]
+    return [e for e, _ in encoded], [n for _, n in encoded]
+
+
+def _integers(name: str, value, dtype, limits: dict):
+    """An integer input (token ids) checked before any cast: a cast would wrap 2**32 + 5 to 5
+    and cut 5.9 to 5, and the model would answer for ids nobody gave. One ``DataError`` line
+    for a value outside the signature's dtype, a non-integral number, an id outside
+    ``[0, vocab_size)`` or a segment over ``max_segment`` (the served model's limits)."""
+    import numpy as np
+    try:
+        array = np.asarray(value)
+    except ValueError as e:  # ragged lists
+        raise DataError(f"{name}: not a rectangular array of ids ({e})") from None
+    if array.dtype == object or array.dtype.kind not in "iuf":
+        raise DataError(f"{name}: {array.dtype} values; give integer ids")
+    if array.dtype.kind == "f":
+        bad = ~np.isfinite(array) | (array != np.round(array))
+        if bad.any():
+            raise DataError(f"{name}: {array[bad].flat[0].item()!r} is not an integer id")
+    if array.size:
+        low, high = np.min(array), np.max(array)
+        info = np.iinfo(dtype.as_numpy_dtype)
+        vocab = limits.get("vocab_size")
+        top = int(vocab) - 1 if vocab else info.max
+        for v in (low, high):
+            if not 0 <= v <= top:
+                raise DataError(f"{name}: id {int(v) if v == int(v) else v} is outside "
+                                + (f"[0, {top}] (vocab_size {vocab})" if vocab else
+                                   f"[0, {info.max}] ({dtype.name})"))
+    longest = limits.get("max_segment")
+    if longest and array.ndim == 2 and array.shape[1] > int(longest):
+        raise DataError(f"{name}: a segment of {array.shape[1]} positions; this model takes at "
+                        f"most {longest} a call (max_segment, as its server): give a longer "
+                        "text in segments, each with the new_mems of the one before")
+    return array.astype(dtype.as_numpy_dtype)
+
+
+def _shape_checked(name: str, array, spec):
+    """An input's rank and fixed sizes against the signature's, and no empty batch."""
+    want = spec.shape
+    if want.rank is not None and (array.ndim != want.rank or any(
+            w is not None and w != g for w, g in zip(want.as_list(), array.shape))):
+        shape = ", ".join("any" if w is None else str(w) for w in want.as_list())
+        raise DataError(f"{name}: shape {tuple(array.shape)}; the signature takes ({shape})")
+    if array.ndim and array.shape[0] == 0:
+        raise DataError(f"{name}: an empty batch")
+    return array
+
+
+def _first_line(error) -> str:
+    """What a signature's ``InvalidArgumentError`` says, in one line: an assertion's own
+    message, else TensorFlow's cause without the graph's node and stack lines around it."""
+    text = str(getattr(error, "message", error)).strip()
+    found = re.search(r"assertion failed: \[([^\]]*)\]", text)
+    if found:
+        return found.group(1)
+    said = [ln for ln in text.splitlines() if ln.strip() and not ln[0].isspace() and not (
+        ln.startswith(("Graph execution error", "Detected at node", "<stack")))]
+    return said[0] if said else text.splitlines()[0]
+
+
+def _call(signatures, name: str, inputs: dict, limits: dict, mask: bool = False) -> dict:
+    import numpy as np
     import tensorflow as tf
     if name not in signatures:
         raise DataError(f"no signature {name!r}: this model has {', '.join(signatures)}")
@@ -57,8 +171,35 @@ def _call(signatures, name: str, inputs: dict):
         raise DataError(f"{name} takes {', '.join(sorted(specs))}"
                         + (f"; missing {', '.join(missing)}" if missing else "")
                         + (f"; no input {', '.join(unknown)}" if unknown else ""))
-    return _arrays(fn(**{k: tf.convert_to_tensor(v, specs[k].dtype)
-                         for k, v in inputs.items()}))
+    names, tensors = None, {}
+    for k, v in inputs.items():
+        spec = specs[k]
+        if spec.dtype == tf.string:
+            encoded, names = _images(v) if k == "images" else (v, None)
+            tensors[k] = tf.constant(encoded, tf.string)
+            continue
+        if spec.dtype.is_integer:
+            array = _integers(k, v, spec.dtype, limits)
+        else:
+            try:
+                array = np.asarray(v, spec.dtype.as_numpy_dtype)
+            except (TypeError, ValueError) as e:
+                raise DataError(f"{k}: not an array of {spec.dtype.name} ({e})") from None
+        tensors[k] = tf.constant(_shape_checked(k, array, spec))
+    if "targets" in tensors and "tokens" in tensors and (
+            tensors["targets"].shape != tensors["tokens"].shape):
+        raise DataError(f"targets: shape {tuple(tensors['targets'].shape)}, tokens "
+                        f"{tuple(tensors['tokens'].shape)}: a target for each token")
+    try:
+        out = _arrays(fn(**tensors))
+    except tf.errors.InvalidArgumentError as e:
+        raise DataError(f"{name}: {_first_line(e)}") from None
+    if "valid" in out and names and not mask and not out["valid"].all():
+        bad = [names[i] for i in np.flatnonzero(~out["valid"])]
+        raise DataError(f"{', '.join(bad[:3])}{f' and {len(bad) - 3} more' if len(bad) > 3 else ''}"
+                        f": not an image this model decodes (predict(..., mask=True) answers "
+                        "the others, these with valid False)")
+    return out
 
 
 class Checkpoint:
@@ -97,14 +238,15 @@ class Checkpoint:
         self._scored = scores.at(self.task.flags.model_dir, self._trainer.step)
         self.card = serving_lib.model_card(self.serving, self.model, self._scored)
         self.recipe = self.card["evaluation_preprocessing"]
+        self._limits = self.serving.client_info()  # the export's: vocab_size, max_segment
 
     @property
     def signatures(self) -> list[str]:
         return list(self._signatures)
 
-    def predict(self, signature: str = "serving_default", **inputs) -> dict:
-        """The signature's named outputs (numpy) for ``inputs`` (lists or arrays by name)."""
-        return _call(self._signatures, signature, inputs)
+    def predict(self, signature: str = "serving_default", mask: bool = False, **inputs) -> dict:
+        """The signature's named outputs (numpy) for ``inputs`` by name (``_call``)."""
+        return _call(self._signatures, signature, inputs, self._limits, mask)
 
     def export(self, export_dir: str, onnx: bool = False, triton: str | None = None) -> str:
         """What ``main.py --export_dir`` (``--export_onnx``, ``--export_triton``) writes, for this
@@ -145,9 +287,9 @@ class Export:
     def signatures(self) -> list[str]:
         return list(self._signatures)
 
-    def predict(self, signature: str = "serving_default", **inputs) -> dict:
-        """The signature's named outputs (numpy) for ``inputs`` (lists or arrays by name)."""
-        return _call(self._signatures, signature, inputs)
+    def predict(self, signature: str = "serving_default", mask: bool = False, **inputs) -> dict:
+        """The signature's named outputs (numpy) for ``inputs`` by name (``_call``)."""
+        return _call(self._signatures, signature, inputs, self.info, mask)
 
     def __repr__(self) -> str:
         return f"Export({json.dumps(self.info.get('model'))}, {self.signatures})"

@@ -70,6 +70,10 @@ def test_a_transformerxl_checkpoint_scores_as_its_export(tmp_path, corpus):
         served.predict("score", tokens=tokens, mems=inputs["mems"])
     with pytest.raises(DataError, match="^no signature 'scores': this model has "):
         model.predict("scores", tokens=tokens)
+    wrapped = tokens[:, :-1].astype(np.int64)
+    wrapped[0, -1] = 2**32 + 5  # as int32: 5
+    with pytest.raises(DataError, match=r"^tokens: id 4294967301 is outside \[0, "):
+        model.predict("score", **{**inputs, "tokens": wrapped})
 
 
 @OWN_HANDLING
@@ -82,3 +86,92 @@ def test_what_is_no_checkpoint_or_export_is_refused_with_one_line(tmp_path):
         api.load(str(tmp_path), amp=True)
     with pytest.raises(DataError, match="has no readable assets/client.json"):
         api.load(str(tmp_path))
+
+
+@OWN_HANDLING
+def test_predict_takes_paths_pil_images_arrays_and_bytes_alike(exported_resnet, tmp_path):
+    """An image is a file's path (``str`` or ``os.PathLike``), its bytes, a PIL image or uint8
+    pixels, one or a list: each gives what the list of encoded bytes gives (the same pixels,
+    PNG-encoded, so that no decoder's rounding differs). A file that is no image is one line
+    naming it (its class would be -1, which indexes a label list); ``mask=True`` answers the
+    others."""
+    import pathlib
+
+    from PIL import Image
+    served = api.load(str(exported_resnet[1]))
+    pixels = [np.asarray(Image.open(p).convert("RGB"))[:96, :128] for p in photographs()]
+    paths = []
+    for i, a in enumerate(pixels):
+        Image.fromarray(a).save(tmp_path / f"{i}.png")
+        paths.append(str(tmp_path / f"{i}.png"))
+    encoded = [open(p, "rb").read() for p in paths]
+    want = served.predict(images=encoded)
+    assert want["valid"].all()
+    for given in (paths, [pathlib.Path(p) for p in paths], [Image.open(p) for p in paths],
+                  pixels, np.stack(pixels)):
+        got = served.predict(images=given)
+        np.testing.assert_array_equal(got["probabilities"], want["probabilities"])
+    for one in (paths[1], encoded[1], Image.open(paths[1]), pixels[1]):  # a batch of one
+        np.testing.assert_allclose(served.predict(images=one)["probabilities"],
+                                   want["probabilities"][1:2], rtol=1e-5)
+    gray = served.predict(images=pixels[0][:, :, 0])  # (height, width): one grey image
+    assert gray["valid"].tolist() == [True]
+
+    bad = tmp_path / "notes.jpg"
+    bad.write_bytes(b"not an image")
+    with pytest.raises(DataError, match=f"^{re.escape(str(bad))}: not an image this model "
+                                        r"decodes \(predict\(..., mask=True\)"):
+        served.predict(images=[paths[0], str(bad)])
+    masked = served.predict(images=[paths[0], bad], mask=True)
+    assert masked["valid"].tolist() == [True, False]
+    assert masked["classes"][0] == want["classes"][0]
+    for given, line in (
+            ([str(tmp_path / "missing.jpg")], r"^images\[0\]: cannot read .*missing\.jpg"),
+            ([encoded[0], pixels[0].astype(np.float32)],
+             r"^images\[1\]: an array of float32 \(96, 128, 3\); an image is uint8 pixels"),
+            ([], "^images: an empty list"), (3, "^images: a int; give an image"),
+            ([encoded[0], 7], r"^images\[1\]: a int; an image is a file's path")):
+        with pytest.raises(DataError, match=line):
+            served.predict(images=given)
+
+
+@OWN_HANDLING
+def test_predict_refuses_ids_the_server_refuses_before_any_cast(exported_txl):
+    """Transformer-XL's ids checked against the signature's dtype and the vocabulary before
+    they become int32 (a cast wrapped 2**32 + 5 to 5 and cut 5.9 to 5: the answer for ids
+    nobody gave); a segment over ``max_segment`` refused as the server refuses it; the
+    signature's own errors (lengths that differ) in one line."""
+    served = api.load(str(exported_txl[1]))
+    info = served.info
+    vocab, layers, width = info["vocab_size"], info["n_layer"], info["d_model"]
+    mems = np.zeros((layers, 1, 0, width), np.float32)
+    good = served.predict("score", tokens=[[2, 5]], targets=[[3, 4]], mems=mems)
+    np.testing.assert_array_equal(
+        served.predict("score", tokens=np.array([[2, 5]], np.int64), targets=[[3.0, 4.0]],
+                       mems=mems)["nll"], good["nll"])
+    for tokens, targets, line in (
+            ([[2, 2**32 + 5]], [[3, 4]], rf"^tokens: id 4294967301 is outside \[0, {vocab - 1}\] "
+                                         rf"\(vocab_size {vocab}\)$"),
+            ([[2, -(2**32) + 5]], [[3, 4]], r"^tokens: id -4294967291 is outside "),
+            ([[2, 5.9]], [[3, 4]], r"^tokens: 5\.9 is not an integer id$"),
+            ([[2, 5]], [[3, 2**32 + 4]], r"^targets: id 4294967300 is outside "),
+            ([[2, 5]], [[3, vocab]], rf"^targets: id {vocab} is outside "),
+            ([[2, 5]], [["a", "b"]], r"^targets: <U1 values; give integer ids$"),
+            ([[2, 5], [1]], [[3, 4]], r"^tokens: not a rectangular array of ids"),
+            ([[2, 5, 6]], [[3, 4]], r"^targets: shape \(1, 2\), tokens \(1, 3\): a target for "
+                                    "each token$"),
+            (np.zeros((0, 2), np.int32), np.zeros((0, 2), np.int32), r"^tokens: an empty batch$"),
+            ([[1] * (int(info["max_segment"]) + 1)], [[1] * (int(info["max_segment"]) + 1)],
+             rf"^tokens: a segment of {int(info['max_segment']) + 1} positions; this model "
+             rf"takes at most {info['max_segment']} a call")):
+        with pytest.raises(DataError, match=line) as e:
+            served.predict("score", tokens=tokens, targets=targets, mems=mems)
+        assert "\n" not in str(e.value), str(e.value)
+    with pytest.raises(DataError, match=rf"^score: ConcatOp : Dimension 0 in both shapes must "
+                                        rf"be equal: shape\[0\] = \[2,0,{width}\] vs\. "
+                                        rf"shape\[1\] = \[1,2,{width}\]$"):  # the signature's own
+        served.predict("score", tokens=[[2, 5]], targets=[[3, 4]],
+                       mems=np.zeros((layers, 2, 0, width), np.float32))
+    with pytest.raises(DataError, match=rf"^mems: shape \(1, 0, {width}\); the signature takes "
+                                        rf"\({layers}, any, any, {width}\)$"):
+        served.predict("score", tokens=[[2, 5]], targets=[[3, 4]], mems=mems[0])
