@@ -32,11 +32,18 @@ OWN_HANDLING = pytest.mark.one_stack(
     "pip", "what it asserts is this repository's own handling (its messages, files, flags, "
     "signals), the same on both stacks; the stack's part of its path is tested in both suites")
 
+# The stack check (docs/testing.md, "Two stacks"): what the NGC suite runs. Each model's
+# numbers, every mode end to end, AMP, XLA, the exports, imports, Horovod and DALI as built
+# against that stack's TensorFlow, the stack's own checks; a test not marked runs in the pip
+# suite only.
+BOTH_STACKS = pytest.mark.both_stacks
+
 
 def pytest_collection_modifyitems(config, items):
-    """The slowest files first (tests/durations.py says why), then ``one_stack(stack, why)``:
-    skipped in the other stack's suite (``TEST_STACK``, which the Makefile sets: pip for
-    ``make test``, ngc for ``make test-ngc``), saying where it runs."""
+    """The slowest files first (tests/durations.py says why), then the stack's selection
+    (``TEST_STACK``, which the Makefile sets: pip for ``make test``, ngc for ``make test-ngc``):
+    the NGC suite runs the tests marked ``both_stacks``; ``one_stack(stack, why)`` keeps a
+    test out of the other stack's suite, saying where it runs."""
     stack = os.environ.get("TEST_STACK")
     items[:] = durations.longest_first(items, durations.load(stack))
     if not stack:
@@ -46,6 +53,10 @@ def pytest_collection_modifyitems(config, items):
         if mark and mark.args[0] != stack:
             item.add_marker(pytest.mark.skip(
                 reason=f"runs in the {mark.args[0]} stack's suite only: {mark.args[1]}"))
+        elif stack == "ngc" and not mark and not item.get_closest_marker("both_stacks"):
+            item.add_marker(pytest.mark.skip(
+                reason="runs in the pip stack's suite only: the NGC suite is the stack check "
+                       "(tests marked both_stacks, docs/testing.md)"))
 
 
 def pytest_configure(config):

@@ -1,12 +1,15 @@
 """Gradient accumulation (--batch_chunk, in common/trainer.py): k micro-batches of b rows give
 the update of one batch of k x b rows, in any model's loop."""
 import numpy as np
+import pytest
 import tensorflow as tf
 from conftest import TINY
 from linear_task import FEATURES, LinearTask
 
 from common import runner
 from rn50.task import ResNetTask
+
+pytestmark = pytest.mark.both_stacks  # the stack check: the NGC suite runs this file
 
 
 class RowsTask(LinearTask):

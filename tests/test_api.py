@@ -23,6 +23,7 @@ def _readme_python() -> str:
     return re.findall(r"```python\n(.*?)```", section, re.S)[0]
 
 
+@pytest.mark.both_stacks
 def test_the_readmes_python_example_runs(tmp_path, digits_records):
     """A checkpoint's predictions equal its export's (the README asserts it); the model card
     travels with both: the checkpoint's, scored by the evaluation recorded for its step."""

@@ -10,6 +10,8 @@ from common.layers.bias import Dense, add_bias
 from common.layers.conv2d import Conv2D
 from common.runtime import devices
 
+pytestmark = pytest.mark.both_stacks  # the stack check: the NGC suite runs this file
+
 
 def _bias_gradient(layer_cls, shape, kwargs, dtype):
     """d(sum(y * c)) / d(bias) for a layer of ``dtype`` on seeded inputs of ``shape``."""

@@ -56,6 +56,7 @@ def test_lost_state_file_resumes_from_the_newest_checkpoint_on_disk(tmp_path, ca
     assert "ckpt-4.index" in after
 
 
+@pytest.mark.both_stacks
 def test_corrupt_newest_checkpoint_falls_back_and_is_kept_aside(tmp_path, capsys):
     _train(tmp_path, 3)
     ckdir = tmp_path / "r" / "checkpoints"
@@ -218,6 +219,7 @@ def test_leftover_temp_directory_of_a_killed_save_is_removed(tmp_path, capsys):
     assert not (ckdir / "ckpt-2_temp").exists() and (ckdir / "ckpt-2.index").exists()
 
 
+@pytest.mark.both_stacks
 def test_resume_in_another_precision_and_back(tmp_path, capsys):
     runs = [([], 1), (["--amp", "--amp_dtype", "float16"], 2), (["--amp"], 3), ([], 4),
             (["--amp", "--amp_dtype", "float16", "--static_loss_scale", "128"], 5),

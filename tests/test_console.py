@@ -141,6 +141,7 @@ def test_the_config_modules_name_the_models_architectures():
     assert tuple(SSD_ARCHS) == ssd_config.ARCH_NAMES
 
 
+@pytest.mark.both_stacks
 def test_a_healthy_run_writes_nothing_on_stderr_and_says_what_it_ran_on(tmp_path):
     """On this CPU machine (no NVIDIA driver): TensorFlow's start-up lines are gone, the run's
     own device line is there. A run no longer than its warm-up says that its throughput

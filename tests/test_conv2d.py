@@ -8,6 +8,8 @@ import tensorflow as tf
 from common.layers.conv2d import Conv2D, pointwise_conv, same_padding, subsample
 from common.runtime import devices
 
+pytestmark = pytest.mark.both_stacks  # the stack check: the NGC suite runs this file
+
 # (height, width, stride, kernel): output one column wide, kernel reaching into the padding.
 DEGENERATE = [(1, 1, 2, 3), (2, 1, 2, 3), (2, 2, 3, 3), (3, 1, 2, 5), (1, 1, 4, 7), (4, 1, 4, 3)]
 

@@ -152,6 +152,7 @@ def _png(jpeg: bytes) -> bytes:
     return out.getvalue()
 
 
+@pytest.mark.both_stacks
 def test_png_records_work_alike_in_both_pipelines(tmp_path):
     pngs = [_png(j) for j in _jpegs(16)]
     data = _dataset(tmp_path, [(p, 1 + i % 10) for i, p in enumerate(pngs)])

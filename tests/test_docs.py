@@ -156,6 +156,9 @@ def test_quoted_commands_name_what_exists(doc):
     assert not bad, bad
 
 
+# `make test-slow` (the suite's time budget): the diff itself is test_profile's
+# (test_training_benchmark_profile_types_the_convolution_time_and_diffs_per_op).
+@pytest.mark.slow
 def test_the_profile_diff_example_runs_as_written(tmp_path):
     """docs/tools.md's FP32-against-AMP example, pasted: the same commands at the tiny preset's
     size and in a temporary folder."""

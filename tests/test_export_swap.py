@@ -95,9 +95,11 @@ def first_export(tmp_path_factory, digits_records):
 
 # Ctrl-C is held through the swap by the same handler as SIGTERM (common/runtime/graceful_stop.py;
 # its own path while starting is tests/test_runtime.py's): `make test-slow` (the suite's time).
+# A kill in the swap, whose next run puts the export back, is also the kill-between-renames
+# drills' (the first of them in the suite): `make test-slow`, as Ctrl-C.
 @pytest.mark.parametrize("sig", [
-    signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow), signal.SIGKILL],
-    ids=["SIGTERM", "Ctrl-C", "SIGKILL"])
+    signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow),
+    pytest.param(signal.SIGKILL, marks=pytest.mark.slow)], ids=["SIGTERM", "Ctrl-C", "SIGKILL"])
 def test_a_stop_in_the_swap_leaves_a_whole_export_and_says_which(tmp_path, digits_records, sig,
                                                                  first_export):
     export = tmp_path / "export"
@@ -340,6 +342,8 @@ def test_a_kill_between_the_triton_repositorys_renames_keeps_every_version(
     assert _whole(export) != earlier
 
 
+# `make test-slow` (the suite's time budget): the swap itself is the other cases'.
+@pytest.mark.slow
 def test_an_export_through_a_link_keeps_the_link_and_a_mount_point_is_refused(
         tmp_path, digits_records, first_export):
     """--export_dir and --export_triton given as symbolic links: the export goes where they

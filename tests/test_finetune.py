@@ -101,6 +101,9 @@ def test_the_finetuned_trunk_starts_from_the_checkpoints_weights(tmp_path, digit
         trainer.log.close()
 
 
+# `make test-slow` (the suite's time budget): a new head over a checkpoint's trunk is ResNet-50's
+# case.
+@pytest.mark.slow
 def test_ssd_finetunes_a_detector_for_more_classes(tmp_path, shapes_records, capsys):
     source = tmp_path / "source"
     runner.run(SSDTask, ["main.py", *SSD_TINY, "--mode", "train", "--data_dir", shapes_records,

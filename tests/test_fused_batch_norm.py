@@ -6,6 +6,8 @@ import tensorflow as tf
 
 from common.layers.fused_batch_norm import FusedBatchNormalization
 
+pytestmark = pytest.mark.both_stacks  # the stack check: the NGC suite runs this file
+
 
 def _pair(axis, **kw):
     ref = keras.layers.BatchNormalization(axis=axis, epsilon=1e-5, momentum=0.9, **kw)

@@ -16,6 +16,8 @@ from common.runtime import devices, distributed
 from common.runtime.devices import Devices
 from common.task import Repeated
 
+pytestmark = pytest.mark.both_stacks  # the stack check: the NGC suite runs this file
+
 STAND_IN = Devices(1, "stand-in GPU", 2)  # the second of two GPUs: DALI's device must follow
 
 

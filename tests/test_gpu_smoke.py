@@ -10,7 +10,7 @@ from conftest import ROOT
 from common import flags, models
 
 pytestmark = pytest.mark.one_stack(
-    "ngc", "gpu_smoke.sh is bash, run in the NGC container on a user's allocation")
+    "pip", "gpu_smoke.sh is bash and its stages' command lines, the same for both stacks")
 
 MODELS = models.MODELS
 
@@ -139,6 +139,9 @@ def test_every_stage_on_every_model_with_valid_flags(tmp_path, data_root):
     assert not (tmp_path / "smoke").exists()
 
 
+# `make test-slow` (the suite's time budget): every stage's command line is
+# test_every_stage_on_every_model_with_valid_flags'.
+@pytest.mark.slow
 def test_with_one_gpu_the_multi_gpu_stages_are_listed_as_skipped(tmp_path, data_root):
     """GPUS unset on a machine without one: the dry run still lists every stage, the multi-GPU
     ones with their reason; nccl-tests' binary is used where it is given."""

@@ -38,7 +38,7 @@ def _check_ranks(out, steps, world=2, atol=1e-6):
     # in the launcher's signal case (pip): `make test-slow` (the suite's time budget); the
     # allreduce itself (mpirun's case) in both suites.
     pytest.param("horovodrun", marks=pytest.mark.slow),
-    "mpirun"])
+    pytest.param("mpirun", marks=pytest.mark.both_stacks)])
 def test_two_ranks_agree_on_the_averaged_update(tmp_path, launcher):
     out = str(tmp_path / "out")
     cmd = (["horovodrun", "-np", "2", "-H", "localhost:2"] if launcher == "horovodrun"
@@ -49,6 +49,7 @@ def test_two_ranks_agree_on_the_averaged_update(tmp_path, launcher):
     assert "global batch 8" in proc.stdout  # 4 per process x 2
 
 
+@pytest.mark.both_stacks
 def test_fp16_gradient_compression_is_close(tmp_path):
     out = str(tmp_path / "out")
     proc = run_cli(MPIRUN + [sys.executable, WORKER, out, "--num_iter", "2", "--fp16_allreduce"])
@@ -56,24 +57,18 @@ def test_fp16_gradient_compression_is_close(tmp_path):
     _check_ranks(out, steps=2, atol=1e-2)
 
 
-def _each_stack(why):
-    """The pip suite's and the NGC suite's ``one_stack`` marks for one reason: a test's cases
-    split between the two suites, so that each runs some of them."""
-    return pytest.mark.one_stack("pip", why), pytest.mark.one_stack("ngc", why)
-
-
 # Which step the ranks stop at is this repository's code over Horovod's allreduce, which
-# test_two_ranks_agree_on_the_averaged_update runs on both stacks: each case in one suite.
-RANKS_ONLY, RANKS_ONLY_NGC = _each_stack(
-    "the ranks' agreement on a stop is this repository's code over Horovod's allreduce, which "
-    "runs on both stacks (test_two_ranks_agree_on_the_averaged_update)")
+# test_two_ranks_agree_on_the_averaged_update runs on both stacks.
+RANKS_ONLY = pytest.mark.one_stack(
+    "pip", "the ranks' agreement on a stop is this repository's code over Horovod's allreduce, "
+    "which runs on both stacks (test_two_ranks_agree_on_the_averaged_update)")
 
 
 @pytest.mark.parametrize("rank, sig, save_every", [
     pytest.param(1, signal.SIGTERM, "0", marks=RANKS_ONLY),
-    pytest.param(0, signal.SIGINT, "1", marks=RANKS_ONLY_NGC),
-    # Rank 1 by SIGTERM is the pip suite's case, a save on every step the NGC suite's:
+    # Rank 1 by SIGTERM is the suite's case; Ctrl-C on rank 0 and a save on every step:
     # `make test-slow` (the suite's time budget).
+    pytest.param(0, signal.SIGINT, "1", marks=pytest.mark.slow),
     pytest.param(1, signal.SIGTERM, "1", marks=pytest.mark.slow)])
 def test_a_signal_on_one_rank_stops_both_at_the_same_step_then_resumes(tmp_path, rank, sig,
                                                                         save_every):
@@ -102,6 +97,9 @@ def test_a_signal_on_one_rank_stops_both_at_the_same_step_then_resumes(tmp_path,
     _check_ranks(out, steps=stopped + 2, atol=1e-4)
 
 
+# `make test-slow` (the suite's time budget): two ranks under mpirun train in this file's other
+# cases and the sbatch job.
+@pytest.mark.slow
 def test_resnet_training_benchmark_reports_global_throughput_under_mpirun(tmp_path):
     main = os.path.join(ROOT, "resnet50v1.5", "main.py")
     proc = run_cli(MPIRUN + [sys.executable, main, "--mode", "training_benchmark", "--arch",
@@ -170,17 +168,17 @@ def _job_process(launcher_pid, first_words):
     return None
 
 
-# The launchers' signal handling is the shell's and Open MPI's, the same under both stacks:
-# each case runs in one suite (pytest.ini's one_stack), some in each.
-LAUNCHER_ONLY, LAUNCHER_ONLY_NGC = _each_stack(
-    "the launcher's signal handling (bash, Open MPI, the watchdog's Python) does not change "
-    "with the Python stack")
+# The launchers' signal handling is the shell's and Open MPI's, the same under both stacks.
+LAUNCHER_ONLY = pytest.mark.one_stack(
+    "pip", "the launcher's signal handling (bash, Open MPI, the watchdog's Python) does not "
+    "change with the Python stack")
 
 
 @pytest.mark.parametrize("launcher, target, sig", [
-    pytest.param("mpirun", "launch.sh", signal.SIGTERM, marks=LAUNCHER_ONLY_NGC),
-    pytest.param("mpirun", "launch.sh", signal.SIGINT,  # Ctrl-C in a terminal
-                 marks=LAUNCHER_ONLY),
+    pytest.param("mpirun", "launch.sh", signal.SIGTERM, marks=LAUNCHER_ONLY),
+    # Ctrl-C in a terminal, which launch.sh handles by SIGTERM's handler (on_signal):
+    # `make test-slow` (the suite's time budget)
+    pytest.param("mpirun", "launch.sh", signal.SIGINT, marks=pytest.mark.slow),
     # its /bin/sh -c mpirun ...: the same mpirun under a shell, whose signal the launcher's own
     # trap passes on as launch.sh's does: `make test-slow` (the suite's time budget)
     pytest.param("horovodrun", "its shell", signal.SIGTERM, marks=pytest.mark.slow),

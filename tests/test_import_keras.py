@@ -41,6 +41,9 @@ def _save_legacy_h5(model, path):
         legacy_h5_format.save_weights_to_hdf5_group(f, model)
 
 
+# `make test-slow` (the suite's time budget): Keras Applications' import is
+# test_keras_applications_import_predicts_and_serves_on_keras_own_input's.
+@pytest.mark.slow
 def test_keras_applications_weights_initialise_the_v15_network(tmp_path, capsys):
     app = _keras_resnet50()
     full = str(tmp_path / "resnet50_weights_tf_dim_ordering_tf_kernels.h5")
@@ -90,6 +93,7 @@ def test_keras_applications_recipe_prepares_images_as_keras_does(tmp_path):
                                    atol=1e-4, err_msg=photo)
 
 
+@pytest.mark.both_stacks
 def test_keras_applications_import_predicts_and_serves_on_keras_own_input(tmp_path):
     """keras.applications' weights imported: main.py --mode predict and the exported
     serving_default, given the photographs' bytes, answer what the network answers on Keras'
@@ -185,6 +189,9 @@ def test_keras_hub_recipe_prepares_images_as_its_converter_does():
 @pytest.mark.one_stack("pip", "main.py --mode predict and the export on imported weights are "
                         "the torchvision and timm tests' under both stacks; keras-hub's recipe "
                         "is compared with its converter under both (the test above)")
+# `make test-slow` (the suite's time budget): keras-hub's import is
+# test_a_keras_hub_preset_without_its_task_weights_imports_the_backbone_alone's.
+@pytest.mark.slow
 def test_keras_hub_preset_answers_as_keras_hub_on_photographs(keras_hub_preset, tmp_path):
     """A keras-hub preset, imported: its recipe (the preset's converter) recorded, and
     main.py --mode predict and the exported serving_default give keras-hub's own classifier's

@@ -64,7 +64,8 @@ def torch_files(torch_python):
     return out
 
 
-@pytest.mark.parametrize("source", ["torchvision", "timm"])
+@pytest.mark.parametrize("source", [pytest.param("torchvision", marks=pytest.mark.both_stacks),
+                                    "timm"])
 def test_logits_equal_the_source_frameworks_own(torch_files, source):
     model, settings, notes = imported(source, torch_files / f"{source}.safetensors")
     assert settings == {"arch": "resnet50", "num_classes": 1000, "image_size": 224,
@@ -185,6 +186,7 @@ def _write_tf1_checkpoint(prefix: str, tensors: dict) -> None:
             tf.compat.v1.train.Saver(variables).save(session, prefix, write_meta_graph=False)
 
 
+@pytest.mark.both_stacks
 def test_nvidia_ngc_checkpoint_imports_as_the_same_network(torch_files, tmp_path):
     sd = {k: v.astype(np.float32) for k, v in
           load_file(str(torch_files / "torchvision.safetensors")).items()}
@@ -280,7 +282,9 @@ def test_torchvision_weights_are_named_by_their_download_name_when_the_hash_agre
         eval_preprocessing.torchvision("V1").spec()
 
 
-@pytest.mark.parametrize("source", ["torchvision", "timm"])
+# timm's logits against timm's own are test_logits_equal_the_source_frameworks_own's; its
+# photographs: `make test-slow` (the suite's time budget).
+@pytest.mark.parametrize("source", ["torchvision", pytest.param("timm", marks=pytest.mark.slow)])
 def test_imported_weights_answer_as_their_source_on_photographs(torch_files, tmp_path, source,
                                                                 capsys):
     """torchvision's weights (IMAGENET1K_V2's recipe by default; V1's by the flag) and timm's
@@ -434,7 +438,8 @@ def test_nan_weights_and_a_damaged_classifier_are_refused(torch_files, tmp_path,
     assert "--arch" not in err[0]
 
 
-@pytest.mark.parametrize("damage", ["bit flip", "cut"])
+# A cut file in the suite; a flipped bit (the same reader's refusal): `make test-slow`.
+@pytest.mark.parametrize("damage", [pytest.param("bit flip", marks=pytest.mark.slow), "cut"])
 def test_a_damaged_nvidia_checkpoint_is_one_line(torch_files, tmp_path, capsys, damage):
     """A bit-flipped .data file (TensorFlow: "Checksum does not match") or a cut one."""
     sd = {k: v.astype(np.float32) for k, v in

@@ -48,6 +48,7 @@ def _losses_of_main_py(out, precision):
     return _losses(out)
 
 
+@pytest.mark.both_stacks
 def test_a_run_leaves_no_process_state_behind(tmp_path):
     policy = keras.mixed_precision.dtype_policy().name
     tf32 = tf.config.experimental.tensor_float_32_execution_enabled()

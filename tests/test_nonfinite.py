@@ -17,6 +17,8 @@ from common import runner
 from common.core.nonfinite import NonFiniteGuard
 from common.runtime import dllogger
 
+pytestmark = pytest.mark.both_stacks  # the stack check: the NGC suite runs this file
+
 PRECISIONS = {"fp32": [], "bf16": ["--amp", "--amp_dtype", "bfloat16"],
               "fp16": ["--amp", "--amp_dtype", "float16"]}
 SSD_MAIN = os.path.join(ROOT, "ssd320", "main.py")

@@ -42,7 +42,7 @@ MODELOPT = pytest.mark.one_stack(
 INT8_HERE = os.environ.get("TEST_STACK", "pip") != "ngc"
 
 
-@pytest.mark.parametrize("amp", [False, True])
+@pytest.mark.parametrize("amp", [pytest.param(False, marks=pytest.mark.both_stacks), True])
 def test_resnet_onnx_gives_the_savedmodel_logits(tmp_path, amp):
     out = tmp_path / "export"
     runner.run(ResNetTask, ["main.py", *TINY, *BENCH, "--results_dir", str(tmp_path),
@@ -62,6 +62,9 @@ def test_resnet_onnx_gives_the_savedmodel_logits(tmp_path, amp):
                 and any(a.i == onnx.TensorProto.BFLOAT16 for a in n.attribute)]
 
 
+# `make test-slow` (the suite's time budget): SSD320's ONNX is written by the serving tests' shared
+# export; its detections through ONNX Runtime.
+@pytest.mark.slow
 def test_ssd_onnx_gives_the_detections_and_what_nms_takes(tmp_path, shapes_records):
     trainer = runner.setup(SSDTask, ["main.py", "--arch", "resnet_tiny", "--image_size", "128",
                                      "--batch_size", "2", *BENCH, "--results_dir", str(tmp_path),
@@ -165,6 +168,7 @@ def _check_int8(path, feeds, output):
     assert session.run([output], feeds)[0].dtype == np.float32
 
 
+@pytest.mark.both_stacks
 def test_txl_onnx_gives_log_probs_and_memory(tmp_path, corpus):
     out = tmp_path / "export"
     runner.run(TransformerXLTask, ["main.py", *TINY, "--data_dir", corpus, *BENCH,
@@ -288,6 +292,9 @@ exit 0
 
 
 @MODELOPT
+# `make test-slow` (the suite's time budget): Model Optimizer's INT8 export itself is
+# test_resnet_int8_onnx_is_calibrated_on_training_images'.
+@pytest.mark.slow
 def test_a_quantizer_that_exits_0_with_junk_replaces_nothing(tmp_path, digits_records,
                                                              monkeypatch):
     """Model Optimizer's output is checked (onnx.checker, Q/DQ, the float model's inputs and

@@ -7,6 +7,8 @@ import tensorflow as tf
 from common import precision
 from common.errors import UsageError
 
+pytestmark = pytest.mark.both_stacks  # the stack check: the NGC suite runs this file
+
 
 def resolve(environ=None, has_gpu=False, **flags):
     args = dict(amp=None, amp_dtype="auto", static_loss_scale=None, tf32=None, xla=False)

@@ -64,6 +64,7 @@ def test_training_benchmark_profile_types_the_convolution_time_and_diffs_per_op(
     assert "B loses most in: " in page or "B gains " in page
 
 
+@pytest.mark.both_stacks
 def test_amp_lists_finds_the_ssd_feature_pyramid_and_only_it_in_float32(tmp_path, capsys,
                                                                       shapes_records):
     """The op-level listing: under AMP (bfloat16) every convolution SSD320 runs, forward

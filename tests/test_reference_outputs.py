@@ -25,6 +25,8 @@ from rn50.task import ResNetTask
 from ssd.task import SSDTask
 from txl.task import TransformerXLTask
 
+pytestmark = pytest.mark.both_stacks  # the stack check: the NGC suite runs this file
+
 PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "reference_outputs.json")
 STEPS = ["--mode", "train", "--iter_unit", "batch", "--num_iter", "4", "--display_every", "1",
          "--seed", "11"]

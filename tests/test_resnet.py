@@ -79,6 +79,7 @@ def test_seeded_training_data_repeat_exactly_and_other_seeds_differ(digits_recor
     assert any(not np.array_equal(xa, xc) for (xa, _), (xc, _) in zip(a, c))
 
 
+@pytest.mark.both_stacks
 @pytest.mark.parametrize("dali", [False, True])
 def test_every_mode_end_to_end(tmp_path, digits_records, dali):
     out = str(tmp_path)
@@ -193,8 +194,11 @@ def test_amp_environment_variable_through_main(tmp_path):
             in proc.stdout)
 
 
-@pytest.mark.one_stack("ngc", "the sweep runs main.py as a user does; its table does not change "
+@pytest.mark.one_stack("pip", "the sweep runs main.py as a user does; its table does not change "
                         "with the Python stack")
+# `make test-slow` (the suite's time budget): benchmark.sh's sweep to one table is
+# test_tool_commands'.
+@pytest.mark.slow
 def test_sweep_prints_a_table_with_speedups_against_fp32(tmp_path, capsys):
     """Two rounds, the configurations alternating; a line each: median, range, rounds, and the
     device the runs recorded (a CPU's batch is per process)."""

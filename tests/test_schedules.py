@@ -6,6 +6,8 @@ import pytest
 
 from common.core import schedules
 
+pytestmark = pytest.mark.both_stacks  # the stack check: the NGC suite runs this file
+
 
 def _values(schedule, n):
     return np.array([float(schedule(s)) for s in range(n)])

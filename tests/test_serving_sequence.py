@@ -331,6 +331,9 @@ def test_the_serving_figures_refuse_what_would_never_end_or_measure_nothing(
         f"see {tmp_path / 'out' / 'tritonserver.log'}")
 
 
+# `make test-slow` (the suite's time budget): the served sequence model is the other tests' of this
+# file.
+@pytest.mark.slow
 def test_triton_perf_measures_its_own_server_not_the_one_on_port_8000(exported_txl, triton_python,
                                                                       tmp_path):
     """serving/triton_perf.sh starting a server (PyTriton's tritonserver as the one on PATH)

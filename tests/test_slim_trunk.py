@@ -193,6 +193,9 @@ TINY = [*PRESET_TINY, "--image_size", "64", "--batch_size", "2", "--lr_warmup_st
         "--iter_unit", "batch", "--num_iter", "2"]
 
 
+# `make test-slow` (the suite's time budget): the mapping of slim's names is the test above;
+# main.py's start from a checkpoint is test_finetune's.
+@pytest.mark.slow
 def test_main_trains_from_a_slim_checkpoint_and_refuses_a_wrong_one(tmp_path, shapes_records,
                                                                    slim_resnet_v1_50, capsys):
     images = np.zeros((1, 64, 64, 3), np.float32)

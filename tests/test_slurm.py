@@ -30,8 +30,8 @@ LAUNCH_ONLY = pytest.mark.one_stack(
     "pip", "sbatch, srun and PMIx start the ranks alike under both stacks; Horovod's own "
     "behaviour is tested on both (tests/test_horovod.py)")
 CLUSTER_ONLY = pytest.mark.one_stack(
-    "ngc", "Slurm's requeues, preemption and signals and the batch shell do not change with the "
-    "Python stack; the NGC container's is the one cluster jobs run in")
+    "pip", "Slurm's requeues, preemption and signals and the batch shell do not change with the "
+    "Python stack")
 RN50_TINY = [*TINY, "--batch_size", "4", "--iter_unit", "batch", "--num_iter", "4",
              "--mode", "train", "--seed", "1"]
 
@@ -119,6 +119,9 @@ def test_transformerxl_sbatch_keeps_the_global_batch_over_two_tasks(slurm, tmp_p
 
 
 @CLUSTER_ONLY
+# A stop on a save step, one checkpoint, is test_horovod's under mpirun (a signal on one rank);
+# under scancel: `make test-slow` (the suite's time budget).
+@pytest.mark.slow
 def test_scancel_on_a_save_step_stops_both_tasks_with_one_checkpoint(slurm, tmp_path):
     """SIGTERM from scancel reaches every task; they stop at one step, rank 0 saves it once,
     the job completes (exit 0), and a new job resumes from that checkpoint."""
@@ -207,6 +210,10 @@ def _weights(results):
 
 
 @CLUSTER_ONLY
+# The stop at a common step with a checkpoint and the exact resume are test_horovod's under
+# mpirun; the requeue by slurm_job.sh under a real Slurm: `make test-slow` (the suite's time
+# budget).
+@pytest.mark.slow
 def test_the_time_limit_warning_stops_requeues_and_resumes_as_one_run(slurm, tmp_path):
     """What Slurm does before a job's limit (sbatch --signal=B:USR1@300), sent at once with
     scancel --batch: the ranks stop at a step with a checkpoint, the job requeues itself (same id,
@@ -321,9 +328,11 @@ def test_a_complete_run_or_a_spent_max_requeues_is_not_requeued(slurm, tmp_path,
 
 
 @CLUSTER_ONLY
-# A killed task ending the job is srun's own --kill-on-bad-exit (the mpirun case is tested in
-# the suite): `make test-slow`. A stopped one is the watchdog's.
-@pytest.mark.parametrize("sig", [pytest.param("KILL", marks=pytest.mark.slow), "STOP"])
+# A killed task ending the job is srun's own --kill-on-bad-exit; a stopped one is the
+# watchdog's, whose mpirun case (test_horovod, a rank that stops answering or dies) the suite
+# runs: `make test-slow` (the suite's time budget).
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", ["KILL", "STOP"])
 def test_a_lost_rank_under_srun_ends_the_job_within_the_bound(slurm, tmp_path, sig):
     """SIGKILL: Slurm's own "task 1: Killed". SIGSTOP (a rank that neither dies nor answers):
     rank 0's --hang_timeout watch names it and srun --kill-on-bad-exit ends the step."""

@@ -165,7 +165,7 @@ def test_coco_evaluation_equals_pycocotools_run_directly(shapes_records):
     assert 0.3 < ours["AP50"] <= 1
 
 
-@pytest.mark.parametrize("dali", [False, True])
+@pytest.mark.parametrize("dali", [False, pytest.param(True, marks=pytest.mark.both_stacks)])
 def test_every_mode_end_to_end(tmp_path, shapes_records, dali):
     out = str(tmp_path)
     base = ["main.py", *TINY, "--data_dir", shapes_records, "--results_dir", out]
@@ -195,6 +195,7 @@ def test_every_mode_end_to_end(tmp_path, shapes_records, dali):
         "train_and_evaluate", "evaluate", "training_benchmark", "inference_benchmark"]
 
 
+@pytest.mark.both_stacks
 def test_predict_draws_and_the_export_gives_the_same_detections(tmp_path, shapes_records):
     out = str(tmp_path)
     base = ["main.py", *TINY, "--data_dir", shapes_records, "--results_dir", out]
@@ -282,6 +283,8 @@ def test_float32_parts_without_amp_is_one_line(tmp_path, capsys):
         "TF_ENABLE_AUTO_MIXED_PRECISION=1) the whole network is float32")
 
 
+# `make test-slow` (the suite's time budget): each precision's losses are test_reference_outputs'.
+@pytest.mark.slow
 def test_precision_error_measures_each_precision_against_float32(tmp_path, shapes_records,
                                                                  digits_records, capsys,
                                                                  monkeypatch):

@@ -88,6 +88,9 @@ def test_a_bad_evaluation_split_stops_before_step_1(shapes_records, tmp_path, ca
 
 
 @OWN_HANDLING
+# `make test-slow` (the suite's time budget): a stopped run's saved training is test_runtime's (a
+# NaN loss, SIGTERM).
+@pytest.mark.slow
 def test_an_evaluation_that_fails_midway_finds_its_training_saved(shapes_records, tmp_path,
                                                                     capsys):
     """The first batch reads (checked before step 1); a later record is corrupt: the run stops
@@ -350,6 +353,9 @@ def test_train_and_evaluate_without_data_is_one_line_naming_the_flag(tmp_path, c
         f"give --data_dir (prepared by {prepare}), or --mode train on synthetic data")
 
 
+# `make test-slow` (the suite's time budget): a checkpoint of another model is
+# test_checkpoint_faults'.
+@pytest.mark.slow
 def test_a_backbone_checkpoint_of_another_resnet_is_one_line(tmp_path, capsys):
     from rn50.task import ResNetTask
     rn = tmp_path / "rn"
@@ -440,8 +446,10 @@ def test_an_export_dir_too_small_for_the_real_export_is_refused_before_training(
     assert trained_steps(tmp_path / "r") == 0 and left == []
 
 
-@pytest.mark.one_stack("ngc", "the swap is the file system's, the same for both stacks (and "
-                        "tests/test_export_swap.py runs in the pip suite)")
+@pytest.mark.one_stack("pip", "the swap is the file system's, the same for both stacks")
+# `make test-slow` (the suite's time budget): the export's swap and what a stop in it leaves are
+# test_export_swap's.
+@pytest.mark.slow
 def test_a_failed_export_leaves_the_previous_one_whole(tmp_path, capsys, monkeypatch):
     """Every export is written in a staging directory and swapped in whole: an ONNX conversion
     that fails half-way (here: a file cut short, then an error) leaves the earlier export as it

@@ -6,6 +6,8 @@ import tensorflow as tf
 
 from ssd import anchors, box_coder, losses, postprocess, targets
 
+pytestmark = pytest.mark.both_stacks  # the stack check: the NGC suite runs this file
+
 
 def test_anchor_count_and_first_p3_anchors_match_tf_od():
     a = anchors.generate(320)

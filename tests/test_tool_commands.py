@@ -27,6 +27,9 @@ def _module(args, timeout=900, cwd=None):
     return proc.stdout
 
 
+# `make test-slow` (the suite's time budget): the tools' runs of main.py and their tables are this
+# file's other cases.
+@pytest.mark.slow
 def test_ab_compares_two_revisions_to_its_table(tmp_path):
     out = _module(["benchtools.ab", "--before", "HEAD", "--rounds", "1", "--json",
                    str(tmp_path / "ab.json"), "--", "resnet50v1.5/main.py", *TINY_BENCH])

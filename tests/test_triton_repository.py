@@ -36,6 +36,7 @@ def _records(trainer, parse):
     return first, [parse(r).numpy() for r in tf.data.TFRecordDataset(first)]
 
 
+@pytest.mark.both_stacks
 def test_resnet_signatures_on_image_bytes_equal_the_evaluation_pipeline(exported_resnet):
     trainer, export, _ = exported_resnet
     f = trainer.flags

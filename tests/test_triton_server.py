@@ -228,6 +228,9 @@ def test_the_text_client_scores_a_file_as_the_chained_steps_do(served, exported_
 
 
 @TRITON_ENV
+# `make test-slow` (the suite's time budget): a second server of the repositories the first test
+# serves; the figures' refusals are test_serving_sequence's.
+@pytest.mark.slow
 def test_the_serving_figures_script_measures_a_served_model(exported_resnet, served, triton_python,
                                                             tmp_path):
     """serving.load (the model READMEs' serving tables) on a tiny export: the repository
@@ -372,6 +375,9 @@ def _readme_blocks(heading: str) -> list[str]:
 
 
 @TRITON_ENV
+# `make test-slow` (the suite's time budget): the same repositories served with Triton's defaults
+# by the first test of this file.
+@pytest.mark.slow
 def test_the_readmes_cpu_host_commands_serve_a_jpeg(tmp_path, digits_records, triton_python):
     """README's Deployment commands for a CPU host, run as written (the data, the results
     folder and cat.jpg replaced by this test's, ports of its own, the tiny preset of the

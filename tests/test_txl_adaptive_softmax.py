@@ -7,6 +7,8 @@ import tensorflow as tf
 
 from txl.adaptive_softmax import AdaptiveSoftmax, sparse_xent
 
+pytestmark = pytest.mark.both_stacks  # the stack check: the NGC suite runs this file
+
 
 def _layer(vocab, cutoffs, d, seed=0):
     rng = np.random.default_rng(seed)

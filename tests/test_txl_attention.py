@@ -14,6 +14,8 @@ from txl.attention import (
     rel_shift,
 )
 
+pytestmark = pytest.mark.both_stacks  # the stack check: the NGC suite runs this file
+
 
 def _reference(layer, h, mem, clamp_len, same_length):
     """Attention computed pair by pair from the distance M + i - j."""

@@ -8,6 +8,8 @@ import pytest
 from common.errors import DataError
 from txl import streams, tfdata_pipeline
 
+pytestmark = pytest.mark.both_stacks  # the stack check: the NGC suite runs this file
+
 TOKENS = np.arange(1000, dtype=np.int32)  # token i is i: positions are easy to read
 
 

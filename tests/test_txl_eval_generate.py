@@ -11,6 +11,8 @@ from txl.generate import generate
 from txl.metrics import PerplexityMetric
 from txl.model import TransformerXL
 
+pytestmark = pytest.mark.both_stacks  # the stack check: the NGC suite runs this file
+
 
 def test_segments_cover_each_stream_in_order_with_a_shorter_last_one():
     tokens = np.arange(16 * 150 + 7, dtype=np.int32)  # 7 tokens of remainder are dropped

@@ -6,6 +6,8 @@ import pytest
 
 from txl.lamb import NvidiaLamb
 
+pytestmark = pytest.mark.both_stacks  # the stack check: the NGC suite runs this file
+
 
 def _reference(ws, grads, lr, steps, b1=0.9, b2=0.999, eps=1e-6, wd=0.01, clip=10.0,
                clipnorm=None):

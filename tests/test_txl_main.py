@@ -38,6 +38,7 @@ def _losses(results_dir):
     return step_losses(records)
 
 
+@pytest.mark.both_stacks
 def test_every_mode_on_a_tiny_configuration(tmp_path, corpus):
     s = _run(["--mode", "train_and_evaluate", "--iter_unit", "batch", "--num_iter", "12",
               "--eval_every", "6"], corpus, tmp_path)
@@ -82,6 +83,9 @@ def test_every_mode_on_a_tiny_configuration(tmp_path, corpus):
         "train_and_evaluate", "evaluate", "evaluate", "predict", "predict"]
 
 
+# `make test-slow` (the suite's time budget): AMP's inference is the reference outputs' and the XLA
+# tests'.
+@pytest.mark.slow
 def test_inference_under_amp_runs_on_bfloat16_weights_with_the_mixed_models_results(
         tmp_path, corpus, monkeypatch):
     """evaluate, predict and inference_benchmark run a bfloat16 copy of the model (the task's
@@ -111,6 +115,7 @@ def test_inference_under_amp_runs_on_bfloat16_weights_with_the_mixed_models_resu
     assert "inference_weights" not in train
 
 
+@pytest.mark.both_stacks
 def test_export_scores_and_continues_like_the_model(tmp_path, corpus):
     _run(["--mode", "train", "--iter_unit", "batch", "--num_iter", "3"], corpus, tmp_path)
     export = tmp_path / "export"
@@ -158,6 +163,7 @@ def test_export_scores_and_continues_like_the_model(tmp_path, corpus):
     assert (export / "assets" / "vocab.txt").read_text().split("\n")[0] == "<eos>"
 
 
+@pytest.mark.both_stacks
 def test_dali_trains_exactly_as_tfdata(tmp_path, corpus):
     args = ["--mode", "train", "--iter_unit", "batch", "--num_iter", "5"]
     _run(args, corpus, tmp_path / "tfdata")
@@ -258,8 +264,9 @@ def test_corrupt_token_file_is_named(tmp_path, corpus):
     assert "train.npy: token id 1000000 at position 2 is outside the" in stderr_last_line(proc)
 
 
-@pytest.mark.one_stack("ngc", "what two ranks agree on is this repository's code over Horovod, "
-                        "whose allreduce tests/test_horovod.py runs on both stacks")
+# Two ranks' training and evaluation: SSD320's two-process evaluation and ResNet-50's sbatch job
+# in the suite; Transformer-XL's: `make test-slow` (the suite's time budget).
+@pytest.mark.slow
 def test_two_processes_train_and_evaluate_as_one(tmp_path, corpus):
     """mpirun -np 2 with 2 rows each equals one process with 4 rows: each rank owns its block
     of streams and carries its memory, gradients are averaged, and the perplexity metrics add

@@ -10,6 +10,8 @@ from conftest import dtype_policy
 from txl.config import preset_config
 from txl.model import TiedEmbedding, TransformerXL, TXLConfig
 
+pytestmark = pytest.mark.both_stacks  # the stack check: the NGC suite runs this file
+
 
 def _count(variables):
     return int(sum(np.prod(v.shape) for v in variables))

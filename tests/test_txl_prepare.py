@@ -9,6 +9,8 @@ from conftest import ROOT, run_cli, stderr_last_line
 
 from txl import prepare
 
+pytestmark = pytest.mark.both_stacks  # the stack check: the NGC suite runs this file
+
 PREPARE = os.path.join(ROOT, "transformerxl", "prepare_dataset.py")
 
 
@@ -52,7 +54,7 @@ def test_missing_split_stops_with_one_line(tmp_path):
         f"prepare_dataset.py: error: {tmp_path / 'c'}/valid.txt")
 
 
-@pytest.mark.one_stack("ngc", "the archive is unpacked by the shell; the preparation is tested "
+@pytest.mark.one_stack("pip", "the archive is unpacked by the shell; the preparation is tested "
                         "on both stacks elsewhere")
 def test_wikitext_103_as_its_archive_unpacks(tmp_path):
     """wikitext-103-v1.zip unpacks to wikitext-103/wiki.{train,valid,test}.tokens, which the

@@ -8,6 +8,8 @@ from conftest import ROOT, run_cli, stderr_last_line
 
 from common import versions
 
+pytestmark = pytest.mark.both_stacks  # the stack check: the NGC suite runs this file
+
 
 @pytest.mark.parametrize("text,parsed", [("2.17.0+nv25.02", (2, 17, 0)), ("3.15.1rc0", (3, 15, 1)),
                                          ("1.26.4", (1, 26, 4)), ("none", ())])
