@@ -338,6 +338,8 @@ def main(argv=None) -> int:
     import math
     if not math.isfinite(args.wait) or args.wait < 0:
         p.error(f"argument --wait: seconds, 0 or more, not {args.wait}")
+    if not 0 <= args.score_threshold <= 1:  # NaN too: it would keep no detection, saying nothing
+        p.error(f"argument --score_threshold: a score from 0 to 1, not {args.score_threshold}")
     try:
         return run(args)
     except CommandError as e:

@@ -343,13 +343,21 @@ def _machine() -> str:
     return f"{name} ({os.cpu_count()} vCPUs{bf16})"
 
 
-def _ints(text: str) -> list[int]:
+# The most clients one measurement starts: each is a thread with its own connection, and the
+# sequence model keeps at most 256 sequences open (max_sequences in its config).
+MAX_CONCURRENCY = 256
+
+
+def _ints(text: str, most: int | None = None) -> list[int]:
     try:
         values = [int(v) for v in text.split(",")]
     except ValueError:
         values = []
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"give positive integers, comma-separated: {text}")
+    if most is not None and max(values) > most:
+        raise argparse.ArgumentTypeError(f"at most {most} (each a client thread with its own "
+                                         f"connection): {text}")
     return values
 
 
@@ -397,7 +405,9 @@ def main(argv=None) -> int:
     p.add_argument("--batch_size", type=positive, default=1, help="images a request")
     p.add_argument("--tokens", type=positive, default=64,
                    help="Transformer-XL: tokens a segment")
-    p.add_argument("--concurrency", type=_ints, default=[1, 2, 4])
+    p.add_argument("--concurrency", type=lambda t: _ints(t, MAX_CONCURRENCY), default=[1, 2, 4],
+                   help=f"clients, each with one request outstanding (at most "
+                        f"{MAX_CONCURRENCY}); comma-separated")
     p.add_argument("--instances", type=_ints, default=[1, 2])
     p.add_argument("--batching", type=_switches, default=[-1, None], help="dynamic batching: "
                    "on (as the repository has it), off, or its queue delay in microseconds; "
@@ -408,8 +418,21 @@ def main(argv=None) -> int:
                    "with this Python)")
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
-    run(args)
+    # The files named are checked before any server starts.
+    if args.image is not None and not os.path.isfile(args.image):
+        p.error(f"--image {args.image}: " + ("a directory, not a JPEG" if os.path.isdir(
+            args.image) else "no such file"))
+    if args.image is not None and not os.access(args.image, os.R_OK):
+        p.error(f"--image {args.image}: not readable")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        p.error(f"--out {args.out} is a file: give a directory (serving.md and serving.json "
+                "are written there)")
+    results = run(args)
     print(open(os.path.join(args.out, "serving.md")).read())
+    if results and all("error" in r for r in results):
+        print(f"{PROG}: error: no setting was answered (every row of "
+              f"{os.path.join(args.out, 'serving.md')} is an error)", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -177,6 +177,16 @@ def continue_text(seq: Sequence, ids: list[int], vocab: list[str], words: int, s
     return out
 
 
+
+def _correlation_id(text: str) -> int:
+    """An argparse type: Triton's correlation ids are unsigned 64-bit; a larger one reached the
+    server and came back as its JSON parser's error."""
+    value = positive(text)
+    if value >= 2 ** 64:
+        raise argparse.ArgumentTypeError(f"at most 2**64 - 1 (Triton's unsigned 64-bit "
+                                         f"correlation ids), not {value}")
+    return value
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -185,8 +195,8 @@ def main(argv=None) -> int:
     p.add_argument("--url", default="localhost:8000", help="the server, host:port (HTTP 8000, "
                    "gRPC 8001)")
     p.add_argument("--protocol", choices=("http", "grpc"), default="http")
-    p.add_argument("--sequence_id", type=positive, help="the sequence's correlation id "
-                   "(default: a random one)")
+    p.add_argument("--sequence_id", type=_correlation_id, help="the sequence's correlation id "
+                   "(1 to 2**64 - 1, Triton's unsigned 64 bits; default: a random one)")
     p.add_argument("--json", action="store_true", help="the result as one JSON line")
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("score", help="a text file's perplexity, segment by segment")

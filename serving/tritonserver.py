@@ -89,7 +89,28 @@ def _cache() -> str:
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tf-model-scripts")
 
 
+def _export_root(argv: list[str]) -> str | None:
+    """A ``--model-repository`` that is ``--export_triton``'s output itself (its ``cpu/``,
+    ``triton/`` and ``tensorflow/`` folders are repositories, not models): Triton would take
+    ``cpu`` for a model and stop on "Could not determine backend for model 'cpu'"."""
+    for i, a in enumerate(argv):
+        if a.startswith("--model-repository") or a.startswith("--model-store"):
+            path = a.split("=", 1)[1] if "=" in a else (argv[i + 1] if i + 1 < len(argv) else "")
+            cpu = os.path.join(path, "cpu")
+            models = os.listdir(cpu) if os.path.isdir(cpu) else []
+            if any(os.path.isfile(os.path.join(cpu, d, "config.pbtxt")) for d in models) and \
+                    not os.path.isfile(os.path.join(path, "cpu", "config.pbtxt")):
+                return path
+    return None
+
+
 def main(argv: list[str]) -> int:
+    root = _export_root(argv)
+    if root is not None:
+        print(f"tritonserver.py: error: --model-repository {root} holds --export_triton's "
+              f"repositories: serve {os.path.join(root, 'cpu')} (this binary has the Python "
+              "backend only)", file=sys.stderr)
+        return 2
     python = os.environ.get("TRITONSERVER_PYTHON") or sys.executable
     version, libdir = _python_of(python)
     binary, backends, libs = server_files(version)

@@ -377,6 +377,15 @@ def test_output_and_labels_faults_are_one_line_before_the_import(torch_files, tm
     code, err = say(capsys, [src, a_file, "--from", "torchvision"])
     assert code == 1 and err == [f"import_weights.py: error: out_dir {a_file} is a file, not a "
                                  "directory"]
+    missing = tmp_path / "none.pth"  # was PyTorch's absence, under import_weights.py's name
+    code, err = say(capsys, [missing, tmp_path / "o", "--from", "torchvision"])
+    assert code == 1 and err == [f"import_weights.py: error: {missing}: no such file (the "
+                                 "torchvision weights to import)"]
+    proc = run_cli([shutil.which("tf-resnet50-import-weights"), str(missing),
+                    str(tmp_path / "o"), "--from", "timm"])
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == (
+        f"tf-resnet50-import-weights: error: {missing}: no such file (the timm weights to "
+        "import)")
     read = []  # the source is not read when the output or the labels are wrong
     monkeypatch.setattr(pretrained, "read", lambda *a: read.append(a))
     code, err = say(capsys, [src, tmp_path / "o", "--from", "torchvision", "--labels",

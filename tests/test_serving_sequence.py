@@ -329,6 +329,33 @@ def test_the_serving_figures_refuse_what_would_never_end_or_measure_nothing(
                "--tokens", "8") == (
         "load.py: error: instances 1, batching as shipped: tritonserver stopped (exit code 1): "
         f"see {tmp_path / 'out' / 'tritonserver.log'}")
+    # Its files are checked before a server starts (they were tracebacks after it), the
+    # concurrency bounded (each client a thread); a table of errors alone exits 1 (it was 0).
+    assert run("--concurrency", "1,100000").endswith(
+        "argument --concurrency: at most 256 (each a client thread with its own connection): "
+        "1,100000")
+    assert run("--image", str(tmp_path / "cat.jpg")).endswith(
+        f"--image {tmp_path / 'cat.jpg'}: no such file")
+    assert run("--image", str(tmp_path)).endswith(f"--image {tmp_path}: a directory, not a JPEG")
+    (tmp_path / "file").write_text("")
+    proc = subprocess.run([triton_python, "-m", "serving.load", "--repository", str(repo / "cpu"),
+                           "--model", "transformerxl", "--out", str(tmp_path / "file")],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].endswith(
+        f"--out {tmp_path / 'file'} is a file: give a directory (serving.md and serving.json "
+        "are written there)"), proc.stderr
+    every_row_failed = (
+        "import sys\nimport serving.load as load\n"
+        "def run(args):\n    open(args.out + '/serving.md', 'w').write('| error |\\n')\n"
+        "    return [{'concurrency': 1, 'error': 'the server went away'}]\n"
+        "load.run = run\nsys.exit(load.main(sys.argv[1:]))\n")
+    (tmp_path / "errors").mkdir()
+    proc = subprocess.run([triton_python, "-c", every_row_failed, "--repository", str(repo),
+                           "--model", "m", "--out", str(tmp_path / "errors")],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 1 and proc.stderr.strip() == (
+        f"load.py: error: no setting was answered (every row of "
+        f"{tmp_path / 'errors' / 'serving.md'} is an error)"), proc.stderr
 
 
 # `make test-slow` (the suite's time budget): the served sequence model is the other tests' of this

@@ -5,6 +5,7 @@ with one line before it reaches a server."""
 
 import json
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -114,6 +115,24 @@ def test_triton_client_refuses_bad_arguments_with_one_line(tmp_path, exported_re
                                             "text (the export's assets/labels.txt)")
     assert ask("--wait", "nan").endswith("argument --wait: seconds, 0 or more, not nan")
     assert ask("--wait", "-1").endswith("argument --wait: seconds, 0 or more, not -1.0")
+    assert ask("--score_threshold", "nan").endswith(  # it kept no detection, saying nothing
+        "argument --score_threshold: a score from 0 to 1, not nan")
+    # The text client's correlation id: one over Triton's 64 bits reached the server.
+    proc = subprocess.run([sys.executable, "-m", "serving.text_client", "--sequence_id",
+                           str(2**64), "score", image], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].endswith(
+        "argument --sequence_id: at most 2**64 - 1 (Triton's unsigned 64-bit correlation ids), "
+        "not 18446744073709551616"), proc.stderr
+    # The server launcher given --export_triton's folder, not its cpu/ repository: one line
+    # where Triton said "Could not determine backend for model 'cpu'".
+    root = exported_resnet[2]
+    proc = subprocess.run([sys.executable, "-m", "serving.tritonserver",
+                           f"--model-repository={root}"], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        f"tritonserver.py: error: --model-repository {root} holds --export_triton's "
+        f"repositories: serve {root / 'cpu'} (this binary has the Python backend only)")
     assert ask("--url", "http://localhost:8000").startswith(
         "image_client.py: error: tritonclient is not installed here (tritonclient): run it "
         "with the environment scripts/triton_env.sh makes")

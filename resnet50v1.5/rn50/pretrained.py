@@ -272,8 +272,12 @@ def write(model, settings: dict, out_dir: str, names: list[str] | None, log=prin
 def main(argv=None) -> int:
     """``import_weights.py SRC OUT --from SOURCE``: one line on stderr for a bad input."""
     import argparse
+    import sys
+    # Its name as the user typed it: import_weights.py, or the wheel's console script.
+    typed = os.path.basename(sys.argv[0]) if argv is None and sys.argv else ""
+    prog = typed if typed and typed not in ("__main__.py", "-c", "-m") else "import_weights.py"
     p = argparse.ArgumentParser(
-        prog="import_weights.py",
+        prog=prog,
         description="Writes a ResNet-50 v1.5 checkpoint of this repository from torchvision, "
                     "timm, NVIDIA (NGC TensorFlow), keras.applications or keras-hub ImageNet "
                     "weights.")
@@ -297,10 +301,15 @@ def main(argv=None) -> int:
                    "torchvision_v2, keras, nvidia, or key:value pairs "
                    "(rn50/eval_preprocessing.py); default: the source's own")
     args = p.parse_args(argv)
-    return reported("import_weights.py", lambda: _import(args), {UsageError: 2, DataError: 1})
+    return reported(prog, lambda: _import(args), {UsageError: 2, DataError: 1})
 
 
 def _import(args) -> int:
+    # A file or preset that is not there, before the source's reader (torchvision's said that
+    # PyTorch is needed to read it).
+    if args.source != "nvidia" and not os.path.exists(args.src):
+        kind = "directory" if args.source == "keras_hub" else "file"
+        raise DataError(f"{args.src}: no such {kind} (the {args.source} weights to import)")
     check_output(args.out_dir, args.arch)  # before the import, not after it
     names = read_labels(args.labels) if args.labels else None
     source, id_notes = identity(args.source, args.src, args.weights_name)
