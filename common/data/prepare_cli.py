@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 
@@ -118,7 +119,11 @@ def main(doc: str, arguments: Callable[[argparse.ArgumentParser], None],
          argv: Iterable[str] | None = None) -> int:
     """Parses ``argv`` with the model's ``arguments`` and runs its ``prepare``; ``doc``'s first
     paragraph is the help text."""
-    p = argparse.ArgumentParser(prog="prepare_dataset.py", description=doc.split("\n\n")[0])
+    # The command as typed: prepare_dataset.py, or the installed forms that entry.main_of names
+    # (python -m rn50.prepare, tf-resnet50-prepare).
+    typed = sys.argv[0] if argv is None and sys.argv else ""
+    prog = typed if typed.startswith(("python -m ", "tf-")) else "prepare_dataset.py"
+    p = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
     arguments(p)
     args = p.parse_args(argv)
 
@@ -130,11 +135,11 @@ def main(doc: str, arguments: Callable[[argparse.ArgumentParser], None],
     try:
         prepare(args)
     except DataError as e:
-        _say(f"prepare_dataset.py: error: {e}")
+        _say(f"{p.prog}: error: {e}")
         return 1
     except KeyboardInterrupt as e:
         which = "SIGTERM" if isinstance(e, _Terminated) else "Ctrl-C"
-        _say(f"prepare_dataset.py: interrupted ({which}); the previous preparation is unchanged")
+        _say(f"{p.prog}: interrupted ({which}); the previous preparation is unchanged")
         return 143 if isinstance(e, _Terminated) else 130
     finally:
         if main_thread:

@@ -6,6 +6,8 @@ import sys
 from common import entry
 
 main = entry.main_of("rn50.task:ResNetTask")
+# prepare_dataset.py's command, installed as a console script too.
+prepare = entry.main_of("rn50.prepare:main")
 # import_weights.py's command, installed as a console script too.
 import_weights = entry.main_of("rn50.pretrained:main")
 

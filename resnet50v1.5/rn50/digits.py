@@ -54,9 +54,12 @@ if __name__ == "__main__":
     import argparse
     import runpy
 
-    # This checkout's code first, installed or not: the entry every script starts from.
-    runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
-                                os.pardir, "common", "entry.py"))["own_checkout_first"]()
+    # In a checkout, its own code first, installed or not (the entry every script starts
+    # from); from a wheel (``python -m rn50.digits``) there is no checkout's entry.py beside it.
+    ENTRY = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir,
+                         "common", "entry.py")
+    if os.path.isfile(ENTRY):
+        runpy.run_path(ENTRY)["own_checkout_first"]()
 
     p = argparse.ArgumentParser(description="Writes the digits as an ImageNet-style folder "
                                 "(DIR/folder) and prepares its records (DIR/records).")

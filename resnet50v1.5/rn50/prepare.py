@@ -21,6 +21,12 @@ import os
 import random
 from collections.abc import Iterable, Sequence
 
+if __name__ == "__main__":  # python -m rn50.prepare: the scripts' start (common/entry.py), from
+    import sys  # a wheel too, before this module's imports bring TensorFlow in unfiltered
+
+    from common import entry
+    sys.exit(entry.main_of("rn50.prepare:main")("python -m rn50.prepare"))
+
 from common.data import prepare_cli, tfrecord_writer
 from common.data.images import jpeg_bytes
 from common.errors import DataError

@@ -6,6 +6,8 @@ import sys
 from common import entry
 
 main = entry.main_of("ssd.task:SSDTask")
+# prepare_dataset.py's command, installed as a console script too.
+prepare = entry.main_of("ssd.prepare:main")
 
 if __name__ == "__main__":
     sys.exit(main("python -m ssd"))  # what its one-line errors and --help name

@@ -27,6 +27,12 @@ import os
 import shutil
 from collections.abc import Iterable
 
+if __name__ == "__main__":  # python -m ssd.prepare: the scripts' start (common/entry.py), from
+    import sys  # a wheel too, before this module's imports bring TensorFlow in unfiltered
+
+    from common import entry
+    sys.exit(entry.main_of("ssd.prepare:main")("python -m ssd.prepare"))
+
 from common.data import prepare_cli, tfrecord_writer
 from common.data.images import jpeg_bytes
 from common.errors import DataError

@@ -6,6 +6,8 @@ import sys
 from common import entry
 
 main = entry.main_of("txl.task:TransformerXLTask")
+# prepare_dataset.py's command, installed as a console script too.
+prepare = entry.main_of("txl.prepare:main")
 
 if __name__ == "__main__":
     sys.exit(main("python -m txl"))  # what its one-line errors and --help name

@@ -23,6 +23,12 @@ from collections.abc import Iterable
 
 import numpy as np
 
+if __name__ == "__main__":  # python -m txl.prepare: the scripts' start (common/entry.py), from
+    import sys  # a wheel too, before this module's imports bring TensorFlow in unfiltered
+
+    from common import entry
+    sys.exit(entry.main_of("txl.prepare:main")("python -m txl.prepare"))
+
 from common.data import prepare_cli
 from common.errors import DataError
 
