@@ -29,6 +29,7 @@ import os
 import re
 import shutil
 import tempfile
+import warnings
 import weakref
 
 from common.errors import DataError
@@ -230,6 +231,9 @@ class Checkpoint:
             self._trainer = runner.setup(models.task_class(record["model"]), argv, loading=True)
             self._trainer.restore(required=True)
         self.messages = said.getvalue().splitlines()
+        for line in self.messages:  # an older checkpoint than the newest: the caller is told
+            if line.startswith("skipped "):
+                warnings.warn(f"{path}: {line}", stacklevel=3)
         self.task, self.model = self._trainer.task, self._trainer.model
         self.serving = self._trainer.serving
         self._signatures = serving_lib.traced(self.serving, self.model)[0]  # export reuses them
@@ -276,11 +280,23 @@ class Export:
         except (OSError, ValueError) as e:
             raise DataError(f"{path} has no readable assets/client.json ({e}): give what "
                             "--export_dir wrote") from None
+        if not isinstance(self.info, dict) or not isinstance(self.info.get("signatures"), dict):
+            raise DataError(f"{os.path.join(path, 'assets', 'client.json')} is not an export's "
+                            "client.json (no signatures): give what --export_dir wrote")
         self.card = self.info.get("model_card")
-        labels = os.path.join(path, "assets", self.info.get("labels") or "-")
-        self.labels = (open(labels, encoding="utf-8").read().splitlines()
-                       if os.path.isfile(labels) else None)
-        self._loaded = tf.saved_model.load(path)
+        labels = os.path.join(path, "assets", str(self.info.get("labels") or "-"))
+        try:
+            self.labels = (open(labels, encoding="utf-8").read().splitlines()
+                           if os.path.isfile(labels) else None)
+        except (OSError, UnicodeDecodeError) as e:
+            raise DataError(f"{labels} is not the export's class names ({e})") from None
+        try:
+            self._loaded = tf.saved_model.load(path)
+        except Exception as e:  # noqa: BLE001  a damaged file raises TensorFlow's and Python's
+            cause = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise DataError(f"{path}: the SavedModel does not load ({type(e).__name__}: "
+                            f"{cause}): its files are damaged or incomplete; export it again"
+                            ) from None
         self._signatures = dict(self._loaded.signatures)
 
     @property

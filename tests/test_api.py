@@ -176,3 +176,25 @@ def test_predict_refuses_ids_the_server_refuses_before_any_cast(exported_txl):
     with pytest.raises(DataError, match=rf"^mems: shape \(1, 0, {width}\); the signature takes "
                                         rf"\({layers}, any, any, {width}\)$"):
         served.predict("score", tokens=[[2, 5]], targets=[[3, 4]], mems=mems[0])
+
+
+@OWN_HANDLING
+def test_a_damaged_export_is_one_line_naming_what_is_wrong(exported_resnet, tmp_path):
+    """Half a variables file (an IndexError without a path), labels.txt of random bytes (a
+    UnicodeDecodeError), a client.json holding a list (an AttributeError): one line each."""
+    import shutil
+    export = exported_resnet[1]
+    cut, labels, listed = (shutil.copytree(export, tmp_path / n) for n in ("cut", "lb", "ls"))
+    data = next(cut.glob("variables/variables.data-*"))
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    with pytest.raises(DataError, match=f"^{re.escape(str(cut))}: the SavedModel does not load "
+                                        r"\(.*\): its files are damaged or incomplete"):
+        api.load(str(cut))
+    (labels / "assets" / "labels.txt").write_bytes(bytes(range(128, 256)) * 4)
+    with pytest.raises(DataError, match=f"^{re.escape(str(labels / 'assets' / 'labels.txt'))} "
+                                        "is not the export's class names"):
+        api.load(str(labels))
+    (listed / "assets" / "client.json").write_text("[]")
+    with pytest.raises(DataError, match=re.escape(
+            f"{listed / 'assets' / 'client.json'} is not an export's client.json")):
+        api.load(str(listed))

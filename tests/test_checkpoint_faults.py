@@ -75,6 +75,22 @@ def test_corrupt_newest_checkpoint_falls_back_and_is_kept_aside(tmp_path, capsys
     assert {"ckpt-3.index", "ckpt-4.index", "ckpt-5.index"} <= set(after)  # new, clean ckpt-3
 
 
+@OWN_HANDLING
+def test_the_api_warns_when_it_loads_an_older_checkpoint_than_the_newest(tmp_path):
+    """api.load of a directory whose newest checkpoint is damaged restores the one before, as
+    --mode evaluate does, and says so as a Python warning the caller sees (it was a line in
+    ``model.messages`` alone)."""
+    from common import api
+    _train(tmp_path, 2)
+    ckdir = tmp_path / "r" / "checkpoints"
+    data = ckdir / "ckpt-2.data-00000-of-00001"
+    with open(data, "r+b") as f:
+        f.truncate(os.path.getsize(data) // 2)
+    with pytest.warns(UserWarning, match=f"^{ckdir}: skipped ckpt-2: it cannot be read"):
+        model = api.load(str(ckdir))
+    assert model._trainer.step == 1
+
+
 def test_no_readable_checkpoint_stops_and_touches_nothing(tmp_path, capsys):
     _train(tmp_path, 1)
     ckdir = tmp_path / "r" / "checkpoints"

@@ -38,14 +38,16 @@ def export(saved_model: str, out_path: str | None = None, signature: str = "serv
     failed = run_with_log(cmd, "tf2onnx-", out_path, log_dir=log_dir)
     if failed:
         raise RuntimeError(f"tf2onnx could not convert {saved_model} {failed}")
-    name_batch_dimension(out_path)
+    name_batch_dimension(out_path, signature)
     return out_path
 
 
-def name_batch_dimension(path: str) -> None:
+def name_batch_dimension(path: str, signature: str = "serving_default") -> None:
     """The leading dimension of the graph's inputs and outputs named ``batch`` where tf2onnx
     left a name such as ``unk__619`` (what trtexec, Netron and Triton's tools show), in every
-    tensor that carries it."""
+    tensor that carries it; the graph's description without the path of the folder it was
+    converted from (tf2onnx writes the export's staging folder there, a host path that every
+    copy of the file carried)."""
     import onnx
     model = onnx.load(path)
     graph = model.graph
@@ -54,12 +56,11 @@ def name_batch_dimension(path: str) -> None:
         dims = value.type.tensor_type.shape.dim
         if dims and dims[0].dim_param and not dims[0].HasField("dim_value"):
             renamed[dims[0].dim_param] = "batch"
-    if not renamed:
-        return
     for value in (*graph.input, *graph.output, *graph.value_info):
         for d in value.type.tensor_type.shape.dim:
             if d.dim_param in renamed:
                 d.dim_param = renamed[d.dim_param]
+    graph.doc_string = f"the SavedModel's {signature} signature, converted by tf2onnx"
     onnx.save(model, path)
 
 
