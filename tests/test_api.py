@@ -198,3 +198,19 @@ def test_a_damaged_export_is_one_line_naming_what_is_wrong(exported_resnet, tmp_
     with pytest.raises(DataError, match=re.escape(
             f"{listed / 'assets' / 'client.json'} is not an export's client.json")):
         api.load(str(listed))
+
+
+@OWN_HANDLING
+def test_the_cards_model_index_publishes_no_cocos_minus_one():
+    """pycocotools' -1 (no object of that size in the split) stays in ``scored``, what was
+    computed, and out of the model-index, which the Hub reads as results."""
+    from common.export import card as cards
+    card = cards.build(model="ssd320", pipeline_tag="object-detection", dataset="coco",
+                       weights={}, recipe=None, scored={"split": "validation", "step": 3,
+                                                        "metrics": {"AP": 0.25, "APs": -1.0,
+                                                                    "ARs": -1.0, "ARl": 0.5}},
+                       parameter_count=10, exported_weights_sha256="0" * 64,
+                       triton_model="ssd320")
+    metrics = card["model-index"][0]["results"][0]["metrics"]
+    assert {m["type"]: m["value"] for m in metrics} == {"AP": 0.25, "ARl": 0.5}
+    assert card["scored"]["metrics"]["APs"] == -1.0

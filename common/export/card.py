@@ -110,7 +110,7 @@ def build(*, model: str, pipeline_tag: str, dataset: str, weights: dict, recipe:
             "task": {"type": pipeline_tag},
             "dataset": {"name": dataset, "type": dataset, "split": scored["split"]},
             "metrics": [{"type": k, "value": v} for k, v in scored["metrics"].items()
-                        if isinstance(v, (int, float))]}]}]
+                        if isinstance(v, (int, float)) and not _no_value(k, v)]}]}]
     card.update({
         "parameter_count": int(parameter_count), "keras_version": pkgs["keras"],
         "date_saved": datetime.datetime.now(datetime.UTC).strftime(
@@ -119,6 +119,12 @@ def build(*, model: str, pipeline_tag: str, dataset: str, weights: dict, recipe:
         "evaluation_preprocessing": recipe, "scored": scored, "triton_model": triton_model,
         "project": project(), "exported_with": pkgs})
     return card
+
+
+def _no_value(name: str, value: float) -> bool:
+    """pycocotools' -1 for an AP or AR (``APs``, ``ARl`` ...): the split has no object of that
+    size, a sentinel, not a score the model-index may publish."""
+    return value == -1 and name.startswith(("AP", "AR"))
 
 
 def _yaml(value, indent: int = 0) -> str:
