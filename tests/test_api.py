@@ -205,7 +205,8 @@ def test_the_cards_model_index_publishes_no_cocos_minus_one():
     """pycocotools' -1 (no object of that size in the split) stays in ``scored``, what was
     computed, and out of the model-index, which the Hub reads as results."""
     from common.export import card as cards
-    card = cards.build(model="ssd320", pipeline_tag="object-detection", dataset="coco",
+    card = cards.build(model="ssd320", pipeline_tag="object-detection",
+                       data={"dataset": "coco", "description": "COCO"},
                        weights={}, recipe=None, scored={"split": "validation", "step": 3,
                                                         "metrics": {"AP": 0.25, "APs": -1.0,
                                                                     "ARs": -1.0, "ARl": 0.5}},
@@ -214,3 +215,42 @@ def test_the_cards_model_index_publishes_no_cocos_minus_one():
     metrics = card["model-index"][0]["results"][0]["metrics"]
     assert {m["type"]: m["value"] for m in metrics} == {"AP": 0.25, "ARl": 0.5}
     assert card["scored"]["metrics"]["APs"] == -1.0
+
+
+@OWN_HANDLING
+def test_the_card_names_the_canonical_dataset_only_for_its_own_files(tmp_path):
+    """ImageNet-1k for a labels.txt of 1,000 WordNet ids, COCO 2017 for COCO's 80 categories,
+    WikiText-103 for its 267,735 words; anything else by what it holds; no data: synthetic."""
+    import types
+
+    from rn50.serving import ResNetServing
+    from ssd.serving import SSDServing
+    from txl.serving import TXLServing
+
+    def read(cls, name, files):
+        folder = tmp_path / name
+        folder.mkdir()
+        for file, text in files.items():
+            (folder / file).write_text(text)
+        task = types.SimpleNamespace(name=name, flags=types.SimpleNamespace(
+            data_dir=str(folder) if files else None), ctx=types.SimpleNamespace(precision=None))
+        return cls(task).data_read()
+    synsets = "".join(f"n{i:08d}\n" for i in range(1000))
+    assert read(ResNetServing, "resnet50v1.5", {"labels.txt": synsets}) == {
+        "dataset": "ILSVRC/imagenet-1k", "description": "ImageNet-1k (ILSVRC2012)"}
+    assert read(ResNetServing, "a", {"labels.txt": synsets.replace("n00000007", "cat")}) == {
+        "dataset": None, "description": "an image dataset of 1000 classes (n00000000, "
+                                        "n00000001, n00000002, ...)"}
+    assert read(ResNetServing, "b", {}) == {"dataset": None, "description": "synthetic data"}
+    coco = [{"id": i, "name": "person" if i == 1 else "toothbrush" if i == 90 else f"c{i}"}
+            for i in [*range(1, 80), 90]]
+    assert read(SSDServing, "ssd320", {"label_map.json": json.dumps({"categories": coco})}) == {
+        "dataset": "detection-datasets/coco", "description": "COCO 2017"}
+    assert read(SSDServing, "c", {"label_map.json": json.dumps({"categories": coco[:2]})}) == {
+        "dataset": None, "description": "a detection dataset of 2 categories (person, c2)"}
+    assert read(TXLServing, "transformerxl", {"corpus-info.json": json.dumps({
+        "vocab_size": 267735, "tokens": {"train": 103227021}})}) == {
+        "dataset": "Salesforce/wikitext", "description": "WikiText-103"}
+    assert read(TXLServing, "d", {"corpus-info.json": json.dumps({
+        "vocab_size": 29, "tokens": {"train": 9043}})}) == {
+        "dataset": None, "description": "a text corpus of 29 words (9,043 training tokens)"}

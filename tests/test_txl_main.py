@@ -125,8 +125,13 @@ def test_export_scores_and_continues_like_the_model(tmp_path, corpus):
     card = json.loads((export / "model_card.json").read_text())
     assert (card["scored"]["split"], card["scored"]["step"]) == ("test", 3), card["scored"]
     assert card["scored"]["metrics"]["eval_ppl"] == pytest.approx(evaluated["eval_ppl"])
+    # The corpus read, not WikiText-103 (its 267,735 words would make it so).
+    info = json.loads(open(os.path.join(corpus, "corpus-info.json")).read())
+    assert card["data"] == (f"a text corpus of {info['vocab_size']:,} words "
+                            f"({info['tokens']['train']:,} training tokens)")
+    assert "datasets" not in card
     assert card["model-index"][0]["results"][0]["dataset"] == {
-        "name": "Salesforce/wikitext", "type": "Salesforce/wikitext", "split": "test"}
+        "name": card["data"], "type": "custom", "split": "test"}
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("the king sees\n")
     _run(["--mode", "predict", "--to_predict", str(prompts), "--gen_len", "1", "--export_dir",

@@ -92,15 +92,18 @@ def packages() -> dict:
         n: version(n) for n in ("tensorflow", "keras", "numpy", "tf2onnx", "onnx")}}
 
 
-def build(*, model: str, pipeline_tag: str, dataset: str, weights: dict, recipe: str | None,
+def build(*, model: str, pipeline_tag: str, data: dict, weights: dict, recipe: str | None,
           scored: dict | None, parameter_count: int, exported_weights_sha256: str,
           triton_model: str) -> dict:
-    """The card's dict (module docstring). ``weights`` is what the checkpoint recorded of its
-    source (``common/checkpoint/start.py``); ``scored`` the evaluation of these weights, or
-    None."""
+    """The card's dict (module docstring). ``data`` is what the run read (``Serving.data_read``:
+    the Hub's dataset id only when it is that set, and a description), ``weights`` what the
+    checkpoint recorded of its source (``common/checkpoint/start.py``); ``scored`` the
+    evaluation of these weights, or None."""
     pkgs = packages()
-    card = {"model_name": model, "library_name": "keras", "pipeline_tag": pipeline_tag,
-            "datasets": [dataset]}
+    card = {"model_name": model, "library_name": "keras", "pipeline_tag": pipeline_tag}
+    if data.get("dataset"):  # the Hub's list of the data trained on: only a set it holds
+        card["datasets"] = [data["dataset"]]
+    card["data"] = data["description"]
     if weights.get("license"):
         card["license"] = weights["license"]
     if weights.get("hub_id"):
@@ -108,7 +111,8 @@ def build(*, model: str, pipeline_tag: str, dataset: str, weights: dict, recipe:
     if scored:
         card["model-index"] = [{"name": model, "results": [{
             "task": {"type": pipeline_tag},
-            "dataset": {"name": dataset, "type": dataset, "split": scored["split"]},
+            "dataset": {"name": data.get("dataset") or data["description"],
+                        "type": data.get("dataset") or "custom", "split": scored["split"]},
             "metrics": [{"type": k, "value": v} for k, v in scored["metrics"].items()
                         if isinstance(v, (int, float)) and not _no_value(k, v)]}]}]
     card.update({
@@ -162,7 +166,7 @@ def markdown(card: dict) -> str:
     lines = ["---", _yaml(front), "---", "", f"# {card['model_name']}", ""]
     if w.get("source") == "trained":
         lines.append(f"Weights trained by this repository's {w.get('model')}/main.py on "
-                     f"`{w.get('dataset') or 'synthetic data'}`.")
+                     f"{card.get('data') or 'synthetic data'}.")
     else:
         lines.append(f"Weights: {w.get('source')} `{w.get('name') or 'unnamed'}`"
                      f" (file `{w.get('file_name')}`, sha256 `{w.get('sha256')}`).")
@@ -178,7 +182,7 @@ def markdown(card: dict) -> str:
             (f" ({pub['reference']})" if pub.get("reference") else "")]
     lines += ["", "## Evaluation", ""]
     if s:
-        lines.append(f"Scored on the {s['split']} split at step {s['step']}"
+        lines.append(f"Scored on the {s['split']} split of {card.get('data')} at step {s['step']}"
                      f"{' (' + s['data'] + ')' if s.get('data') else ''}:")
         lines += ["", "| metric | value |", "|---|---|"] + [
             f"| {k} | {v} |" for k, v in s["metrics"].items()]

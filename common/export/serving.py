@@ -122,6 +122,15 @@ class Serving:
         output (input size, mean and standard deviation, the class names' file)."""
         return {}
 
+    def data_read(self) -> dict:
+        """The data the model card says these weights were trained and scored on, from the
+        files the run read: ``dataset``, the model table's Hub id only when they are that set
+        (each model tells by its prepared files: a tiny model trained on digits is no ImageNet
+        model), else None; ``description``, what the data is (no path of this machine)."""
+        if not getattr(self.flags, "data_dir", None):
+            return {"dataset": None, "description": "synthetic data"}
+        return {"dataset": None, "description": "the prepared data of --data_dir"}
+
     # --- what inference is: predict and the inference benchmark ---------------------------
     def infer(self, model: keras.Model, inputs, state=None):
         """(outputs, next state) of one inference batch, for the inference benchmark."""
@@ -200,7 +209,7 @@ def model_card(serving, model: keras.Model, scored: dict | None) -> dict:
     task = serving.task
     return cards.build(
         model=task.name, pipeline_tag=MODELS[task.name].pipeline_tag,
-        dataset=MODELS[task.name].dataset, weights=weights_source(task),
+        data=serving.data_read(), weights=weights_source(task),
         recipe=getattr(serving.flags, "eval_preprocessing", None) or (
             "nvidia" if serving.prepare_image is not None else None),
         scored=scored, parameter_count=model.count_params(),

@@ -12,12 +12,16 @@ whose other outputs are zeros (``classes`` -1) while the rest of the batch is an
 """
 from __future__ import annotations
 
+import os
+import re
+
 import numpy as np
 import tensorflow as tf
 from tensorflow.autograph.experimental import do_not_convert
 
 from common.data.images import read_image
 from common.export.serving import ExportSpec, Serving, image_input_info, prepare_each
+from common.models import MODELS
 from common.task import record_files
 from rn50 import tfdata_pipeline
 
@@ -68,6 +72,23 @@ class ResNetServing(Serving):
         described["resize_shorter_side"] = prep.resize_for(f.image_size)
         return {**image_input_info(f.image_size), **described, "num_classes": f.num_classes,
                 "labels": "labels.txt" if self.task.class_names else None}
+
+    def data_read(self):
+        """ImageNet-1k when the data's ``labels.txt`` (prepare_dataset.py's, the class
+        folders' names) holds its 1,000 WordNet ids; else the classes it holds."""
+        read = super().data_read()
+        if not self.flags.data_dir:
+            return read
+        path = os.path.join(self.flags.data_dir, "labels.txt")
+        names = open(path, encoding="utf-8").read().split() if os.path.isfile(path) else []
+        if len(names) == 1000 and all(re.fullmatch(r"n\d{8}", n) for n in names):
+            return {"dataset": MODELS[self.task.name].dataset,
+                    "description": "ImageNet-1k (ILSVRC2012)"}
+        if names:
+            shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+            return {"dataset": None,
+                    "description": f"an image dataset of {len(names)} classes ({shown})"}
+        return read
 
     def serving_call(self, inputs, state):
         return "preprocessed", inputs

@@ -25,6 +25,7 @@ from tensorflow.autograph.experimental import do_not_convert
 
 from common.data.images import read_image
 from common.export.serving import ExportSpec, Serving, image_input_info, prepare_each
+from common.models import MODELS
 from common.task import record_files
 from ssd import postprocess, tfdata_pipeline
 
@@ -93,6 +94,23 @@ class SSDServing(Serving):
                 "num_classes": f.num_classes,
                 "score_threshold": f.score_threshold,
                 "label_map": "label_map.json" if self.task.names else None}
+
+    def data_read(self):
+        """COCO 2017 when the data's ``label_map.json`` (prepare_dataset.py's, from the
+        annotations) holds COCO's 80 categories, ``person`` 1 to ``toothbrush`` 90; else the
+        categories it holds."""
+        read = super().data_read()
+        path = os.path.join(self.flags.data_dir or "", "label_map.json")
+        if not self.flags.data_dir or not os.path.isfile(path):
+            return read
+        with open(path, encoding="utf-8") as f:
+            found = {int(c["id"]): c["name"] for c in json.load(f).get("categories", [])}
+        if len(found) == 80 and found.get(1) == "person" and found.get(90) == "toothbrush":
+            return {"dataset": MODELS[self.task.name].dataset, "description": "COCO 2017"}
+        names = [found[k] for k in sorted(found)]
+        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        return {"dataset": None,
+                "description": f"a detection dataset of {len(names)} categories ({shown})"}
 
     def serving_call(self, inputs, state):
         return "preprocessed", inputs

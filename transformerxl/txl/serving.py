@@ -23,8 +23,12 @@ import tensorflow as tf
 
 from common.errors import DataError
 from common.export.serving import ExportSpec, Serving
+from common.models import MODELS
 from txl.generate import generate
 from txl.prepare import utf8_lines
+
+# WikiText-103's vocabulary with <eos> (NVIDIA's corpus-info.json, the base model's embedding).
+WIKITEXT_103_WORDS = 267735
 
 
 def engine_shapes(serving, inputs, rows, least):
@@ -91,6 +95,21 @@ class TXLServing(Serving):
                 # What the server keeps of each open sequence (float32 memory).
                 "state_bytes": cfg.n_layer * memory["mem_len"] * cfg.d_model * 4,
                 "start_memory": f"zeros of shape ({cfg.n_layer}, batch, 0, {cfg.d_model})"}
+
+    def data_read(self):
+        """WikiText-103 when the corpus' ``corpus-info.json`` (prepare_dataset.py's) counts its
+        267,735 words; else the corpus' size."""
+        read = super().data_read()
+        path = os.path.join(self.flags.data_dir or "", "corpus-info.json")
+        if not self.flags.data_dir or not os.path.isfile(path):
+            return read
+        with open(path, encoding="utf-8") as f:
+            info = json.load(f)
+        if info.get("vocab_size") == WIKITEXT_103_WORDS:
+            return {"dataset": MODELS[self.task.name].dataset, "description": "WikiText-103"}
+        train = info.get("tokens", {}).get("train")
+        return {"dataset": None, "description": f"a text corpus of {info.get('vocab_size'):,} "
+                f"words" + (f" ({train:,} training tokens)" if train else "")}
 
     def serving_call(self, inputs, state):
         """``score`` at the evaluation's memory length (the steady state: the memory keeps
