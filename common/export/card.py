@@ -168,7 +168,9 @@ def markdown(card: dict) -> str:
         lines.append(f"Weights trained by this repository's {w.get('model')}/main.py on "
                      f"{card.get('data') or 'synthetic data'}.")
     else:
-        lines.append(f"Weights: {w.get('source')} `{w.get('name') or 'unnamed'}`"
+        claimed = " (the name as the importer gave it, unconfirmed by the file)" if w.get(
+            "name_claimed") else ""
+        lines.append(f"Weights: {w.get('source')} `{w.get('name') or 'unnamed'}`{claimed}"
                      f" (file `{w.get('file_name')}`, sha256 `{w.get('sha256')}`).")
         if w.get("fine_tuned_on"):
             lines.append(f"Fine-tuned here on `{w['fine_tuned_on']}`.")

@@ -126,15 +126,27 @@ def identity(source: str, path: str, name: str | None) -> tuple[dict, list[str]]
     except OSError:  # read() names what is missing or unreadable
         sha256 = None
     found, notes = src.identify(path, sha256) if sha256 else ({}, [])
-    if name and source == "torchvision":  # the published figures are the named weights'
-        found = weights_torch.torchvision_named(name)
-    elif name:
-        found = {**found, "name": name}
+    if name and source == "torchvision" and sha256 and any(
+            sha256.startswith(h) and n == name for h, n in weights_torch.TORCHVISION_FILES.items()):
+        found = weights_torch.torchvision_named(name)  # the hash confirms: torchvision's figures
+    elif name and name != found.get("name"):
+        # The user's word (--weights_name), which no hash here confirms: recorded as a claim,
+        # without the published figures of the weights it names (a random-weight file named
+        # IMAGENET1K_V2 was carded with torchvision's 0.80858).
+        kept = {k: v for k, v in found.items() if k not in ("name", "published")}
+        if source == "torchvision":
+            kept = {k: v for k, v in weights_torch.torchvision_named(name).items()
+                    if k != "published"}
+        found = {**kept, "name": name, "name_claimed": True}
+        notes = [*notes, f"--weights_name {name}: recorded as your claim (no published figures): "
+                 f"the file's SHA-256 ({(sha256 or '?')[:8]}...) is not one this repository knows "
+                 f"as {name}"]
     hub_id = found.get("hub_id") or "timm/" + (found.get("name") or "")
     return {"source": source, "from": f"{source} weights imported by import_weights.py",
             "name": found.get("name"),
             "file_name": os.path.basename(os.path.normpath(path)), "sha256": sha256,
-            **{k: found[k] for k in ("hub_id", "license", "published") if found.get(k)},
+            **{k: found[k] for k in ("hub_id", "license", "published", "name_claimed")
+               if found.get(k)},
             "terms": src.terms.format(hub_id=hub_id),
             "imported": datetime.date.today().isoformat()}, notes
 
