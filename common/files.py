@@ -125,6 +125,14 @@ def staged_dir(target: str, what: str, replaces=(), log=None):
             shutil.rmtree(stage if old is None else old, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def one_writer(target: str, log=None):
+    """Waits until no other process writes ``target`` (``_writer``'s lock, which
+    ``staged_dir`` holds over a whole export), and holds it for the block."""
+    with _writer(os.path.realpath(target.rstrip(os.sep) or os.sep), wait=True, log=log):
+        yield
+
+
 def swap_target(target: str, what: str) -> str:
     """The directory a swap replaces for ``target``: where a symbolic link points (the link
     stays, and a server reading through it sees the new contents), as an absolute path. A mount

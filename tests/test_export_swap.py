@@ -174,6 +174,41 @@ with files.staged_dir(target, "the export", log=print) as stage:
 """
 
 
+def test_a_trial_export_waits_for_the_writer_and_sweeps_no_live_trial(tmp_path):
+    """The trial export before training (``export_bytes``) swept ``.size-probe-*`` outside the
+    writers' lock, and removed another run's trial in progress, calling it stopped (3 of 3
+    runs): it now waits for the writer, and sweeps only what no writer holds."""
+    import threading
+
+    from common import export, runner
+    from rn50.task import ResNetTask
+    target = tmp_path / "export"
+    target.mkdir()
+    trainer = runner.setup(ResNetTask, ["main.py", *TINY, "--mode", "train", "--results_dir",
+                                        str(tmp_path / "r")])
+    trainer.log.close()
+    held, release, said = threading.Event(), threading.Event(), []
+    live = target / f"{files.PROBE}other-run"
+
+    def other_run():  # another process's trial export: its probe, under the lock
+        with files.one_writer(str(target)):
+            live.mkdir()
+            held.set()
+            release.wait(60)
+            assert live.is_dir()  # still there: nobody swept it
+            live.rmdir()
+    other = threading.Thread(target=other_run)
+    other.start()
+    assert held.wait(60)
+    threading.Timer(2, release.set).start()
+    need = export.export_bytes(trainer.serving, trainer.model, str(target), False,
+                               log=said.append)
+    other.join(60)
+    assert need > 1 << 20 and not other.is_alive()
+    assert said == [f"waiting for another process writing {target} to finish"], said
+    assert os.listdir(target) == []
+
+
 def test_two_writes_of_one_directory_take_turns_and_neither_calls_the_other_stopped(
         tmp_path):
     """Two exports at once both exited 0, the second naming the first's staging "stopped"

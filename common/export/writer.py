@@ -112,10 +112,14 @@ def export_bytes(serving, model: keras.Model, export_dir: str, with_onnx: bool,
     with a tenth to spare. A directory too small for even the trial stops the run with one
     line."""
     try:
-        files.clear_stale(export_dir, log)
-        with tempfile.TemporaryDirectory(prefix=files.PROBE, dir=export_dir) as tmp:
-            serving_lib.save(serving, model, tmp)
-            size = files.tree_bytes(tmp)
+        # Under the writers' lock: another run's trial or export into the same directory is
+        # its own work in progress, not a stopped run's leftovers (the sweep outside the lock
+        # removed a live trial export and called it stopped).
+        with files.one_writer(export_dir, log=log):
+            files.clear_stale(export_dir, log)
+            with tempfile.TemporaryDirectory(prefix=files.PROBE, dir=export_dir) as tmp:
+                serving_lib.save(serving, model, tmp)
+                size = files.tree_bytes(tmp)
     except (OSError, tf.errors.OpError) as e:
         why = one_line(getattr(e, "message", None) or e.strerror or str(e))
         raise DataError(f"--export_dir {export_dir} cannot hold the export: a trial export "
