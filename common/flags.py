@@ -300,6 +300,15 @@ def validate(f: flags.FlagValues, loading: bool = False) -> dict:
             raise UsageError(f"--export_dir {f.export_dir} is inside --export_triton "
                              f"{f.export_triton}: Triton reads every folder there as a model; "
                              "give the export a directory beside the repository")
+    if f.export_dir and f.results_dir:
+        # An export in the checkpoints' directory made that directory an export for
+        # api.load (and swapped the checkpoints with it); either inside the other, alike.
+        model_dir = f.model_dir or os.path.join(f.results_dir, "checkpoints")
+        export, ckpt = (os.path.realpath(p) for p in (f.export_dir, model_dir))
+        if export == ckpt or export.startswith(ckpt + os.sep) or ckpt.startswith(export + os.sep):
+            raise UsageError(f"--export_dir {f.export_dir} and the checkpoints' --model_dir "
+                             f"{model_dir} need directories of their own, neither inside the "
+                             "other")
     if f.export_onnx_int8 and not f.export_dir:
         raise UsageError("--export_onnx_int8 writes model_int8.onnx into --export_dir: give "
                          "--export_dir")

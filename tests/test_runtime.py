@@ -146,6 +146,12 @@ def test_an_error_line_is_one_write_that_other_ranks_cannot_split(tmp_path, monk
     (["--export_dir", "/tmp/t/e", "--export_triton", "/tmp/t"], 2,
      "--export_dir /tmp/t/e is inside --export_triton /tmp/t: Triton reads every folder there "
      "as a model; give the export a directory beside the repository"),
+    # An export into the checkpoints' directory became what api.load found there.
+    (["--export_dir", "/tmp/r/ck", "--model_dir", "/tmp/r/ck"], 2, "--export_dir /tmp/r/ck and "
+     "the checkpoints' --model_dir /tmp/r/ck need directories of their own, neither inside the "
+     "other"),
+    (["--results_dir", "/tmp/r", "--export_dir", "/tmp/r"], 2, "--export_dir /tmp/r and the "
+     "checkpoints' --model_dir /tmp/r/checkpoints need directories of their own"),
     # A recipe of non-finite or overflowing numbers: every image NaN, or all the same.
     (["--eval_preprocessing", "mean:nan/1/1"], 2, "mean nan/1/1 and std 58.395/57.12/57.375: "
      "finite numbers within +-1e+06, the std at least 1e-06"),
