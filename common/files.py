@@ -280,8 +280,8 @@ def _writer(target: str, wait: bool, log=None):
 def recover(target: str, log=None) -> None:
     """What an earlier write of ``target`` left when it was stopped: a swap cut between its two
     renames (the earlier contents put back, said), earlier contents not yet removed (removed),
-    a staging folder (kept and named: it may hold a whole export that never went in place),
-    and trial exports (removed). While another process is writing ``target``, what is beside
+    a staging folder not yet whole (removed), a whole one that never went in place (kept and
+    named), and trial exports (removed). While another process is writing ``target``, what is beside
     it is that write's, and is left alone (said)."""
     target = os.path.realpath(target.rstrip(os.sep) or os.sep)
     if not os.path.isdir(os.path.dirname(target)):
@@ -313,9 +313,13 @@ def _recover(target: str, log=None) -> None:
                     log(f"put back {target}: a stop between the two renames of its swap had "
                         f"left it aside in {path}")
             shutil.rmtree(path, ignore_errors=True)
-        elif name.startswith(f".{base}{STAGING}") and os.path.isdir(path) and log:
-            log(f"{path}: a write of {target} that was stopped before it went in place (it may "
-                "be incomplete; not used): remove it when you no longer need it")
+        elif name.startswith(f".{base}{STAGING}") and os.path.isdir(path):
+            # Never a whole write (a whole one is renamed .whole-* before its swap), and no
+            # writer holds it (this runs under the writers' lock): each later run named it and
+            # left it, a full export's size, for ever.
+            shutil.rmtree(path, ignore_errors=True)
+            if log:
+                log(f"removed {path}: a write of {target} that was stopped before it was whole")
         elif name.startswith(f".{base}{WHOLE}") and os.path.isdir(path):
             if _swapped_out(path):  # the exchange happened: this is the earlier export
                 shutil.rmtree(path, ignore_errors=True)

@@ -116,11 +116,11 @@ def test_a_stop_in_the_swap_leaves_a_whole_export_and_says_which(tmp_path, digit
         assert proc.returncode == -signal.SIGKILL
         assert now == earlier
         assert len(leftovers) == 1 and leftovers[0].startswith(".export.staging-")
-        after = _export(tmp_path, digits_records, 3, export)  # the next export names it
+        after = _export(tmp_path, digits_records, 3, export)  # the next export removes it
         assert after.returncode == 0, after.stderr[-2000:]
-        assert (f"{tmp_path / leftovers[0]}: a write of {export} that was stopped before it "
-                "went in place") in after.stdout
-        assert (tmp_path / leftovers[0]).is_dir()  # named, not deleted
+        assert (f"removed {tmp_path / leftovers[0]}: a write of {export} that was stopped "
+                "before it was whole") in after.stdout
+        assert not (tmp_path / leftovers[0]).exists()
         assert _whole(export) not in (earlier, now)
         return
     # The signal waited for the swap: the new export is in place, and the line says so.
@@ -130,6 +130,23 @@ def test_a_stop_in_the_swap_leaves_a_whole_export_and_says_which(tmp_path, digit
     line = proc.stderr.strip().splitlines()[-1]
     assert line == (f"main.py: {sig.name}: stopped after writing the export to {export}; "
                     f"the export in {export} is the new one, whole"), proc.stderr[-2000:]
+
+
+def test_a_stopped_writes_staging_is_removed_by_the_next_write_of_the_place(tmp_path):
+    """A staging folder not yet whole (``.export.staging-*``; a whole one is renamed
+    ``.export.whole-*`` first) was named at every later run and kept, an export's size, for
+    ever: the next write of the same place removes it, said so; another place's is left."""
+    target, other = tmp_path / "export", tmp_path / "other"
+    stopped = tmp_path / ".export.staging-abc123"
+    (stopped / "variables").mkdir(parents=True)
+    (stopped / "variables" / "variables.data-00000-of-00001").write_bytes(b"x" * 1000)
+    (tmp_path / ".other.staging-def456").mkdir()
+    said = []
+    files.recover(str(target), said.append)
+    assert said == [f"removed {stopped}: a write of {target} that was stopped before it was "
+                    "whole"]
+    assert not stopped.exists() and (tmp_path / ".other.staging-def456").is_dir()
+    assert not other.exists()
 
 
 def test_a_kill_just_before_or_after_the_exchange_is_named_as_it_is(tmp_path):
