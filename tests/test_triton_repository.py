@@ -280,6 +280,12 @@ def test_re_exporting_into_a_repository_adds_a_version_or_replaces(exported_resn
     assert not (again / "triton" / "resnet50_tensorrt").exists()
     assert (again / "README.txt").read_text() == "notes\n"
     assert (again / "cpu" / "other_model" / "config.pbtxt").exists()
+    # Two exports more: versions 2, 3 and 4 kept (repository.KEPT_VERSIONS), 1 removed (every
+    # export added one, each holding its export's files, for ever).
+    for _ in range(2):
+        repository.write_repository(trainer.serving, str(export), str(again))
+    assert repository.KEPT_VERSIONS == 3 and sorted(os.listdir(
+        again / "cpu" / "resnet50_python")) == ["2", "3", "4", "config.pbtxt", "labels.txt"]
     repository.write_repository(trainer.serving, str(export), str(again), replace=True)
     assert sorted(os.listdir(again / "triton" / "resnet50_onnx")) == [
         "1", "config.pbtxt", "labels.txt"]

@@ -40,8 +40,9 @@ Inputs and outputs are named as the model names them (``client.json``'s signatur
 files' graphs); the configs are ``config``'s. ResNet-50's ``probabilities`` carry
 ``label_filename`` (Triton's classification extension answers names); the networks and the
 preprocessing are warmed up at load. Writing into repositories that hold these models already
-adds a version (``version_policy``: the newest served, the earlier kept on disk to roll back
-to), or with ``--triton_replace`` replaces them; other models there are kept.
+adds a version (``version_policy``: the newest served, the ``KEPT_VERSIONS - 1`` before it kept
+on disk to roll back to, older ones removed: each holds a whole export's files), or with
+``--triton_replace`` replaces them; other models there are kept.
 """
 from __future__ import annotations
 
@@ -81,6 +82,8 @@ TARGETS = {
 # batch be prepared while the previous one is handed to the network. cpu/ keeps one: on a
 # CPU host a second only splits the cores the network needs (config.QUEUE_DELAY_US).
 GPU_HOST_PREPROCESS_INSTANCES = 2
+# Versions of a model a repository keeps, the new one included (docs/deployment.md).
+KEPT_VERSIONS = 3
 # What a repository held before the repositories per server (one flat directory): a new
 # export replaces these too.
 FLAT = ("", "_cpu", "_savedmodel", "_onnx", "_preprocess", "_python", "_tensorrt",
@@ -126,7 +129,9 @@ class _Repository:
         versions = sorted(int(v) for v in os.listdir(old) if v.isdigit()) \
             if os.path.isdir(old) and not self.replace else []
         os.makedirs(model)
-        for v in versions:  # hard links: an earlier version costs no space
+        # Hard links: a version carried over costs no new space, but each holds the files of
+        # its own export; the newest few are kept (every export added one, for ever).
+        for v in versions[-(KEPT_VERSIONS - 1):]:
             _link_tree(os.path.join(old, str(v)), os.path.join(model, str(v)))
         version = os.path.join(model, str(versions[-1] + 1 if versions else 1))
         os.makedirs(version)
