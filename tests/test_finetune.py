@@ -202,6 +202,9 @@ def test_a_flag_that_contradicts_the_checkpoint_is_one_line_and_omitted_ones_are
 
 
 @SETTINGS_ONLY
+# `make test-slow` (the suite's time budget): the check of a flag against settings.json is
+# ResNet-50's case above.
+@pytest.mark.slow
 def test_ssd_and_transformerxl_checkpoints_refuse_a_contradicting_flag(tmp_path, shapes_records,
                                                                       corpus, capsys):
     ssd = tmp_path / "ssd"

@@ -27,14 +27,9 @@ pytestmark = pytest.mark.both_stacks  # the stack check: the NGC suite runs this
 STAND_IN = Devices(0, "stand-in GPU", 1)
 PRECISIONS = {"fp32": [], "fp16": ["--amp", "--amp_dtype", "float16"],
               "bf16": ["--amp", "--amp_dtype", "bfloat16"]}
-# float16 in both suites (each stack's TensorFlow has its own kernel table), bfloat16 in the pip
-# suite's; FP32, whose steps differ from AMP's in the layers' dtypes only: `make test-slow` (the
-# suite's time budget)
-_OTHER_PRECISIONS = pytest.mark.one_stack(
-    "pip", "the kernel tables of both stacks are read with float16 AMP's steps; bfloat16's "
-           "differ from them in the layers' dtypes only")
-
-
+# float16 in both suites (each stack's TensorFlow has its own kernel table); FP32 and bfloat16,
+# whose steps differ from float16's in the layers' dtypes only: `make test-slow` (the suite's
+# time budget)
 def _problems(fn, *args) -> list[str]:
     return [str(f) for f in gpu_placement.findings(fn.get_concrete_function(*args))]
 
@@ -122,7 +117,7 @@ def _models(digits_records, shapes_records, corpus):
 
 
 @pytest.mark.parametrize("precision", [pytest.param("fp32", marks=pytest.mark.slow), "fp16",
-                                       pytest.param("bf16", marks=_OTHER_PRECISIONS)])
+                                       pytest.param("bf16", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("model", ["resnet50v1.5", "ssd320", "transformerxl"])
 def test_no_step_of_a_gpu_run_computes_on_its_host(model, precision, tmp_path, monkeypatch,
                                                     digits_records, shapes_records, corpus):

@@ -168,6 +168,9 @@ def test_with_one_gpu_the_multi_gpu_stages_are_listed_as_skipped(tmp_path, data_
     assert _stages(proc)["nccl"] == "/opt/nccl/arp -b 8M -e 256M -f 2 -g 2"
 
 
+# `make test-slow` (the suite's time budget): every stage's command line is
+# test_every_stage_on_every_model_with_valid_flags'.
+@pytest.mark.slow
 def test_under_slurm_the_multi_gpu_stages_go_through_srun(tmp_path, data_root):
     proc = _dry_run(tmp_path, data_root, GPUS="4", SLURM_JOB_ID="7", SLURM_JOB_NUM_NODES="2",
                     SLURM_CPUS_ON_NODE="64")

@@ -170,7 +170,6 @@ def _check_int8(path, feeds, output):
     assert session.run([output], feeds)[0].dtype == np.float32
 
 
-@pytest.mark.both_stacks
 def test_txl_onnx_gives_log_probs_and_memory(tmp_path, corpus):
     out = tmp_path / "export"
     runner.run(TransformerXLTask, ["main.py", *TINY, "--data_dir", corpus, *BENCH,

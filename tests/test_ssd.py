@@ -165,7 +165,10 @@ def test_coco_evaluation_equals_pycocotools_run_directly(shapes_records):
     assert 0.3 < ours["AP50"] <= 1
 
 
-@pytest.mark.parametrize("dali", [False, pytest.param(True, marks=pytest.mark.both_stacks)])
+# Every mode with tf.data is ResNet-50's and Transformer-XL's in the suite, SSD320's with DALI
+# (its tf.data pipeline in the other tests here); SSD320's with tf.data: `make test-slow`.
+@pytest.mark.parametrize("dali", [pytest.param(False, marks=pytest.mark.slow),
+                                  pytest.param(True, marks=pytest.mark.both_stacks)])
 def test_every_mode_end_to_end(tmp_path, shapes_records, dali):
     out = str(tmp_path)
     base = ["main.py", *TINY, "--data_dir", shapes_records, "--results_dir", out]

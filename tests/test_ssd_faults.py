@@ -385,6 +385,8 @@ def test_a_backbone_checkpoint_of_another_resnet_is_one_line(tmp_path, capsys):
 
 
 @OWN_FILES_ONLY
+# `make test-slow` (the suite's time budget): a full disk during a save is test_checkpoint_faults'.
+@pytest.mark.slow
 def test_predict_onto_a_filling_disk_leaves_no_empty_drawing(shapes_records, tmp_path, capsys):
     """Drawings are written whole or not at all: when the disk fills, the images that did not
     fit are reported and recorded with their error, and no zero-byte or cut PNG stays."""
@@ -429,7 +431,10 @@ def test_prepare_says_when_category_ids_would_make_a_huge_mostly_untrained_head(
 
 
 @OWN_FILES_ONLY
-@pytest.mark.parametrize("onnx", [False, True], ids=["savedmodel", "with-onnx"])
+# The SavedModel's case in the suite; with ONNX (the same check, a larger need): `make
+# test-slow`.
+@pytest.mark.parametrize("onnx", [False, pytest.param(True, marks=pytest.mark.slow)],
+                         ids=["savedmodel", "with-onnx"])
 def test_an_export_dir_too_small_for_the_real_export_is_refused_before_training(
         tmp_path, capsys, onnx):
     """The room an export needs is measured by a trial export of the model at start (its graph

@@ -168,7 +168,6 @@ def test_export_scores_and_continues_like_the_model(tmp_path, corpus):
     assert (export / "assets" / "vocab.txt").read_text().split("\n")[0] == "<eos>"
 
 
-@pytest.mark.both_stacks
 def test_dali_trains_exactly_as_tfdata(tmp_path, corpus):
     args = ["--mode", "train", "--iter_unit", "batch", "--num_iter", "5"]
     _run(args, corpus, tmp_path / "tfdata")
@@ -177,6 +176,9 @@ def test_dali_trains_exactly_as_tfdata(tmp_path, corpus):
                                rtol=1e-6)
 
 
+# `make test-slow` (the suite's time budget): the accumulation's arithmetic is test_accumulation's,
+# on both stacks.
+@pytest.mark.slow
 def test_batch_chunk_with_memory_equals_one_batch_k_times_larger(tmp_path, corpus):
     """Two micro-batches of 4 rows, each carrying its own memory, against one batch of 8 rows,
     over 6 steps: the same losses and the same weights."""
@@ -203,6 +205,9 @@ def _stop_after(monkeypatch, steps):
 
 
 @OWN_HANDLING
+# `make test-slow` (the suite's time budget): a resume at the exact step is test_runtime's with
+# ResNet-50 (common/'s loop).
+@pytest.mark.slow
 def test_resume_continues_at_the_exact_step(tmp_path, corpus, monkeypatch):
     """Two epochs in one run equal one epoch, a stop, and a resumed second epoch: weights,
     optimizer and data position all continue (memory restarts at every epoch in both). A
