@@ -215,6 +215,8 @@ class Checkpoint:
         from common.export import serving as serving_lib
         directory = checkpoint_settings.directory_of(path)
         record = checkpoint_settings.read(path) if os.path.isdir(directory) else None
+        # A checkpoint's prefix (DIR/ckpt-N) loads that step; a directory its newest readable.
+        prefix = path if not os.path.isdir(path) and os.path.exists(f"{path}.index") else None
         if not record or record.get("model") not in models.MODELS:
             raise DataError(f"{path} holds no checkpoint of this repository (no settings.json "
                             "naming one of its models): give a --model_dir a run wrote, or an "
@@ -222,14 +224,14 @@ class Checkpoint:
         self.settings = record
         self._logs = tempfile.mkdtemp(prefix="tf-model-scripts-api-")
         weakref.finalize(self, shutil.rmtree, self._logs, True)
-        argv = ["main.py", "--mode", "evaluate", "--model_dir", path,
+        argv = ["main.py", "--mode", "evaluate", "--model_dir", directory if prefix else path,
                 "--results_dir", self._logs]
         for k, v in flags.items():
             argv += [f"--{k}"] if v is True else [f"--no{k}"] if v is False else [f"--{k}", str(v)]
         said = io.StringIO()  # what main.py would print as it starts: kept, not printed
         with runner.process_state_restored(), contextlib.redirect_stdout(said):
             self._trainer = runner.setup(models.task_class(record["model"]), argv, loading=True)
-            self._trainer.restore(required=True)
+            self._trainer.restore(required=True, prefix=prefix)
         self.messages = said.getvalue().splitlines()
         for line in self.messages:  # an older checkpoint than the newest: the caller is told
             if line.startswith("skipped "):

@@ -91,13 +91,14 @@ class Trainer:
     def state(self):
         return list(self.model.variables) + list(self.optimizer.variables) + [self.global_step]
 
-    def restore(self, required: bool = False) -> str | None:
+    def restore(self, required: bool = False, prefix: str | None = None) -> str | None:
         """Rank 0 restores the newest readable checkpoint; then every rank takes rank 0's state.
         A training run moves unreadable newer checkpoints aside (common/checkpoint/store.py);
         one with nothing to resume starts from a fine-tuning checkpoint's weights
-        (``start.begin``)."""
+        (``start.begin``). ``prefix`` (``DIR/ckpt-N``) restores that checkpoint instead."""
         path = self.dist.on_chief(
-            lambda: start.begin(self.task, self.model, self.checkpoints, required, self.log.print),
+            lambda: start.begin(self.task, self.model, self.checkpoints, required, self.log.print,
+                                prefix),
             "restoring the checkpoint")
         if path:
             bad = first_non_finite(self.state())

@@ -79,7 +79,7 @@ def test_corrupt_newest_checkpoint_falls_back_and_is_kept_aside(tmp_path, capsys
 def test_the_api_warns_when_it_loads_an_older_checkpoint_than_the_newest(tmp_path):
     """api.load of a directory whose newest checkpoint is damaged restores the one before, as
     --mode evaluate does, and says so as a Python warning the caller sees (it was a line in
-    ``model.messages`` alone)."""
+    ``model.messages`` alone); a prefix loads its own step, or says why it cannot."""
     from common import api
     _train(tmp_path, 2)
     ckdir = tmp_path / "r" / "checkpoints"
@@ -89,6 +89,14 @@ def test_the_api_warns_when_it_loads_an_older_checkpoint_than_the_newest(tmp_pat
     with pytest.warns(UserWarning, match=f"^{ckdir}: skipped ckpt-2: it cannot be read"):
         model = api.load(str(ckdir))
     assert model._trainer.step == 1
+    # A prefix loads that step, as documented (it was refused: "no checkpoint in --model_dir").
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert api.load(str(ckdir / "ckpt-1"))._trainer.step == 1
+    from common.errors import DataError
+    with pytest.raises(DataError, match=f"^checkpoint {ckdir / 'ckpt-2'} cannot be read "):
+        api.load(str(ckdir / "ckpt-2"))
 
 
 def test_no_readable_checkpoint_stops_and_touches_nothing(tmp_path, capsys):

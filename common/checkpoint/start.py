@@ -73,7 +73,8 @@ def check_facts(task, path: str, source: str) -> None:
                                     {k: where for k, (_, where) in facts.items()})
 
 
-def begin(task, model, checkpoints, required: bool, log) -> str | None:
+def begin(task, model, checkpoints, required: bool, log, prefix: str | None = None
+          ) -> str | None:
     """Where a run's weights start (rank 0): the newest readable checkpoint in --model_dir
     (``checkpoints``, its ``store.CheckpointStore``; a training run moves unreadable newer ones
     aside), or, for a training run with nothing to resume, --finetune_checkpoint's weights.
@@ -81,7 +82,7 @@ def begin(task, model, checkpoints, required: bool, log) -> str | None:
     f = task.flags
     training = f.mode in ("train", "train_and_evaluate")
     check_facts(task, f.model_dir, f"the checkpoint in --model_dir {f.model_dir}")
-    path = checkpoints.restore(required, quarantine=training)
+    path = checkpoints.restore(required, quarantine=training, prefix=prefix)
     if path is None and training and f.finetune_checkpoint:
         finetune(task, model, f.finetune_checkpoint, log)
     elif path and f.finetune_checkpoint:

@@ -99,11 +99,21 @@ class CheckpointStore:
                 shutil.rmtree(os.path.join(self.model_dir, name), ignore_errors=True)
                 self.log(f"removed {name}, left behind by an interrupted save")
 
-    def restore(self, required: bool, quarantine: bool) -> str | None:
-        """Restores the newest readable checkpoint and returns its prefix (None: there is none).
+    def restore(self, required: bool, quarantine: bool, prefix: str | None = None
+                ) -> str | None:
+        """Restores the newest readable checkpoint and returns its prefix (None: there is none);
+        with ``prefix``, that one (``DIR/ckpt-N``: the Python API's load of a given step), or
+        one line why it cannot be read.
 
         ``quarantine`` moves the unreadable checkpoints newer than the restored one aside (a
         training run does this; evaluation and predict only read)."""
+        if prefix is not None:
+            reason = unreadable(prefix)
+            if reason:
+                raise DataError(f"checkpoint {prefix} cannot be read ({reason})")
+            self._restore_from(prefix)
+            self.latest = prefix
+            return prefix
         steps = on_disk(self.model_dir)
         if not steps:
             if required:
