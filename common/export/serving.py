@@ -119,17 +119,9 @@ class Serving:
 
     def client_info(self) -> dict:
         """This model's part of ``client.json``: how a client prepares an input and reads an
-        output (input size, mean and standard deviation, the class names' file)."""
+        output (input size, mean and standard deviation, the class names' file), and ``data``,
+        what the weights were trained and scored on (``data_read``)."""
         return {}
-
-    def data_read(self) -> dict:
-        """The data the model card says these weights were trained and scored on, from the
-        files the run read: ``dataset``, the model table's Hub id only when they are that set
-        (each model tells by its prepared files: a tiny model trained on digits is no ImageNet
-        model), else None; ``description``, what the data is (no path of this machine)."""
-        if not getattr(self.flags, "data_dir", None):
-            return {"dataset": None, "description": "synthetic data"}
-        return {"dataset": None, "description": "the prepared data of --data_dir"}
 
     # --- what inference is: predict and the inference benchmark ---------------------------
     def infer(self, model: keras.Model, inputs, state=None):
@@ -200,6 +192,20 @@ def describe(serving, signatures: Mapping, card: dict | None = None) -> dict:
             "checkpoint_settings": settings_of(serving.task), "model_card": card}
 
 
+def data_read(serving) -> dict:
+    """The data the model card says these weights were trained and scored on, from the files
+    the run read: ``dataset``, the model table's Hub id only when they are that set (each model
+    tells by its prepared files, its ``client_info``'s ``data``: a tiny model trained on digits
+    is no ImageNet model), else None; ``description``, what the data is (no path of this
+    machine)."""
+    found = serving.client_info().get("data")
+    if found:
+        return found
+    if not getattr(serving.flags, "data_dir", None):
+        return {"dataset": None, "description": "synthetic data"}
+    return {"dataset": None, "description": "the prepared data of --data_dir"}
+
+
 def model_card(serving, model: keras.Model, scored: dict | None) -> dict:
     """The export's model card (``common/export/card.py``): the weights' source as their
     checkpoint recorded it, the evaluation recipe, what they scored (``scored``: the exporting
@@ -209,7 +215,7 @@ def model_card(serving, model: keras.Model, scored: dict | None) -> dict:
     task = serving.task
     return cards.build(
         model=task.name, pipeline_tag=MODELS[task.name].pipeline_tag,
-        data=serving.data_read(), weights=weights_source(task),
+        data=data_read(serving), weights=weights_source(task),
         recipe=getattr(serving.flags, "eval_preprocessing", None) or (
             "nvidia" if serving.prepare_image is not None else None),
         scored=scored, parameter_count=model.count_params(),

@@ -71,24 +71,8 @@ class ResNetServing(Serving):
         described = prep.describe()
         described["resize_shorter_side"] = prep.resize_for(f.image_size)
         return {**image_input_info(f.image_size), **described, "num_classes": f.num_classes,
-                "labels": "labels.txt" if self.task.class_names else None}
-
-    def data_read(self):
-        """ImageNet-1k when the data's ``labels.txt`` (prepare_dataset.py's, the class
-        folders' names) holds its 1,000 WordNet ids; else the classes it holds."""
-        read = super().data_read()
-        if not self.flags.data_dir:
-            return read
-        path = os.path.join(self.flags.data_dir, "labels.txt")
-        names = open(path, encoding="utf-8").read().split() if os.path.isfile(path) else []
-        if len(names) == 1000 and all(re.fullmatch(r"n\d{8}", n) for n in names):
-            return {"dataset": MODELS[self.task.name].dataset,
-                    "description": "ImageNet-1k (ILSVRC2012)"}
-        if names:
-            shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
-            return {"dataset": None,
-                    "description": f"an image dataset of {len(names)} classes ({shown})"}
-        return read
+                "labels": "labels.txt" if self.task.class_names else None,
+                "data": _data_read(self)}
 
     def serving_call(self, inputs, state):
         return "preprocessed", inputs
@@ -115,3 +99,20 @@ class ResNetServing(Serving):
         names = rec.get("top5_names") or [f"class {c}" for c in rec["top5_classes"]]
         return [(rec, f"{path}: " + ", ".join(f"{name} {p:.3f}" for name, p in
                                               zip(names, rec["top5_probs"])))]
+
+
+def _data_read(serving):
+    """ImageNet-1k when the data's ``labels.txt`` (prepare_dataset.py's, the class
+    folders' names) holds its 1,000 WordNet ids; else the classes it holds."""
+    if not serving.flags.data_dir:
+        return None
+    path = os.path.join(serving.flags.data_dir, "labels.txt")
+    names = open(path, encoding="utf-8").read().split() if os.path.isfile(path) else []
+    if len(names) == 1000 and all(re.fullmatch(r"n\d{8}", n) for n in names):
+        return {"dataset": MODELS[serving.task.name].dataset,
+                "description": "ImageNet-1k (ILSVRC2012)"}
+    if names:
+        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        return {"dataset": None,
+                "description": f"an image dataset of {len(names)} classes ({shown})"}
+    return None

@@ -93,24 +93,8 @@ class SSDServing(Serving):
                 "boxes": "ymin, xmin, ymax, xmax; normalised to the image as sent",
                 "num_classes": f.num_classes,
                 "score_threshold": f.score_threshold,
-                "label_map": "label_map.json" if self.task.names else None}
-
-    def data_read(self):
-        """COCO 2017 when the data's ``label_map.json`` (prepare_dataset.py's, from the
-        annotations) holds COCO's 80 categories, ``person`` 1 to ``toothbrush`` 90; else the
-        categories it holds."""
-        read = super().data_read()
-        path = os.path.join(self.flags.data_dir or "", "label_map.json")
-        if not self.flags.data_dir or not os.path.isfile(path):
-            return read
-        with open(path, encoding="utf-8") as f:
-            found = {int(c["id"]): c["name"] for c in json.load(f).get("categories", [])}
-        if len(found) == 80 and found.get(1) == "person" and found.get(90) == "toothbrush":
-            return {"dataset": MODELS[self.task.name].dataset, "description": "COCO 2017"}
-        names = [found[k] for k in sorted(found)]
-        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
-        return {"dataset": None,
-                "description": f"a detection dataset of {len(names)} categories ({shown})"}
+                "label_map": "label_map.json" if self.task.names else None,
+                "data": _data_read(self)}
 
     def serving_call(self, inputs, state):
         return "preprocessed", inputs
@@ -156,3 +140,20 @@ class SSDServing(Serving):
         found = ", ".join(f"{n} {s:.2f}" for n, s in zip(rec["names"], rec["scores"]))
         return [(rec, f"{path}: {len(rec['scores'])} detection(s) above {f.score_threshold}"
                       f"{': ' + found if found else ''} (drawn: {rec['drawn']})")]
+
+
+def _data_read(serving):
+    """COCO 2017 when the data's ``label_map.json`` (prepare_dataset.py's, from the
+    annotations) holds COCO's 80 categories, ``person`` 1 to ``toothbrush`` 90; else the
+    categories it holds."""
+    path = os.path.join(serving.flags.data_dir or "", "label_map.json")
+    if not serving.flags.data_dir or not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        found = {int(c["id"]): c["name"] for c in json.load(f).get("categories", [])}
+    if len(found) == 80 and found.get(1) == "person" and found.get(90) == "toothbrush":
+        return {"dataset": MODELS[serving.task.name].dataset, "description": "COCO 2017"}
+    names = [found[k] for k in sorted(found)]
+    shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+    return {"dataset": None,
+            "description": f"a detection dataset of {len(names)} categories ({shown})"}

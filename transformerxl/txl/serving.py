@@ -94,22 +94,8 @@ class TXLServing(Serving):
                 **memory, "max_segment": max_segment,
                 # What the server keeps of each open sequence (float32 memory).
                 "state_bytes": cfg.n_layer * memory["mem_len"] * cfg.d_model * 4,
+                "data": _data_read(self),
                 "start_memory": f"zeros of shape ({cfg.n_layer}, batch, 0, {cfg.d_model})"}
-
-    def data_read(self):
-        """WikiText-103 when the corpus' ``corpus-info.json`` (prepare_dataset.py's) counts its
-        267,735 words; else the corpus' size."""
-        read = super().data_read()
-        path = os.path.join(self.flags.data_dir or "", "corpus-info.json")
-        if not self.flags.data_dir or not os.path.isfile(path):
-            return read
-        with open(path, encoding="utf-8") as f:
-            info = json.load(f)
-        if info.get("vocab_size") == WIKITEXT_103_WORDS:
-            return {"dataset": MODELS[self.task.name].dataset, "description": "WikiText-103"}
-        train = info.get("tokens", {}).get("train")
-        return {"dataset": None, "description": f"a text corpus of {info.get('vocab_size'):,} "
-                f"words" + (f" ({train:,} training tokens)" if train else "")}
 
     def serving_call(self, inputs, state):
         """``score`` at the evaluation's memory length (the steady state: the memory keeps
@@ -162,3 +148,18 @@ def served_memory(f) -> dict:
         return {"mem_len": f.mem_len, "clamp_len": f.clamp_len, "same_length": f.same_length}
     return {"mem_len": f.eval_mem_len, "clamp_len": f.eval_clamp_len,
             "same_length": f.eval_same_length}
+
+
+def _data_read(serving):
+    """WikiText-103 when the corpus' ``corpus-info.json`` (prepare_dataset.py's) counts its
+    267,735 words; else the corpus' size."""
+    path = os.path.join(serving.flags.data_dir or "", "corpus-info.json")
+    if not serving.flags.data_dir or not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        info = json.load(f)
+    if info.get("vocab_size") == WIKITEXT_103_WORDS:
+        return {"dataset": MODELS[serving.task.name].dataset, "description": "WikiText-103"}
+    train = info.get("tokens", {}).get("train")
+    return {"dataset": None, "description": f"a text corpus of {info.get('vocab_size'):,} "
+            f"words" + (f" ({train:,} training tokens)" if train else "")}
