@@ -32,7 +32,7 @@ import tempfile
 import warnings
 import weakref
 
-from common.errors import DataError
+from common.errors import DataError, one_line
 
 
 def load(path: str, **flags):
@@ -148,14 +148,10 @@ def _shape_checked(name: str, array, spec):
 
 def _first_line(error) -> str:
     """What a signature's ``InvalidArgumentError`` says, in one line: an assertion's own
-    message, else TensorFlow's cause without the graph's node and stack lines around it."""
-    text = str(getattr(error, "message", error)).strip()
+    message without its data (the ids it printed), else TensorFlow's cause (``one_line``)."""
+    text = str(getattr(error, "message", error))
     found = re.search(r"assertion failed: \[([^\]]*)\]", text)
-    if found:
-        return found.group(1)
-    said = [ln for ln in text.splitlines() if ln.strip() and not ln[0].isspace() and not (
-        ln.startswith(("Graph execution error", "Detected at node", "<stack")))]
-    return said[0] if said else text.splitlines()[0]
+    return found.group(1) if found else one_line(text)
 
 
 def _call(signatures, name: str, inputs: dict, limits: dict, mask: bool = False) -> dict:

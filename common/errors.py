@@ -21,11 +21,21 @@ class TrainingError(Exception):
     """Training cannot go on (for example a non-finite loss); the last checkpoint is kept."""
 
 
+# What a function's error raised in eager code puts before its cause: "Graph execution error:",
+# "Detected at node X defined at (most recent call last):", then the traceback (indented) or
+# "<stack traces unavailable>".
+_TF_PREAMBLE = ("Graph execution error:", "Detected at node ", "<stack traces unavailable>")
+
+
 def one_line(message: str) -> str:
-    """The first meaningful line of a TensorFlow error message, wrapping stripped and an
-    assertion's data unwrapped ("assertion failed: [label 11 is ...]" -> "label 11 is ...")."""
+    """The first meaningful line of a TensorFlow error message, wrapping stripped (the graph
+    execution preamble and its traceback too) and an assertion's data unwrapped ("assertion
+    failed: [label 11 is ...]" -> "label 11 is ...")."""
     message = re.sub(r"assertion failed: \[(.*?)\]", r"\1", _TF_NOISE.sub("", message))
-    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    lines = [ln for ln in message.splitlines() if ln.strip()]
+    if lines and lines[0].startswith(_TF_PREAMBLE[0]):
+        lines = [ln for ln in lines if not ln[0].isspace() and not ln.startswith(_TF_PREAMBLE)]
+    lines = [ln.strip() for ln in lines]
     return lines[0] if lines else message.strip()[:300]
 
 

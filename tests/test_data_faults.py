@@ -262,6 +262,12 @@ def test_the_reason_is_pulled_out_of_dali_and_tensorflow_messages():
                   "/replica:0/task:0/device:CPU:0}} assertion failed: [label 11 is outside 1..10]"
                   "\n\t [[{{node Assert/Assert}}]] [Op:IteratorGetNext] name: ")
     assert reason(tf_message) == "label 11 is outside 1..10"
+    # A function's error raised in eager code: its cause after the graph execution preamble and
+    # the traceback (the first line was "Graph execution error:").
+    eager = ("Graph execution error:\n\nDetected at node sub_1 defined at (most recent call "
+             "last):\n  File \"step.py\", line 3, in step\n    y = x - t\n"
+             "Incompatible shapes: [3] vs. [2]\n\t [[{{node sub_1}}]] [Op:__inference_step_9]")
+    assert reason(eager) == "Incompatible shapes: [3] vs. [2]"
 
 
 def test_checked_range_accepts_no_values_and_reports_the_first_bad_one():

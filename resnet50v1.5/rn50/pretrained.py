@@ -133,11 +133,9 @@ def identity(source: str, path: str, name: str | None) -> tuple[dict, list[str]]
         # The user's word (--weights_name), which no hash here confirms: recorded as a claim,
         # without the published figures of the weights it names (a random-weight file named
         # IMAGENET1K_V2 was carded with torchvision's 0.80858).
-        kept = {k: v for k, v in found.items() if k not in ("name", "published")}
-        if source == "torchvision":
-            kept = {k: v for k, v in weights_torch.torchvision_named(name).items()
-                    if k != "published"}
-        found = {**kept, "name": name, "name_claimed": True}
+        named = weights_torch.torchvision_named(name) if source == "torchvision" else found
+        found = {**{k: v for k, v in named.items() if k not in ("name", "published")},
+                 "name": name, "name_claimed": True}
         notes = [*notes, f"--weights_name {name}: recorded as your claim (no published figures): "
                  f"the file's SHA-256 ({(sha256 or '?')[:8]}...) is not one this repository knows "
                  f"as {name}"]
