@@ -157,7 +157,10 @@ def test_an_over_long_segment_is_refused_and_the_model_stays_ready_and_answers(
         _score(51, ids[:longest + 2], start=True), _score(51, ids[:longest + 1], end=True)])
     assert f"a segment of {longest + 1} tokens is longer than transformerxl's maximum of " \
            f"{longest} (max_segment in config.pbtxt)" in got[0]["error"], got[0]
-    assert "sequence 51 has no state here" in got[1]["error"]  # its start was refused
+    # Its start was refused, which ended it in Triton (the end the model sends itself, most
+    # often before this request arrives; else the model says it holds nothing for it).
+    assert "for sequence 51 to model 'transformerxl' must specify the START flag" in \
+        got[1]["error"] or "sequence 51 has no state here" in got[1]["error"], got[1]
     assert server.health("ready") == 200 and server.health("live") == 200
     (ok,) = sequence_steps(triton_python, server, [_score(52, ids[40:40 + longest + 1],
                                                           start=True, end=True)])
@@ -214,12 +217,82 @@ def test_seventeen_interleaved_documents_are_each_scored_right(
             _close(got[r * 17 + list(docs).index(s)], w)
 
 
+# Refused starts, then a new sequence timed (78.2); requests kept in flight (78.3).
+FLOOD = """
+import json, sys, threading, time
+import numpy as np
+import tritonclient.grpc as grpc
+url, first, count, vocab = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+client = grpc.InferenceServerClient(url)
+
+
+def tokens(ids):
+    t = grpc.InferInput("tokens", [1, len(ids)], "INT32")
+    t.set_data_from_numpy(np.asarray([ids], np.int32))
+    return [t]
+
+
+errors, done = [], threading.Semaphore(0)
+
+
+def answered(result, error):
+    errors.append(str(error).splitlines()[0] if error else None)
+    done.release()
+
+
+sent = time.monotonic()
+for n in range(count):  # out of the vocabulary, or a start beyond the model's limit
+    client.async_infer("transformerxl", tokens([vocab] if n % 2 else [1, 2]), answered,
+                       sequence_id=first + n, sequence_start=True)
+for _ in range(count):
+    done.acquire()
+refused_s = time.monotonic() - sent
+out = {"refused_s": refused_s, "errors": sorted(set(map(str, errors)))}
+try:
+    client.infer("transformerxl", tokens([3]), sequence_id=2, sequence_end=True)
+except Exception as e:
+    out["end_error"] = str(e).splitlines()[0]
+start = time.monotonic()
+try:
+    client.infer("transformerxl", tokens([1, 2]), sequence_id=first + count,
+                 sequence_start=True, sequence_end=True, client_timeout=90)
+except Exception as e:
+    out["new_error"] = str(e).splitlines()[0]
+out["new_s"] = time.monotonic() - start
+print(json.dumps(out))
+"""
+BUSY = """
+import sys, threading
+import numpy as np
+import tritonclient.grpc as grpc
+url, length = sys.argv[1], int(sys.argv[2])
+
+
+def loop(seq):
+    client = grpc.InferenceServerClient(url)
+    t = grpc.InferInput("tokens", [1, length], "INT32")
+    t.set_data_from_numpy(np.ones([1, length], np.int32))
+    while True:
+        client.infer("transformerxl", [t], sequence_id=seq, sequence_start=True,
+                     sequence_end=True)
+        print(seq, flush=True)
+
+
+for seq in (7001, 7002):
+    threading.Thread(target=loop, args=(seq,), daemon=True).start()
+threading.Event().wait()
+"""
+
+
 def test_a_start_beyond_the_sequence_limit_is_refused_and_the_model_ends_with_its_server(
         exported_txl, ids, signatures, triton_python, tmp_path):
     """With max_sequences 2 in the config: a third sequence's start is refused with a line
-    naming the limit, the two open ones go on, and once one has ended the third starts. Then
-    the server is killed with SIGKILL: the model's process (which holds the memories) ends
-    too."""
+    naming the limit, the two open ones go on, and once one has ended the third starts.
+    Refused starts free their slot in Triton's sequence batcher at once: after 1,024 of them
+    (as many as its candidate slots), a new sequence is answered within a second (it waited
+    for the 60 s idle timeout while they held the slots). Then the server is killed with
+    SIGKILL while requests run: the model's process (which holds the memories) ends too (it
+    outlived the server when its main thread was waiting on it)."""
     trainer, export, repo = exported_txl
     cfg = trainer.task.cfg
     limited = tmp_path / "cpu"
@@ -227,8 +300,10 @@ def test_a_start_beyond_the_sequence_limit_is_refused_and_the_model_ends_with_it
     config = limited / "transformerxl" / "config.pbtxt"
     text = config.read_text()
     assert 'key: "max_sequences"\n    value {\n      string_value: "256"' in text
+    assert "max_candidate_sequences: 1024" in text
     config.write_text(text.replace('string_value: "256"', 'string_value: "2"'))
     s = Repositories(triton_python, [limited], tmp_path)
+    busy = None
     try:
         a, b, c = ids[0:5], ids[5:10], ids[10:15]
         got = sequence_steps(triton_python, s, [
@@ -241,11 +316,33 @@ def test_a_start_beyond_the_sequence_limit_is_refused_and_the_model_ends_with_it
         for n, w in ((0, want[0]), (1, want[0]), (3, want[1]), (4, want[1]), (5, want[0]),
                      (6, want[1]), (7, want[2]), (8, want[2])):
             _close(got[n], w)
+
+        sequence_steps(triton_python, s, [_score(1, a, start=True), _score(2, a, start=True)])
+        proc = subprocess.run([triton_python, "-c", FLOOD, f"localhost:{s.grpc}", "10000",
+                               "1024", str(cfg.vocab_size)],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        flood = json.loads(proc.stdout)
+        refusals = " | ".join(flood["errors"])
+        assert len(flood["errors"]) == 2 and "holds 2 open sequences, its limit" in refusals \
+            and f"tokens: id {cfg.vocab_size} at position 0 is not in" in refusals, flood
+        assert flood["refused_s"] < 30, flood  # none waited for a slot to idle out (60 s)
+        assert "end_error" not in flood and "new_error" not in flood and flood["new_s"] < 1, \
+            flood
+
         stubs = _children(s.proc.pid)
         assert stubs, "the Python model runs in a process of its own"
+        longest = trainer.flags.tgt_len + trainer.flags.eval_mem_len
+        busy = subprocess.Popen([triton_python, "-c", BUSY, f"localhost:{s.grpc}",
+                                 str(longest)], stdout=subprocess.PIPE, text=True)
+        for _ in range(20):  # answered, and still sending
+            assert busy.stdout.readline(), "the busy client got no answer"
     finally:
         s.proc.send_signal(signal.SIGKILL)
         s.close()
+        if busy:
+            busy.kill()
+            busy.wait()
     deadline = time.monotonic() + 30
     while [p for p in stubs if _alive(p)] and time.monotonic() < deadline:
         time.sleep(0.5)

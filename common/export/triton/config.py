@@ -35,9 +35,10 @@ SEQUENCE_IDLE_US = 60_000_000
 # is refused with a line, never a silent drop): at most 256, fewer where their states would
 # take more than 2 GiB together (Transformer-XL base: n_layer x mem_len x d_model float32 is
 # 21 MB with the evaluation's memory of 640, so 102 sequences; 6.3 MB with the training's 192,
-# so 256). The sequence batcher's candidate slots are four times the most: a start the model
-# refuses keeps its slot until it idles out, and a sequence waiting for a slot would wait
-# silently (Triton queues it until another sequence ends or idles out).
+# so 256). The sequence batcher's candidate slots are four times the most: a sequence waiting
+# for a slot would wait silently (Triton queues it until another sequence ends or idles out),
+# and a start the model refuses holds one until the model has ended it (the end request it
+# sends itself at once, python_backend/sequence.py), so that refusals in flight leave room.
 MAX_SEQUENCES = 256
 SEQUENCE_MEMORY = 2 << 30
 SEQUENCE_SLOTS = 4 * MAX_SEQUENCES

@@ -21,24 +21,30 @@ first with the sequence-start flag; the state stays here, per sequence, between 
   a time, so that one request's failure is its own. A sequence's state changes only when its
   own request is answered: a request refused or failed leaves it as it was.
 * At most ``max_sequences`` sequences hold a state here at once: the start of one more is
-  refused with a line saying so, never a silent drop of another. A sequence's state is
+  refused with a line saying so, never a silent drop of another. A sequence refused at its
+  start is ended in Triton's sequence batcher at once (a request with the end flag that this
+  model sends itself), so refused starts do not hold the batcher's slots. A sequence's state is
   dropped at its last request (the end flag, answered or not) and when it has been idle for
   the config's ``max_sequence_idle_microseconds``, when Triton releases the sequence too (a
   later request of it without the start flag is refused by Triton).
 * The process ends when the server that started it is gone (a server killed with SIGKILL
-  cannot stop its backend processes itself).
+  cannot stop its backend processes itself), by a watch in a process of its own.
 
 Needs TensorFlow in the Python that runs the backend (docker/triton-requirements.txt;
 scripts/triton_env.sh's).
 """
 import json
 import os
+import queue
 import re
 import threading
 import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+
+# The request id of the requests that end a refused sequence (TritonPythonModel._end_sequences).
+ENDING = "end-of-refused-sequence"
 
 
 class RequestError(ValueError):
@@ -75,6 +81,12 @@ class TritonPythonModel:
             else None
         self.states = {}  # correlation id -> (state of one row, when last used)
         self.inputs = [i["name"] for i in config["input"]]
+        # What a request that only ends a sequence carries: each required input, one token.
+        self.end_inputs = [(i["name"], pb_utils.triton_string_to_numpy(i["data_type"]))
+                           for i in config["input"] if not i.get("optional")]
+        self.ending = queue.SimpleQueue()
+        threading.Thread(target=self._end_sequences, name="end-refused-sequences",
+                         daemon=True).start()
 
     def execute(self, requests):
         now = time.monotonic()
@@ -84,6 +96,10 @@ class TritonPythonModel:
         responses = [None] * len(requests)
         groups, opening = {}, set()
         for n, request in enumerate(requests):
+            if request.request_id() == ENDING:  # _end_sequences': Triton ends it
+                self.states.pop(request.correlation_id(), None)
+                responses[n] = _error(RequestError("ended after its refused request"))
+                continue
             try:
                 key, given, state = self._read(request, opening)
             except RequestError as e:
@@ -107,7 +123,33 @@ class TritonPythonModel:
                         for k, v in sorted(out.items())])
                 if self._flag(request, "END"):
                     self.states.pop(key, None)
+        for request, response in zip(requests, responses):
+            key = request.correlation_id()
+            if response.has_error() and key not in self.states and \
+                    not self._flag(request, "END") and request.request_id() != ENDING:
+                self.ending.put(key)
         return responses
+
+    def _end_sequences(self):
+        """Ends, in Triton's sequence batcher, each sequence that holds no state here after
+        its request was refused (a start beyond ``max_sequences``, a bad first request): the
+        batcher gives a sequence a slot at its start and frees it only at its end or after
+        the idle timeout, so refused starts would hold the slots that new sequences need
+        (they then wait, silently, for the timeout). The end is a request of this model with
+        the end flag (one token each), sent here, in a thread of its own, after the refusal's
+        ``execute`` has returned, that this model answers with an error, running nothing (a
+        client that started the sequence again in between finds it ended: Triton's error
+        asks for a start, never an answer from another state)."""
+        while True:
+            key = self.ending.get()
+            try:
+                pb_utils.InferenceRequest(
+                    model_name=self.name, correlation_id=key, request_id=ENDING,
+                    flags=pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END,
+                    inputs=[pb_utils.Tensor(n, np.zeros([1, 1], t)) for n, t in self.end_inputs],
+                    requested_output_names=[]).exec()
+            except Exception:  # noqa: BLE001  (the server is going: its batcher with it)
+                pass
 
     def _run(self, fn, members):
         """(member, (outputs of its row, its new state) or the exception) for each member:
@@ -204,13 +246,29 @@ def _error(e: Exception):
     return pb_utils.InferenceResponse(error=pb_utils.TritonError(_first_line(e)))
 
 
-def _exit_with_parent(every_s: float = 2.0) -> None:
-    """Ends this process once the server that started it is gone: a server killed with
-    SIGKILL cannot stop it, and the memory it holds would outlive the server."""
-    parent = os.getppid()
+# The watch over the server, in a shell of its own: the stub's threads cannot be it (its main
+# thread, blocked on the dead server's shared memory, holds the interpreter, and the stub's own
+# check of its parent then waits for it too), and the kernel's PR_SET_PDEATHSIG fires when the
+# server's *thread* that started the stub ends, which the server does not promise to outlive.
+# Every second: is the stub's parent still the server? Once it is not (the server is gone and
+# the stub was given to init or a subreaper), SIGKILL to the stub; the watch also ends when
+# the stub has ended (model unloaded) or is a zombie.
+WATCH = """
+stub=$1 server=$2
+while read -r _ _ state parent _ < "/proc/$stub/stat" 2>/dev/null \
+    && [ "$state" != Z ] && [ "$parent" = "$server" ]; do
+  sleep 1
+done
+[ "$parent" != "$server" ] && [ "$state" != Z ] && kill -9 "$stub" 2>/dev/null
+exit 0
+"""
 
-    def watch():
-        while os.getppid() == parent:
-            time.sleep(every_s)
-        os._exit(0)
-    threading.Thread(target=watch, name="exit-with-server", daemon=True).start()
+
+def _exit_with_parent() -> None:
+    """Ends this process once the server that started it is gone, whatever this process is
+    doing: a server killed with SIGKILL cannot stop it, and the memory it holds would outlive
+    the server (``WATCH``)."""
+    import subprocess
+    subprocess.Popen(["/bin/sh", "-c", WATCH, "exit-with-server", str(os.getpid()),
+                      str(os.getppid())], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL, close_fds=True, start_new_session=True)
