@@ -20,8 +20,8 @@ def read_prompt(model, prompt: list[int]):
     for start in range(0, len(prompt) - 1, segment):
         chunk = prompt[start:min(start + segment, len(prompt) - 1)]
         _, mems = model.hidden(tf.constant([chunk], tf.int32), mems, training=False)
-    logp, mems = model.log_prob(tf.constant([prompt[-1:]], tf.int32), mems)
-    return logp[0, -1], mems
+    logp, mems = model.next_log_prob(tf.constant([prompt[-1:]], tf.int32), mems)
+    return logp[0], mems
 
 
 def generate(model, prompt: list[int], length: int, greedy: bool = True,
@@ -53,8 +53,8 @@ def generate(model, prompt: list[int], length: int, greedy: bool = True,
             p = np.exp(z - z.max())
             token = int(rng.choice(len(p), p=p / p.sum()))
         out.append(token)
-        logp, mems = model.log_prob(tf.constant([[token]], tf.int32), mems)
-        logp = logp[0, -1]
+        logp, mems = model.next_log_prob(tf.constant([[token]], tf.int32), mems)
+        logp = logp[0]
         now = time.perf_counter()
         if progress and (now - last_report > 10 or len(out) == length):
             progress(len(out), length, len(out) / (now - start))

@@ -41,6 +41,20 @@ def engine_shapes(serving, inputs, rows, least):
     return {n: shapes[n] for n in inputs}
 
 
+def segment_bytes(cfg) -> dict:
+    """The peak bytes one row of a segment of ``q`` tokens over ``m`` positions of memory
+    takes while the model runs it, as ``score_pair * q * (q + m) + token * q``: a layer's
+    attention keeps about four float32 tensors of heads x q x (q + m) scores alive at once
+    (the content and position terms, their sum masked, its softmax), and each token about
+    three rows of the softmax head's logits (its words and clusters: the logits, their
+    exponentials, the log-softmax) with the feed-forward's inner and the layer's
+    activations. The layers run one after the other, so one layer's share counts."""
+    head = min([c for c in cfg.cutoffs if c < cfg.vocab_size] or [cfg.vocab_size])
+    clusters = len([c for c in cfg.cutoffs if c < cfg.vocab_size])
+    return {"score_pair": 4 * 4 * cfg.n_head,
+            "token": 4 * (3 * (head + clusters) + 2 * cfg.d_inner + 8 * cfg.d_model)}
+
+
 class TXLServing(Serving):
     # Triton keeps the memory per sequence; 16 sequences run together.
     export = ExportSpec(triton_name="transformerxl", triton_state=("mems", "new_mems", 1),
@@ -56,8 +70,9 @@ class TXLServing(Serving):
         @tf.function(input_signature=[tokens, mems], autograph=False)
         def next_word(tokens, mems):
             with tf.control_dependencies(_ids_checked(tokens=tokens, vocab=cfg.vocab_size)):
-                logp, new = model.log_prob(tokens, tf.unstack(mems, cfg.n_layer), **memory)
-            return {"log_probs": logp[:, -1], "new_mems": tf.cast(tf.stack(new), tf.float32)}
+                logp, new = model.next_log_prob(tokens, tf.unstack(mems, cfg.n_layer),
+                                                **memory)
+            return {"log_probs": logp, "new_mems": tf.cast(tf.stack(new), tf.float32)}
 
         @tf.function(input_signature=[tokens, tf.TensorSpec([None, None], tf.int32,
                                                             name="targets"), mems],
@@ -94,6 +109,9 @@ class TXLServing(Serving):
                 **memory, "max_segment": max_segment,
                 # What the server keeps of each open sequence (float32 memory).
                 "state_bytes": cfg.n_layer * memory["mem_len"] * cfg.d_model * 4,
+                # What one request of a segment takes while it runs (the served sequence model
+                # runs rows together up to a bound on their sum): ``segment_bytes``.
+                "row_bytes": segment_bytes(cfg),
                 "data": _data_read(self),
                 "start_memory": f"zeros of shape ({cfg.n_layer}, batch, 0, {cfg.d_model})"}
 

@@ -41,6 +41,12 @@ SEQUENCE_IDLE_US = 60_000_000
 # sends itself at once, python_backend/sequence.py), so that refusals in flight leave room.
 MAX_SEQUENCES = 256
 SEQUENCE_MEMORY = 2 << 30
+# What the requests that run together may take while they run (their estimated peak, from the
+# export's ``row_bytes``): rows beyond it run in another batch of the same execution. A batch
+# of 16 segments of 832 tokens at base would take 6 GB (Transformer-XL: 384 MB a row); 16 of
+# the 192 tokens a segment that evaluation and text_client send, 1.1 GB. With the states'
+# 2 GiB and the model (0.8 GB of float32 weights), the served model stays within 5 GiB.
+BATCH_MEMORY = 2 << 30
 SEQUENCE_SLOTS = 4 * MAX_SEQUENCES
 
 

@@ -56,6 +56,7 @@ from common.export import card as cards
 from common.export import serving as serving_lib
 from common.export.triton import tensorrt
 from common.export.triton.config import (
+    BATCH_MEMORY,
     batched,
     config,
     ensemble,
@@ -276,7 +277,10 @@ def _sequence_config(serving, export_dir: str) -> dict:
     c = sequence(serving.export.triton_name, inputs, outputs, (state_in, state_out), optional,
                  serving.export.triton_max_batch_size,
                  {**{k: described.get(k) for k in ("vocab_size", "vocab_sha256", "max_segment")},
-                  "max_sequences": max_sequences(described.get("state_bytes"))})
+                  "max_sequences": max_sequences(described.get("state_bytes")),
+                  **({"row_bytes_per_pair": described["row_bytes"]["score_pair"],
+                      "row_bytes_per_token": described["row_bytes"]["token"],
+                      "batch_memory": BATCH_MEMORY} if described.get("row_bytes") else {})})
     c["parameters"].append({"key": "state_batch_axis", "value": {"string_value": str(axis)}})
     return c
 

@@ -73,6 +73,12 @@ class TritonPythonModel:
         self.empty = [1 if a == self.batch_axis else (0 if d is None else d)
                       for a, d in enumerate(spec.shape)]
         self.dtype = spec.dtype.as_numpy_dtype
+        # The state's axes that grow (Transformer-XL: its memory's positions).
+        self.grow_axes = [a for a, d in enumerate(spec.shape)
+                          if d is None and a != self.batch_axis]
+        self.row_bytes = (float(params.get("row_bytes_per_pair", 0)),
+                          float(params.get("row_bytes_per_token", 0)))
+        self.batch_memory = float(params.get("batch_memory", 0))
         idle = config.get("sequence_batching", {}).get("max_sequence_idle_microseconds")
         self.idle_s = int(idle) / 1e6 if idle else None
         self.vocab_size = int(params["vocab_size"]) if "vocab_size" in params else None
@@ -110,8 +116,13 @@ class TritonPythonModel:
             names = frozenset(given)
             shape = (names, tuple((k, v.shape) for k, v in sorted(given.items())), state.shape)
             groups.setdefault(shape, []).append((n, key, given, state, request))
-        for (names, _, _), members in groups.items():
-            for member, answer in self._run(self.signatures[names], members):
+        ran = 0
+        for (names, _, _), group in groups.items():
+            rows, peak = self._rows_at_once(group[0][2], group[0][3])
+            ran = max(ran, peak * min(rows, len(group)))
+            answers = [a for at in range(0, len(group), rows)
+                       for a in self._run(self.signatures[names], group[at:at + rows])]
+            for member, answer in answers:
                 n, key, _, _, request = member
                 if isinstance(answer, Exception):
                     responses[n] = _error(answer)
@@ -128,7 +139,21 @@ class TritonPythonModel:
             if response.has_error() and key not in self.states and \
                     not self._flag(request, "END") and request.request_id() != ENDING:
                 self.ending.put(key)
+        if ran > TRIM_AFTER:
+            _return_free_memory()
         return responses
+
+    def _rows_at_once(self, given: dict, state) -> tuple[int, float]:
+        """(how many requests of these inputs and this state run together, the estimated
+        peak bytes of one): as many as keep their estimated peak within ``batch_memory`` (at
+        least one), from the config's ``row_bytes_per_pair`` x q x (q + m) +
+        ``row_bytes_per_token`` x q for a segment of q tokens over m positions of memory."""
+        q = max(v.shape[-1] for v in given.values())
+        m = int(np.prod([state.shape[a] for a in self.grow_axes]))
+        peak = self.row_bytes[0] * q * (q + m) + self.row_bytes[1] * q
+        if not self.batch_memory or not peak:
+            return 1 << 30, peak
+        return max(1, int(self.batch_memory // peak)), peak
 
     def _end_sequences(self):
         """Ends, in Triton's sequence batcher, each sequence that holds no state here after
@@ -228,6 +253,21 @@ class TritonPythonModel:
     def _flag(request, name) -> bool:
         t = pb_utils.get_input_tensor_by_name(request, name)
         return t is not None and bool(t.as_numpy().reshape(-1)[0])
+
+
+# After a batch estimated above this, the memory freed is handed back to the system: glibc keeps
+# what a large batch freed (gigabytes at base) for the process's next allocations otherwise.
+TRIM_AFTER = 256 << 20
+
+
+def _return_free_memory() -> None:
+    """glibc's ``malloc_trim(0)``: the free memory of the heap back to the system (TensorFlow's
+    CPU tensors come from malloc). Nothing where the C library is not glibc."""
+    import ctypes
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _first_line(e: Exception) -> str:
