@@ -12,6 +12,7 @@ user would and reads its logs; nothing in ``common/`` or a model package imports
   ``dali_compare`` (a DALI pipeline on the GPU against the CPU), ``allreduce`` (Horovod's
   allreduce by message size), ``smoke`` (the stages' table).
 """
+import tf_model_scripts  # noqa: F401, I001  (first: its names are this distribution's)
 from common.entry import own_checkout_first
 
 # ``python -m benchtools.X`` in a checkout: its models, not an installed copy's (main.py's rule).

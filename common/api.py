@@ -1,7 +1,7 @@
 """The Python API: a checkpoint or an export in one call, as keras-hub's ``from_preset`` and
 timm's ``create_model`` give a model::
 
-    from common import api
+    from tf_model_scripts import api  # (common.api, after its names are checked)
 
     model = api.load("/results/checkpoints")  # its settings, recipe and card come with it
     outputs = model.predict(images=["cat.jpg"])  # named numpy arrays

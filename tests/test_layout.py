@@ -8,7 +8,8 @@ import os
 from conftest import ROOT
 
 PACKAGES = {"common": "common", "benchtools": "benchtools", "rn50": "resnet50v1.5/rn50",
-            "ssd": "ssd320/ssd", "txl": "transformerxl/txl", "serving": "serving"}
+            "ssd": "ssd320/ssd", "txl": "transformerxl/txl", "serving": "serving",
+            "tf_model_scripts": "tf_model_scripts"}
 
 
 def _modules(root: str, packages: dict[str, str]) -> dict[str, str]:

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import sysconfig
+import time
 import zipfile
 
 import pytest
@@ -29,6 +30,17 @@ def _tracked_copy(dest) -> str:
             os.makedirs(os.path.dirname(os.path.join(dest, rel)), exist_ok=True)
             shutil.copy2(src, os.path.join(dest, rel))
     return str(dest)
+
+
+def test_the_import_guard_checks_every_top_level_package_the_wheel_installs():
+    """tf_model_scripts checks each top-level name pyproject.toml's packages install."""
+    import tomllib
+
+    import tf_model_scripts
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as fh:
+        packages = tomllib.load(fh)["tool"]["setuptools"]["packages"]
+    assert set(tf_model_scripts.PACKAGES) == {p for p in packages if "." not in p} - {
+        "tf_model_scripts"}
 
 
 def test_the_wheel_holds_every_module_and_runs_outside_the_checkout(tmp_path):
@@ -122,3 +134,110 @@ def test_the_wheel_holds_every_module_and_runs_outside_the_checkout(tmp_path):
     assert (run / "triton" / "cpu" / "resnet50_python" / "1" / "model.onnx").is_file()
     script = (run / "triton.tensorrt" / "build_engines.sh").read_text()
     assert "resnet50_tensorrt" in script and "@ENGINES@" not in script
+    # From Python by the distribution's own name, with no editable finder on the path.
+    proc = subprocess.run([python, "-c", "import sys\nfrom tf_model_scripts import api\n"
+                           "print(api.__file__)\nprint(sum('editable' in repr(f).lower() "
+                           "for f in sys.meta_path))"], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    site_dir = site.strip()
+    assert proc.stdout.split() == [os.path.join(site_dir, "common", "api.py"), "0"]
+    # A project's own common/ in the working directory (where python -c and -m look first):
+    # named in one line, never imported (it would say so).
+    project = tmp_path / "project"
+    (project / "common").mkdir(parents=True)
+    (project / "common" / "__init__.py").write_text("raise SystemExit('a foreign common ran')\n")
+    taken = (f"tf-model-scripts: the module name 'common' is taken by "
+             f"{project / 'common' / '__init__.py'}, not this distribution's common (installed "
+             f"at {site_dir}): a folder of that name in the working directory or on PYTHONPATH, "
+             "or another distribution of that name; run from another directory, or rename or "
+             "uninstall it")
+    proc = subprocess.run([python, "-m", "rn50", "--help"], capture_output=True, text=True,
+                          timeout=120, cwd=project, env=env)
+    assert (proc.returncode, proc.stdout, proc.stderr.splitlines()) == (2, "", [taken])
+    proc = subprocess.run([python, "-c", "from tf_model_scripts import api"],
+                          capture_output=True, text=True, timeout=120, cwd=project, env=env)
+    assert proc.returncode == 1 and \
+        proc.stderr.splitlines()[-1] == f"tf_model_scripts.ForeignPackage: {taken}"
+    # Another distribution of the name installed over ours (PyPI's common wrote its
+    # __init__.py over this one's), then uninstalled (which removed it): one line each.
+    init = os.path.join(site_dir, "common", "__init__.py")
+    with open(init, "rb") as fh:
+        kept = fh.read()
+    for what in ("written over", "removed"):
+        if what == "written over":
+            with open(init, "w") as fh:
+                fh.write("# another distribution's common\n")
+        else:
+            os.remove(init)
+        proc = subprocess.run([str(bin_dir / "tf-transformerxl"), "--help"],
+                              capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+        assert (proc.returncode, proc.stderr.splitlines()) == (2, [
+            f"tf-model-scripts: {init} is not the file this distribution installed ({what}: "
+            "another distribution of the name 'common' was installed or uninstalled over it); "
+            "uninstall that one and run pip install --force-reinstall tf-model-scripts"]), \
+            proc.stderr
+    with open(init, "wb") as fh:
+        fh.write(kept)
+    _served_from_the_wheel(wheel, run, tmp_path)
+
+
+def _served_from_the_wheel(wheel, run, tmp_path):
+    """The export served and answered from the wheel installed where Triton's client and
+    server live (scripts/triton_env.sh's packages, reached by a path file as the stack's are
+    above): python -m serving.tritonserver on its cpu/ repository, python -m
+    serving.image_client on an image, both outside the checkout."""
+    import json
+    import urllib.request
+
+    from triton_servers import free_ports, stop, triton_env_python
+    triton = triton_env_python()
+    venv = tmp_path / "client-venv"
+    subprocess.run([triton, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = str(venv / "bin" / "python")
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()"
+                           "['purelib'])"], capture_output=True, text=True, check=True).stdout
+    triton_site = subprocess.run([triton, "-c", "import sysconfig; print(sysconfig.get_paths()"
+                                  "['purelib'])"], capture_output=True, text=True,
+                                 check=True).stdout
+    with open(os.path.join(site.strip(), "triton.pth"), "w") as fh:
+        fh.write(triton_site.strip() + "\n")
+    proc = subprocess.run([python, "-m", "pip", "install", "--no-deps", "-q", str(wheel)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    env = {**os.environ, "PYTHONPATH": ""}
+    http, grpc, metrics = free_ports(3)
+    log = open(tmp_path / "tritonserver.log", "w")
+    server = subprocess.Popen([python, "-m", "serving.tritonserver",
+                               f"--model-repository={run / 'triton' / 'cpu'}",
+                               f"--http-port={http}", f"--grpc-port={grpc}",
+                               f"--metrics-port={metrics}"], stdout=log,
+                              stderr=subprocess.STDOUT, cwd=tmp_path, env=env)
+    try:
+        deadline = time.time() + 300
+        while True:
+            assert server.poll() is None, (tmp_path / "tritonserver.log").read_text()[-3000:]
+            assert time.time() < deadline, "tritonserver was not ready in 300 s"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/ready",
+                                            timeout=10) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            time.sleep(0.5)
+        image = tmp_path / "digit.jpg"
+        subprocess.run([python, "-c", "import sys, numpy as np; from PIL import Image; "
+                        "Image.fromarray(np.full((40, 40, 3), 200, np.uint8)).save(sys.argv[1])",
+                        str(image)], check=True, timeout=60)
+        proc = subprocess.run([python, "-m", "serving.image_client", "--model", "resnet50",
+                               "--url", f"localhost:{http}", "--json", str(image)],
+                              capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        answer = json.loads(proc.stdout.splitlines()[-1])
+        assert answer["file"] == str(image) and "classes" in answer, answer
+        where = subprocess.run([python, "-c", "import serving; print(serving.__file__)"],
+                               capture_output=True, text=True, cwd=tmp_path, env=env).stdout
+        assert where.strip() == os.path.join(site.strip(), "serving", "__init__.py")
+    finally:
+        stop(server, log)
