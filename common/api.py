@@ -17,8 +17,15 @@ answered, it ``valid`` False). Token ids are checked before any cast against the
 type, the vocabulary and the served ``max_segment``, as the server checks them: every refusal
 is one ``DataError`` line. ``load`` builds a checkpoint's model the way ``main.py --model_dir``
 does, from the settings its ``settings.json`` recorded (``**flags`` are main.py's flags over
-them: ``amp=True``, ``xla=True``; Transformer-XL reads its vocabulary where main.py does,
-``data_dir=``).
+them: ``amp=True``, ``xla=True``). Transformer-XL's checkpoint keeps its vocabulary (its
+``vocab.txt`` beside ``settings.json``), and a model of text answers text: ``score(text)``
+(``main.py --mode evaluate``'s perplexity, or with ``protocol="served"`` the text client's),
+``generate(prompt)`` and ``sequence()`` (segments one at a time, the memory kept in the
+object as the server keeps it)::
+
+    lm = api.load("/results/txl/checkpoints")
+    lm.score(open("wiki.test.tokens").read())["perplexity"]
+    lm.generate("The game began", words=20)
 """
 from __future__ import annotations
 
@@ -199,7 +206,143 @@ def _call(signatures, name: str, inputs: dict, limits: dict, mask: bool = False)
     return out
 
 
-class Checkpoint:
+EOS, UNK = "<eos>", "<unk>"
+
+
+class Sequence:
+    """One text's sequence, as the served sequence model keeps it: each ``send`` runs one
+    segment from the memory the previous ones left (none at first: the server's start), and
+    keeps the new one. What ``serving.text_client`` gets from the server, in Python."""
+
+    def __init__(self, model, start=None):
+        self._model = model
+        self.state = model._start_state(start)
+
+    def send(self, tokens, targets=None) -> dict:
+        """The segment's outputs for its one row (``nll`` with ``targets``: the ``score``
+        signature; else the next word's ``log_probs``)."""
+        state_in, state_out = self._model._state_names()
+        inputs = {"tokens": [list(tokens)], state_in: self.state}
+        if targets is not None:
+            inputs["targets"] = [list(targets)]
+        out = self._model.predict("score" if targets is not None else "serving_default",
+                                  **inputs)
+        self.state = out.pop(state_out)
+        return {k: v[0] for k, v in out.items()}
+
+
+class _Text:
+    """What a model of token ids with a vocabulary and a state carried between calls
+    (Transformer-XL) answers from text: ``score`` (a text's perplexity), ``generate`` (a
+    prompt's continuation) and ``sequence`` (segments sent one at a time, the memory kept here,
+    as the server keeps it). Models without them refuse in one line."""
+
+    def _text_info(self) -> dict:
+        raise NotImplementedError
+
+    def _state_names(self) -> tuple[str, str]:
+        state = self._text_info().get("state") or {}
+        return state.get("input"), state.get("output")
+
+    def _vocab(self) -> list[str]:
+        vocab = self._text_info().get("words")
+        if not vocab or "score" not in self.signatures:
+            raise DataError(f"{self!r} is not a model of text: score, generate and sequence "
+                            "are Transformer-XL's")
+        return vocab
+
+    def _start_state(self, start=None):
+        """The state a sequence starts from: none (``start`` None: the server's start), else
+        zeros of ``start`` positions (evaluation's: its memory length)."""
+        import numpy as np
+        info = self._text_info()
+        self._vocab()
+        state_in, _ = self._state_names()
+        axis = info["state"]["batch_axis"]
+        shape = list(info["signatures"]["score"]["inputs"][state_in]["shape"])
+        free = [a for a, d in enumerate(shape) if d is None or d < 0]
+        for a in free:
+            shape[a] = 1 if a == axis else (start or 0)
+        return np.zeros(shape, np.float32)
+
+    def encode(self, text: str, lines: bool = True) -> list[int]:
+        """Token ids of ``text`` as the corpus was prepared (and as serving.text_client
+        encodes): with ``lines``, each line's words then ``<eos>``; a word the vocabulary lacks
+        is ``<unk>`` (a ``DataError`` where it has none)."""
+        vocab = self._vocab()
+        index = {w: i for i, w in enumerate(vocab)}
+        unk, ids = index.get(UNK), []
+        for line in text.splitlines() if lines else [text]:
+            for word in line.split():
+                if word not in index and unk is None:
+                    raise DataError(f"'{word}' is not in the vocabulary, which has no {UNK}")
+                ids.append(index.get(word, unk))
+            if lines:
+                ids.append(index[EOS])
+        return ids
+
+    def sequence(self, start=None) -> Sequence:
+        return Sequence(self, start)
+
+    def score(self, text: str, segment: int | None = None, protocol: str = "evaluation"
+              ) -> dict:
+        """``text``'s perplexity (lines of words, each line ending in ``<eos>``; the first
+        token is context only): ``{"tokens", "nll", "perplexity", "segments"}``, the mean NLL
+        a token and its exponential. ``protocol="evaluation"`` is ``main.py --mode
+        evaluate``'s on a split of one stream (``--eval_batch_size 1``): segments of
+        ``eval_tgt_len``, the memory starting as zeros of the served memory's length;
+        ``"served"`` is ``serving.text_client score``'s: segments of 64 tokens (``segment``
+        either way), the memory starting empty."""
+        import math
+
+        import numpy as np
+        info = self._text_info()
+        if protocol not in ("evaluation", "served"):
+            raise DataError(f"protocol {protocol!r}: give 'evaluation' or 'served'")
+        ids = self.encode(text)
+        if len(ids) < 2:
+            raise DataError("the text has fewer than two tokens: nothing to score")
+        evaluation = protocol == "evaluation"
+        segment = segment or (info.get("eval_tgt_len") if evaluation else 64) or 64
+        seq = self.sequence(info.get("mem_len") if evaluation else None)
+        total, count, segments = 0.0, 0, []
+        for start in range(0, len(ids) - 1, segment):
+            end = min(start + segment, len(ids) - 1)
+            nll = seq.send(ids[start:end], ids[start + 1:end + 1])["nll"]
+            total, count = total + float(np.sum(nll)), count + len(nll)
+            segments.append(float(np.mean(nll)))
+        return {"tokens": count, "nll": total / count, "perplexity": math.exp(total / count),
+                "segments": segments}
+
+    def generate(self, prompt: str, words: int = 20, sample: bool = False, seed: int = 0
+                 ) -> str:
+        """The ``words`` words after ``prompt`` (greedy, or sampled with ``seed``), as
+        ``serving.text_client continue`` gets them from the server: the prompt in segments of
+        at most ``max_segment`` tokens, then one word at a time."""
+        import random
+
+        import numpy as np
+        vocab, longest = self._vocab(), self._text_info().get("max_segment")
+        tokens = self.encode(prompt, lines=False)
+        if not tokens:
+            raise DataError("the prompt has no word")
+        rng, seq, out = random.Random(seed), self.sequence(), []
+        while longest and len(tokens) > longest:
+            seq.send(tokens[:longest])
+            tokens = tokens[longest:]
+        for _ in range(words):
+            logp = seq.send(tokens)["log_probs"]
+            if sample:
+                p = np.exp(logp - np.max(logp))
+                nxt = rng.choices(range(len(p)), weights=p / p.sum())[0]
+            else:
+                nxt = int(np.argmax(logp))
+            out.append(nxt)
+            tokens = [nxt]
+        return " ".join(vocab[i] for i in out)
+
+
+class Checkpoint(_Text):
     """A checkpoint's model, restored, with what travels with it: ``settings`` (its
     ``settings.json``), ``recipe`` (the image models' evaluation preprocessing), ``card`` (the
     model card its export would carry), ``task`` and ``model`` (the Keras model), ``messages``
@@ -241,6 +384,17 @@ class Checkpoint:
         self.card = serving_lib.model_card(self.serving, self.model, self._scored)
         self.recipe = self.card["evaluation_preprocessing"]
         self._limits = self.serving.client_info()  # the export's: vocab_size, max_segment
+        self._info = None
+
+    def _text_info(self) -> dict:
+        if self._info is None:
+            from common.export import serving as serving_lib
+            info = serving_lib.describe(self.serving, self._signatures)
+            self._info = {**info, "words": getattr(self.task, "vocab", None)}
+        return self._info
+
+    def __repr__(self) -> str:
+        return f"Checkpoint({json.dumps(self.settings.get('model'))}, {self.signatures})"
 
     @property
     def signatures(self) -> list[str]:
@@ -264,7 +418,7 @@ class Checkpoint:
         return export_dir
 
 
-class Export:
+class Export(_Text):
     """An export (``--export_dir``): the SavedModel's signatures, ``info`` (its
     ``client.json``), ``card`` (its model card) and ``labels`` (class names, where it has
     them)."""
@@ -296,6 +450,17 @@ class Export:
                             f"{cause}): its files are damaged or incomplete; export it again"
                             ) from None
         self._signatures = dict(self._loaded.signatures)
+        self._path = path
+
+    def _text_info(self) -> dict:
+        if "words" not in self.info:
+            vocab = os.path.join(self._path, "assets", str(self.info.get("vocab") or "-"))
+            try:
+                self.info["words"] = (open(vocab, encoding="utf-8").read().splitlines()
+                                      if os.path.isfile(vocab) else None)
+            except (OSError, UnicodeDecodeError) as e:
+                raise DataError(f"{vocab} is not the export's vocabulary ({e})") from None
+        return self.info
 
     @property
     def signatures(self) -> list[str]:

@@ -77,6 +77,48 @@ def test_a_transformerxl_checkpoint_scores_as_its_export(tmp_path, corpus):
         model.predict("score", **{**inputs, "tokens": wrapped})
 
 
+def test_a_transformerxl_checkpoint_scores_text_as_evaluate_does_without_its_corpus(
+        tmp_path, corpus):
+    """The checkpoint keeps its vocabulary (it needed --data_dir: "give --vocab_size"), and
+    ``score(text)`` on the test split's words is ``main.py --mode evaluate``'s perplexity on
+    that split (one stream, token-weighted), from the checkpoint and from its export alike;
+    ``generate`` continues a prompt the same from both; a model of images refuses both."""
+    from common.runtime.dllogger import last_summary, read_records
+    results = tmp_path / "r"
+    common = [sys.executable, os.path.join(ROOT, "transformerxl", "main.py"), *TINY,
+              "--model_dir", str(results / "ck")]
+    subprocess.run([*common, "--data_dir", corpus, "--mode", "train", "--iter_unit", "batch",
+                    "--num_iter", "2", "--results_dir", str(results)], check=True,
+                   capture_output=True, timeout=600)
+    proc = subprocess.run([*common, "--data_dir", corpus, "--mode", "evaluate",
+                           "--eval_batch_size", "1", "--results_dir", str(tmp_path / "e")],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    evaluated = last_summary(read_records(str(tmp_path / "e" / "log.json")))
+    model = api.load(str(results / "ck"))  # no data_dir: the checkpoint's own vocab.txt
+    vocab = open(os.path.join(corpus, "vocab.txt"), encoding="utf-8").read().splitlines()
+    assert model.task.vocab == vocab
+    ids = np.load(os.path.join(corpus, "test.npy")).tolist()
+    assert vocab[ids[-1]] == "<eos>"
+    text = " ".join(vocab[i] for i in ids).replace(" <eos>", "\n").replace("<eos>", "\n")
+    assert model.encode(text) == ids
+    scored = model.score(text)
+    assert scored["tokens"] == evaluated["eval_tokens"]
+    assert scored["perplexity"] == pytest.approx(evaluated["eval_ppl_token_weighted"], rel=1e-5)
+    served = api.load(model.export(str(tmp_path / "export")))
+    assert served.score(text)["perplexity"] == pytest.approx(scored["perplexity"], rel=1e-5)
+    for protocol in ("served", "evaluation"):
+        assert served.score(text, protocol=protocol, segment=7)["nll"] == pytest.approx(
+            model.score(text, protocol=protocol, segment=7)["nll"], rel=1e-5)
+    prompt = " ".join(vocab[i] for i in ids[:30])
+    words = model.generate(prompt, words=6)
+    assert len(words.split()) == 6 and served.generate(prompt, words=6) == words
+    assert served.generate(prompt, words=6, sample=True, seed=3) == \
+        model.generate(prompt, words=6, sample=True, seed=3)
+    with pytest.raises(DataError, match="^'zebra' is not in the vocabulary, which has no"):
+        model.score("the zebra sees the sea .")
+
+
 @OWN_HANDLING
 def test_what_is_no_checkpoint_or_export_is_refused_with_one_line(tmp_path):
     with pytest.raises(DataError, match=f"^{tmp_path} holds no checkpoint of this repository"):

@@ -190,7 +190,8 @@ def test_the_text_client_scores_a_file_as_the_chained_steps_do(served, exported_
                                                                tmp_path):
     """serving/text_client.py score: the file encoded as the corpus was (each line
     ending with <eos>), sent in segments of one sequence: the perplexity of the SavedModel's
-    chained scoring steps; continue: the greedy words of the chained next-word steps."""
+    chained scoring steps; continue: the greedy words of the chained next-word steps; the
+    Python API's score and generate on the export (``protocol="served"``) answer the same."""
     trainer, export, _ = exported_txl
     cfg, vocab = trainer.task.cfg, trainer.task.vocab
     text = "the king sees the castle .\nmy lord waits for a letter .\n"
@@ -214,6 +215,11 @@ def test_the_text_client_scores_a_file_as_the_chained_steps_do(served, exported_
         mems = r["new_mems"]
     assert got["tokens"] == len(ids) - 1
     assert abs(got["perplexity"] - float(np.exp(np.mean(nll)))) < 1e-3 * got["perplexity"]
+    # The Python API's sequence of the export, as the server keeps it: the same answers.
+    from common import api
+    mine = api.load(str(export))
+    assert mine.score(text, protocol="served", segment=4)["perplexity"] == pytest.approx(
+        got["perplexity"], rel=1e-4)
     proc = subprocess.run([*client, "continue", "the king", "--words", "3"],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
@@ -225,6 +231,7 @@ def test_the_text_client_scores_a_file_as_the_chained_steps_do(served, exported_
         tokens, mems = [int(np.argmax(r["log_probs"].numpy()[0]))], r["new_mems"]
         words.append(tokens[0])
     assert json.loads(proc.stdout)["ids"] == words
+    assert mine.generate("the king", words=3) == " ".join(vocab[i] for i in words)
 
 
 @TRITON_ENV

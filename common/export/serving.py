@@ -182,6 +182,8 @@ def describe(serving, signatures: Mapping, card: dict | None = None) -> dict:
     pre = {"preprocess": PREPROCESS} if serving.prepare_image is not None else {}
     if spec.triton_state:  # the repositories' model that keeps the state in the server
         pre["sequence_model"] = spec.triton_name
+        # The state a signature carries from one call to the next (common.api's sequences).
+        pre["state"] = dict(zip(("input", "output", "batch_axis"), spec.triton_state))
     return {"model": serving.task.name, "signatures": described, **serving.client_info(), **pre,
             # The model a client of the Triton repositories calls (the ensemble, the sequence),
             # and the SavedModel's own (tensorflow/; what pytriton_server.py serves).

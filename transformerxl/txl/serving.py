@@ -107,6 +107,8 @@ class TXLServing(Serving):
                 "n_layer": cfg.n_layer, "d_model": cfg.d_model,
                 "memory": {"eval": "evaluation", "train": "training"}[f.export_memory],
                 **memory, "max_segment": max_segment,
+                # The segment evaluation reads (common.api's score follows its protocol).
+                "eval_tgt_len": f.eval_tgt_len,
                 # What the server keeps of each open sequence (float32 memory).
                 "state_bytes": cfg.n_layer * memory["mem_len"] * cfg.d_model * 4,
                 # What one request of a segment takes while it runs (the served sequence model

@@ -68,7 +68,11 @@ class TransformerXLTask(Task):
     def __init__(self, ctx):
         super().__init__(ctx)
         f, dist = self.flags, ctx.dist
-        self.vocab = self._read_vocab() if f.data_dir else None
+        # The corpus's vocabulary; without --data_dir, the one the checkpoint in --model_dir
+        # keeps beside its settings (written at training: CheckpointSpec's assets), so a
+        # trained model scores and continues text without its corpus.
+        self.vocab_from = "--data_dir" if f.data_dir else "--model_dir"
+        self.vocab = self._read_vocab() if f.data_dir else self._checkpoint_vocab()
         vocab_size = len(self.vocab) if self.vocab else f.vocab_size
         # Softmax sizes padded to multiples of 8 for tensor cores under AMP on a GPU; a CPU's
         # kernels gain nothing, and padding cost a copy of the last cluster's rows every step.
@@ -89,8 +93,9 @@ class TransformerXLTask(Task):
             if f.eval_batch_size % dist.size:
                 raise UsageError(f"--eval_batch_size {f.eval_batch_size} must be a multiple of "
                                  f"the number of processes ({dist.size})")
-        if f.mode == "predict" and not f.data_dir:
-            raise UsageError("--mode predict needs --data_dir (its vocab.txt maps words)")
+        if f.mode == "predict" and not self.vocab:
+            raise UsageError("--mode predict needs a vocabulary: --data_dir (its vocab.txt "
+                             "maps words), or a --model_dir whose checkpoint keeps one")
         if f.top_k > vocab_size:
             raise UsageError(f"--top_k {f.top_k} exceeds the vocabulary ({vocab_size:,} words)")
         self._tokens = {}
@@ -129,6 +134,18 @@ class TransformerXLTask(Task):
                 raise DataError(f"{self._path('vocab.txt')} is not the vocabulary "
                                 f"{info_path} was prepared with (its words were reordered or "
                                 "replaced: vocab_sha256 differs); prepare the corpus again")
+        return vocab
+
+    def _checkpoint_vocab(self) -> list[str] | None:
+        """--model_dir's vocab.txt (the corpus's, copied there at training), or None; its
+        hash is checked against the checkpoint's record with the other facts."""
+        path = os.path.join(self.flags.model_dir or "", "vocab.txt")
+        if not (self.flags.model_dir and os.path.isfile(path)):
+            return None
+        vocab = [line.rstrip("\n") for line in utf8_lines(path)]
+        if len(vocab) < 2 or len(set(vocab)) != len(vocab):
+            raise DataError(f"{path} is not a vocabulary written by prepare_dataset.py (fewer "
+                            "than 2 words, or repeated ones)")
         return vocab
 
     def tokens(self, split: str) -> np.ndarray:
@@ -177,10 +194,11 @@ class TransformerXLTask(Task):
     # What a checkpoint is (common/checkpoint/settings.py): the model's shape and its preset;
     # the vocabulary (its size and a hash of its words in order) is checked against the data.
     _SHAPE = ("preset", "n_layer", "d_model", "n_head", "d_head", "d_inner", "div_val", "cutoffs")
-    checkpoint = CheckpointSpec(flags=_SHAPE, finetune=_SHAPE)
+    checkpoint = CheckpointSpec(flags=_SHAPE, finetune=_SHAPE, assets=("vocab.txt",))
 
     def checkpoint_facts(self):
-        where = (f"vocab.txt in --data_dir {self.flags.data_dir}" if self.vocab
+        where = (f"vocab.txt in {self.vocab_from} "
+                 f"{getattr(self.flags, self.vocab_from[2:])}" if self.vocab
                  else "--vocab_size (synthetic data)")
         facts = {"vocab_size": (self.cfg.vocab_size, where)}
         if self.vocab:
