@@ -246,7 +246,8 @@ def test_resume_continues_at_the_exact_step(tmp_path, corpus, monkeypatch):
 @OWN_HANDLING
 @pytest.mark.parametrize("extra,message", [
     (["--div_val", "4"], "--div_val: only 1 is implemented"),
-    (["--mode", "predict", "--to_predict", "x"], "--mode predict needs --data_dir"),
+    (["--mode", "predict", "--to_predict", "x"], "--mode predict needs a vocabulary: "
+     "--data_dir (its vocab.txt maps words), or a --model_dir whose checkpoint keeps one"),
     (["--mode", "inference_benchmark", "--eval_batch_size", "3", "--iter_unit", "batch",
       "--num_iter", "3", "--warmup_steps", "1"], None),
     (["--lr", "0"], "--lr must be greater than 0"),
