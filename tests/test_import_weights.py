@@ -325,10 +325,10 @@ def test_imported_weights_answer_as_their_source_on_photographs(torch_files, tmp
         assert weights["name_claimed"] is True and "published" not in weights
         assert "(the name as the importer gave it, unconfirmed by the file)" in (
             tmp_path / "run" / "export" / "README.md").read_text()
-        assert "base_model" not in card
+        assert "base_model" not in card and card["license"] == "bsd-3-clause"
     else:  # from the pretrained_cfg beside the weights
         assert (weights["name"], weights["license"], card["license"], card["base_model"]) == (
-            "resnet50.a1_in1k", "Apache-2.0", "Apache-2.0", "timm/resnet50.a1_in1k")
+            "resnet50.a1_in1k", "Apache-2.0", "apache-2.0", "timm/resnet50.a1_in1k")
         assert "huggingface.co/timm/resnet50.a1_in1k" in weights["terms"]
     assert card["evaluation_preprocessing"] == recorded and card["scored"] is None
     assert card["exported_with"]["tensorflow"] == tf.__version__

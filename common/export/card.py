@@ -104,8 +104,10 @@ def build(*, model: str, pipeline_tag: str, data: dict, weights: dict, recipe: s
     if data.get("dataset"):  # the Hub's list of the data trained on: only a set it holds
         card["datasets"] = [data["dataset"]]
     card["data"] = data["description"]
-    if weights.get("license"):
-        card["license"] = weights["license"]
+    if weights.get("license"):  # the Hub's id (lower case); other licences by name
+        hub = weights["license"].lower()
+        card.update({"license": hub} if hub in HUB_LICENCES else
+                    {"license": "other", "license_name": weights["license"]})
     if weights.get("hub_id"):
         card["base_model"] = weights["hub_id"]
     if scored:
@@ -123,6 +125,13 @@ def build(*, model: str, pipeline_tag: str, data: dict, weights: dict, recipe: s
         "evaluation_preprocessing": recipe, "scored": scored, "triton_model": triton_model,
         "project": project(), "exported_with": pkgs})
     return card
+
+
+# The Hub's licence ids the weights' sources use (SPDX's, in lower case); any other licence is
+# the Hub's "other" with its own name.
+HUB_LICENCES = {"apache-2.0", "mit", "bsd-2-clause", "bsd-3-clause", "cc-by-4.0",
+                "cc-by-sa-4.0", "cc-by-nc-4.0", "cc-by-nc-sa-4.0", "cc0-1.0", "gpl-3.0",
+                "lgpl-3.0", "bigscience-openrail-m", "openrail"}
 
 
 def _no_value(name: str, value: float) -> bool:
@@ -155,7 +164,7 @@ def _yaml(value, indent: int = 0) -> str:
     return pad + json.dumps(value)
 
 
-FRONT_MATTER = ("license", "library_name", "pipeline_tag", "datasets", "base_model",
+FRONT_MATTER = ("license", "license_name", "library_name", "pipeline_tag", "datasets", "base_model",
                 "model-index")
 
 
