@@ -30,6 +30,7 @@ object as the server keeps it)::
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import os
@@ -206,9 +207,6 @@ def _call(signatures, name: str, inputs: dict, limits: dict, mask: bool = False)
     return out
 
 
-EOS, UNK = "<eos>", "<unk>"
-
-
 class Sequence:
     """One text's sequence, as the served sequence model keeps it: each ``send`` runs one
     segment from the memory the previous ones left (none at first: the server's start), and
@@ -218,9 +216,10 @@ class Sequence:
         self._model = model
         self.state = model._start_state(start)
 
-    def send(self, tokens, targets=None) -> dict:
+    def send(self, tokens, targets=None, end=False) -> dict:
         """The segment's outputs for its one row (``nll`` with ``targets``: the ``score``
-        signature; else the next word's ``log_probs``)."""
+        signature; else the next word's ``log_probs``). ``end`` changes nothing: the memory
+        goes with this object (the server's sequences take the flag)."""
         state_in, state_out = self._model._state_names()
         inputs = {"tokens": [list(tokens)], state_in: self.state}
         if targets is not None:
@@ -235,17 +234,23 @@ class _Text:
     """What a model of token ids with a vocabulary and a state carried between calls
     (Transformer-XL) answers from text: ``score`` (a text's perplexity), ``generate`` (a
     prompt's continuation) and ``sequence`` (segments sent one at a time, the memory kept here,
-    as the server keeps it). Models without them refuse in one line."""
+    as the server keeps it), by ``serving.text``, the text client's own code. Models without
+    them refuse in one line."""
 
-    def _text_info(self) -> dict:
+    def _described(self) -> dict:
+        """What ``client.json`` says of the model (its signatures, ``state``, limits)."""
+        raise NotImplementedError
+
+    def _words(self) -> list[str] | None:
+        """The vocabulary, where the model has one."""
         raise NotImplementedError
 
     def _state_names(self) -> tuple[str, str]:
-        state = self._text_info().get("state") or {}
+        state = self._described().get("state") or {}
         return state.get("input"), state.get("output")
 
     def _vocab(self) -> list[str]:
-        vocab = self._text_info().get("words")
+        vocab = self._words()
         if not vocab or "score" not in self.signatures:
             raise DataError(f"{self!r} is not a model of text: score, generate and sequence "
                             "are Transformer-XL's")
@@ -255,8 +260,8 @@ class _Text:
         """The state a sequence starts from: none (``start`` None: the server's start), else
         zeros of ``start`` positions (evaluation's: its memory length)."""
         import numpy as np
-        info = self._text_info()
-        self._vocab()
+        info = self._described()
+        self._vocab()  # a model of text, or one line
         state_in, _ = self._state_names()
         axis = info["state"]["batch_axis"]
         shape = list(info["signatures"]["score"]["inputs"][state_in]["shape"])
@@ -266,20 +271,12 @@ class _Text:
         return np.zeros(shape, np.float32)
 
     def encode(self, text: str, lines: bool = True) -> list[int]:
-        """Token ids of ``text`` as the corpus was prepared (and as serving.text_client
-        encodes): with ``lines``, each line's words then ``<eos>``; a word the vocabulary lacks
-        is ``<unk>`` (a ``DataError`` where it has none)."""
-        vocab = self._vocab()
-        index = {w: i for i, w in enumerate(vocab)}
-        unk, ids = index.get(UNK), []
-        for line in text.splitlines() if lines else [text]:
-            for word in line.split():
-                if word not in index and unk is None:
-                    raise DataError(f"'{word}' is not in the vocabulary, which has no {UNK}")
-                ids.append(index.get(word, unk))
-            if lines:
-                ids.append(index[EOS])
-        return ids
+        """Token ids of ``text`` as the corpus was prepared (``serving.text.encode``): with
+        ``lines``, each line's words then ``<eos>``; a word the vocabulary lacks is ``<unk>``
+        (a ``DataError`` where it has none)."""
+        from serving import text as texts
+        with _text_errors():
+            return texts.encode(text, self._vocab(), lines)
 
     def sequence(self, start=None) -> Sequence:
         return Sequence(self, start)
@@ -293,53 +290,40 @@ class _Text:
         ``eval_tgt_len``, the memory starting as zeros of the served memory's length;
         ``"served"`` is ``serving.text_client score``'s: segments of 64 tokens (``segment``
         either way), the memory starting empty."""
-        import math
-
-        import numpy as np
-        info = self._text_info()
+        from serving import text as texts
+        info = self._described()
         if protocol not in ("evaluation", "served"):
             raise DataError(f"protocol {protocol!r}: give 'evaluation' or 'served'")
         ids = self.encode(text)
-        if len(ids) < 2:
-            raise DataError("the text has fewer than two tokens: nothing to score")
         evaluation = protocol == "evaluation"
         segment = segment or (info.get("eval_tgt_len") if evaluation else 64) or 64
-        seq = self.sequence(info.get("mem_len") if evaluation else None)
-        total, count, segments = 0.0, 0, []
-        for start in range(0, len(ids) - 1, segment):
-            end = min(start + segment, len(ids) - 1)
-            nll = seq.send(ids[start:end], ids[start + 1:end + 1])["nll"]
-            total, count = total + float(np.sum(nll)), count + len(nll)
-            segments.append(float(np.mean(nll)))
-        return {"tokens": count, "nll": total / count, "perplexity": math.exp(total / count),
-                "segments": segments}
+        with _text_errors():
+            return texts.score(self.sequence(info.get("mem_len") if evaluation else None),
+                               ids, segment)
 
     def generate(self, prompt: str, words: int = 20, sample: bool = False, seed: int = 0
                  ) -> str:
         """The ``words`` words after ``prompt`` (greedy, or sampled with ``seed``), as
         ``serving.text_client continue`` gets them from the server: the prompt in segments of
         at most ``max_segment`` tokens, then one word at a time."""
-        import random
-
-        import numpy as np
-        vocab, longest = self._vocab(), self._text_info().get("max_segment")
-        tokens = self.encode(prompt, lines=False)
-        if not tokens:
-            raise DataError("the prompt has no word")
-        rng, seq, out = random.Random(seed), self.sequence(), []
-        while longest and len(tokens) > longest:
-            seq.send(tokens[:longest])
-            tokens = tokens[longest:]
-        for _ in range(words):
-            logp = seq.send(tokens)["log_probs"]
-            if sample:
-                p = np.exp(logp - np.max(logp))
-                nxt = rng.choices(range(len(p)), weights=p / p.sum())[0]
-            else:
-                nxt = int(np.argmax(logp))
-            out.append(nxt)
-            tokens = [nxt]
+        from serving import text as texts
+        vocab = self._vocab()
+        ids = self.encode(prompt, lines=False)
+        with _text_errors():
+            out = texts.continue_ids(self.sequence(), ids, words, sample, seed,
+                                     self._described().get("max_segment"))
         return " ".join(vocab[i] for i in out)
+
+
+@contextlib.contextmanager
+def _text_errors():
+    """``serving.text``'s refusals (its package's ``CommandError``) as this API's: a
+    ``DataError`` line."""
+    from serving.connection import CommandError
+    try:
+        yield
+    except CommandError as e:
+        raise DataError(str(e)) from None
 
 
 class Checkpoint(_Text):
@@ -383,15 +367,14 @@ class Checkpoint(_Text):
         self._scored = scores.at(self.task.flags.model_dir, self._trainer.step)
         self.card = serving_lib.model_card(self.serving, self.model, self._scored)
         self.recipe = self.card["evaluation_preprocessing"]
-        self._limits = self.serving.client_info()  # the export's: vocab_size, max_segment
-        self._info = None
+        # What its export's client.json would say (signatures, vocab_size, max_segment...).
+        self._limits = serving_lib.describe(self.serving, self._signatures)
 
-    def _text_info(self) -> dict:
-        if self._info is None:
-            from common.export import serving as serving_lib
-            info = serving_lib.describe(self.serving, self._signatures)
-            self._info = {**info, "words": getattr(self.task, "vocab", None)}
-        return self._info
+    def _described(self) -> dict:
+        return self._limits
+
+    def _words(self) -> list[str] | None:
+        return getattr(self.task, "vocab", None)
 
     def __repr__(self) -> str:
         return f"Checkpoint({json.dumps(self.settings.get('model'))}, {self.signatures})"
@@ -452,15 +435,20 @@ class Export(_Text):
         self._signatures = dict(self._loaded.signatures)
         self._path = path
 
-    def _text_info(self) -> dict:
-        if "words" not in self.info:
-            vocab = os.path.join(self._path, "assets", str(self.info.get("vocab") or "-"))
-            try:
-                self.info["words"] = (open(vocab, encoding="utf-8").read().splitlines()
-                                      if os.path.isfile(vocab) else None)
-            except (OSError, UnicodeDecodeError) as e:
-                raise DataError(f"{vocab} is not the export's vocabulary ({e})") from None
+    def _described(self) -> dict:
         return self.info
+
+    @functools.cached_property
+    def _vocabulary(self) -> list[str] | None:
+        vocab = os.path.join(self._path, "assets", str(self.info.get("vocab") or "-"))
+        try:
+            return (open(vocab, encoding="utf-8").read().splitlines()
+                    if os.path.isfile(vocab) else None)
+        except (OSError, UnicodeDecodeError) as e:
+            raise DataError(f"{vocab} is not the export's vocabulary ({e})") from None
+
+    def _words(self) -> list[str] | None:
+        return self._vocabulary
 
     @property
     def signatures(self) -> list[str]:

@@ -25,12 +25,12 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import random
 import sys
 
 import numpy as np
 
+from serving import text
 from serving.connection import (
     CommandError,
     connect,
@@ -39,9 +39,9 @@ from serving.connection import (
     model_config,
     positive,
 )
+from serving.text import EOS
 
 PROG = "text_client.py"
-EOS, UNK = "<eos>", "<unk>"
 
 
 def read_vocab(path: str) -> list[str]:
@@ -56,22 +56,6 @@ def read_vocab(path: str) -> list[str]:
         raise CommandError(f"--vocab {path}: not a Transformer-XL vocabulary (its first line is "
                            f"{EOS}: the export's assets/vocab.txt)")
     return words
-
-
-def encode(text: str, vocab: list[str], lines: bool) -> list[int]:
-    """Token ids of ``text`` as the corpus was prepared: with ``lines``, each line's words then
-    ``<eos>``; a word the vocabulary lacks is ``<unk>`` (refused where it has none)."""
-    index = {w: i for i, w in enumerate(vocab)}
-    unk = index.get(UNK)
-    ids = []
-    for line in text.splitlines() if lines else [text]:
-        for word in line.split():
-            if word not in index and unk is None:
-                raise CommandError(f"'{word}' is not in the vocabulary, which has no {UNK}")
-            ids.append(index.get(word, unk))
-        if lines:
-            ids.append(index[EOS])
-    return ids
 
 
 def served_limits(server, model: str, protocol: str) -> dict:
@@ -130,52 +114,28 @@ class Sequence:
 
 
 def score(seq: Sequence, ids: list[int], segment: int, as_json: bool) -> float:
-    """Each segment's mean NLL and the whole text's perplexity (the last token is only a
-    target)."""
-    if len(ids) < 2:
-        raise CommandError("the text has fewer than two tokens: nothing to score")
-    total, count = 0.0, 0
-    starts = range(0, len(ids) - 1, segment)
-    for n, start in enumerate(starts):
-        end = min(start + segment, len(ids) - 1)
-        nll = seq.send(ids[start:end], ids[start + 1:end + 1], end=n == len(starts) - 1)["nll"]
-        total, count = total + float(np.sum(nll)), count + len(nll)
+    """Each segment's mean NLL and the whole text's perplexity (``serving.text.score``)."""
+    def each(n, segments, start, end, mean):
         if not as_json:
-            print(f"segment {n + 1}/{len(starts)}: tokens {start}-{end - 1}, mean NLL "
-                  f"{float(np.mean(nll)):.4f}", flush=True)
-    ppl = math.exp(total / count)
+            print(f"segment {n + 1}/{segments}: tokens {start}-{end - 1}, mean NLL "
+                  f"{mean:.4f}", flush=True)
+    got = text.score(seq, ids, segment, each)
     if as_json:
-        print(json.dumps({"tokens": count, "nll": total / count, "perplexity": ppl}))
+        print(json.dumps({k: got[k] for k in ("tokens", "nll", "perplexity")}))
     else:
-        print(f"{count} tokens scored: perplexity {ppl:.2f}")
-    return ppl
+        print(f"{got['tokens']} tokens scored: perplexity {got['perplexity']:.2f}")
+    return got["perplexity"]
 
 
 def continue_text(seq: Sequence, ids: list[int], vocab: list[str], words: int, sample: bool,
                   seed: int, as_json: bool, longest: int | None = None) -> list[int]:
-    """The prompt in segments of at most ``longest`` tokens, then one word a request."""
-    if not ids:
-        raise CommandError("the prompt has no word")
-    rng = random.Random(seed)
-    tokens = ids
-    if longest:
-        while len(tokens) > longest:  # the prompt's head goes first, as its own segments
-            seq.send(tokens[:longest])
-            tokens = tokens[longest:]
-    out = []
-    for n in range(words):
-        logp = seq.send(tokens, end=n == words - 1)["log_probs"]
-        if sample:
-            p = np.exp(logp - np.max(logp))
-            nxt = rng.choices(range(len(p)), weights=p / p.sum())[0]
-        else:
-            nxt = int(np.argmax(logp))
-        out.append(nxt)
-        tokens = [nxt]
-    text = " ".join(vocab[i] for i in out)
-    print(json.dumps({"prompt_ids": ids, "ids": out, "continuation": text}) if as_json else text)
+    """The prompt in segments of at most ``longest`` tokens, then one word a request
+    (``serving.text.continue_ids``)."""
+    out = text.continue_ids(seq, ids, words, sample, seed, longest)
+    continuation = " ".join(vocab[i] for i in out)
+    print(json.dumps({"prompt_ids": ids, "ids": out, "continuation": continuation})
+          if as_json else continuation)
     return out
-
 
 
 def _correlation_id(text: str) -> int:
@@ -214,12 +174,12 @@ def main(argv=None) -> int:
         if args.command == "score":
             try:
                 with open(args.file, encoding="utf-8") as fh:
-                    text = fh.read()
+                    words = fh.read()
             except (OSError, UnicodeDecodeError) as e:
                 raise CommandError(f"{args.file}: {getattr(e, 'strerror', None) or e}") from None
-            ids = encode(text, vocab, lines=True)
+            ids = text.encode(words, vocab, lines=True)
         else:
-            ids = encode(args.prompt, vocab, lines=False)
+            ids = text.encode(args.prompt, vocab, lines=False)
         client, server = connect(args.url, args.protocol, "serving.text_client")
         longest = check_served(served_limits(server, args.model, args.protocol), args.model,
                                args.vocab, vocab,
