@@ -61,6 +61,7 @@ def _sha256(path: str) -> str | None:
 def check(names=PACKAGES) -> None:
     """Raises ``ForeignPackage`` (one line) for the first of ``names`` that resolves to a
     package other than this distribution's."""
+    installed = _installed()
     for name in names:
         try:
             spec = importlib.util.find_spec(name)
@@ -72,7 +73,7 @@ def check(names=PACKAGES) -> None:
             [os.path.dirname(spec.origin or "")]
         real = [os.path.realpath(w) for w in where]
         init = os.path.join(real[0], "__init__.py") if real else ""
-        recorded = _installed().get(f"{name}/__init__.py")
+        recorded = installed.get(f"{name}/__init__.py")
         if recorded and any(_ours(w) for w in real) and _sha256(init) != recorded:
             raise ForeignPackage(
                 f"tf-model-scripts: {init} is not the file this distribution installed "
