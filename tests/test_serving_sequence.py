@@ -17,6 +17,8 @@ import pytest
 import tensorflow as tf
 from conftest import ROOT
 from triton_servers import (
+    BUSY,
+    FLOOD,
     TRITON_ENV,
     Repositories,
     sequence_rounds,
@@ -215,73 +217,6 @@ def test_seventeen_interleaved_documents_are_each_scored_right(
     for s, pieces in docs.items():
         for r, w in enumerate(_chained(signatures, cfg, pieces)):
             _close(got[r * 17 + list(docs).index(s)], w)
-
-
-# Refused starts, then a new sequence timed (78.2); requests kept in flight (78.3).
-FLOOD = """
-import json, sys, threading, time
-import numpy as np
-import tritonclient.grpc as grpc
-url, first, count, vocab = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-client = grpc.InferenceServerClient(url)
-
-
-def tokens(ids):
-    t = grpc.InferInput("tokens", [1, len(ids)], "INT32")
-    t.set_data_from_numpy(np.asarray([ids], np.int32))
-    return [t]
-
-
-errors, done = [], threading.Semaphore(0)
-
-
-def answered(result, error):
-    errors.append(str(error).splitlines()[0] if error else None)
-    done.release()
-
-
-sent = time.monotonic()
-for n in range(count):  # out of the vocabulary, or a start beyond the model's limit
-    client.async_infer("transformerxl", tokens([vocab] if n % 2 else [1, 2]), answered,
-                       sequence_id=first + n, sequence_start=True)
-for _ in range(count):
-    done.acquire()
-refused_s = time.monotonic() - sent
-out = {"refused_s": refused_s, "errors": sorted(set(map(str, errors)))}
-try:
-    client.infer("transformerxl", tokens([3]), sequence_id=2, sequence_end=True)
-except Exception as e:
-    out["end_error"] = str(e).splitlines()[0]
-start = time.monotonic()
-try:
-    client.infer("transformerxl", tokens([1, 2]), sequence_id=first + count,
-                 sequence_start=True, sequence_end=True, client_timeout=90)
-except Exception as e:
-    out["new_error"] = str(e).splitlines()[0]
-out["new_s"] = time.monotonic() - start
-print(json.dumps(out))
-"""
-BUSY = """
-import sys, threading
-import numpy as np
-import tritonclient.grpc as grpc
-url, length = sys.argv[1], int(sys.argv[2])
-
-
-def loop(seq):
-    client = grpc.InferenceServerClient(url)
-    t = grpc.InferInput("tokens", [1, length], "INT32")
-    t.set_data_from_numpy(np.ones([1, length], np.int32))
-    while True:
-        client.infer("transformerxl", [t], sequence_id=seq, sequence_start=True,
-                     sequence_end=True)
-        print(seq, flush=True)
-
-
-for seq in (7001, 7002):
-    threading.Thread(target=loop, args=(seq,), daemon=True).start()
-threading.Event().wait()
-"""
 
 
 def test_a_start_beyond_the_sequence_limit_is_refused_and_the_model_ends_with_its_server(

@@ -247,6 +247,74 @@ print(json.dumps(results))
 """
 
 
+# Clients of the sequence model's limits (test_serving_sequence.py): 1,024 refused starts, then
+# a new sequence timed; and requests kept in flight (two clients sending full segments).
+FLOOD = """
+import json, sys, threading, time
+import numpy as np
+import tritonclient.grpc as grpc
+url, first, count, vocab = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+client = grpc.InferenceServerClient(url)
+
+
+def tokens(ids):
+    t = grpc.InferInput("tokens", [1, len(ids)], "INT32")
+    t.set_data_from_numpy(np.asarray([ids], np.int32))
+    return [t]
+
+
+errors, done = [], threading.Semaphore(0)
+
+
+def answered(result, error):
+    errors.append(str(error).splitlines()[0] if error else None)
+    done.release()
+
+
+sent = time.monotonic()
+for n in range(count):  # out of the vocabulary, or a start beyond the model's limit
+    client.async_infer("transformerxl", tokens([vocab] if n % 2 else [1, 2]), answered,
+                       sequence_id=first + n, sequence_start=True)
+for _ in range(count):
+    done.acquire()
+refused_s = time.monotonic() - sent
+out = {"refused_s": refused_s, "errors": sorted(set(map(str, errors)))}
+try:
+    client.infer("transformerxl", tokens([3]), sequence_id=2, sequence_end=True)
+except Exception as e:
+    out["end_error"] = str(e).splitlines()[0]
+start = time.monotonic()
+try:
+    client.infer("transformerxl", tokens([1, 2]), sequence_id=first + count,
+                 sequence_start=True, sequence_end=True, client_timeout=90)
+except Exception as e:
+    out["new_error"] = str(e).splitlines()[0]
+out["new_s"] = time.monotonic() - start
+print(json.dumps(out))
+"""
+BUSY = """
+import sys, threading
+import numpy as np
+import tritonclient.grpc as grpc
+url, length = sys.argv[1], int(sys.argv[2])
+
+
+def loop(seq):
+    client = grpc.InferenceServerClient(url)
+    t = grpc.InferInput("tokens", [1, length], "INT32")
+    t.set_data_from_numpy(np.ones([1, length], np.int32))
+    while True:
+        client.infer("transformerxl", [t], sequence_id=seq, sequence_start=True,
+                     sequence_end=True)
+        print(seq, flush=True)
+
+
+for seq in (7001, 7002):
+    threading.Thread(target=loop, args=(seq,), daemon=True).start()
+threading.Event().wait()
+"""
+
+
 def sequence_rounds(python, server, rounds):
     """Each round's requests ``[sequence id, tokens, targets or None, start, end]`` sent at
     once (a thread and a client each), the rounds one after the other: each request's answer
