@@ -34,6 +34,16 @@ from txl.prepare import utf8_lines, vocab_hash
 from txl.serving import TXLServing
 
 
+def _vocab_lines(path: str) -> list[str]:
+    """The words of a vocab.txt, one a line; one line naming the file where it cannot be one
+    that prepare_dataset.py wrote."""
+    vocab = [line.rstrip("\n") for line in utf8_lines(path)]
+    if len(vocab) < 2 or len(set(vocab)) != len(vocab):
+        raise DataError(f"{path} is not a vocabulary written by prepare_dataset.py (fewer than "
+                        "2 words, or repeated ones)")
+    return vocab
+
+
 class TransformerXLTask(Task):
     name = "transformerxl"
     # The last segment is shorter in time: segments are padded to --eval_tgt_len, the padded
@@ -109,10 +119,7 @@ class TransformerXLTask(Task):
         return path
 
     def _read_vocab(self) -> list[str]:
-        vocab = [line.rstrip("\n") for line in utf8_lines(self._path("vocab.txt"))]
-        if len(vocab) < 2 or len(set(vocab)) != len(vocab):
-            raise DataError(f"{self._path('vocab.txt')} is not a vocabulary written by "
-                            "prepare_dataset.py (fewer than 2 words, or repeated ones)")
+        vocab = _vocab_lines(self._path("vocab.txt"))
         # The token ids index the vocabulary prepare_dataset.py wrote beside them: a vocab.txt
         # swapped or extended since would map every id to another word without a word.
         info_path = os.path.join(self.flags.data_dir, "corpus-info.json")
@@ -142,11 +149,7 @@ class TransformerXLTask(Task):
         path = os.path.join(self.flags.model_dir or "", "vocab.txt")
         if not (self.flags.model_dir and os.path.isfile(path)):
             return None
-        vocab = [line.rstrip("\n") for line in utf8_lines(path)]
-        if len(vocab) < 2 or len(set(vocab)) != len(vocab):
-            raise DataError(f"{path} is not a vocabulary written by prepare_dataset.py (fewer "
-                            "than 2 words, or repeated ones)")
-        return vocab
+        return _vocab_lines(path)
 
     def tokens(self, split: str) -> np.ndarray:
         """A split's token ids (memory-mapped), checked against the vocabulary once."""
