@@ -77,6 +77,8 @@ def _model(monkeypatch, repo, **params):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     monkeypatch.setattr(module, "_exit_with_parent", lambda: None)  # no server to watch
+    # initialize hides the GPUs from its process (as the stub's); here only for the test
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     text = (repo / "cpu" / "transformerxl" / "config.pbtxt").read_text()
     written = dict(re.findall(r'key: "(\w+)"\n    value \{\n      string_value: "([^"]*)"', text))
     config = {"name": "transformerxl",
