@@ -14,5 +14,11 @@ COPY scripts/install_deps.sh scripts/
 # The stack in a layer of its own (code changes do not redo it), then this repository, editable.
 RUN PIP_ROOT_USER_ACTION=ignore INSTALL_DEPS_STACK_ONLY=1 bash scripts/install_deps.sh
 COPY . .
-RUN PIP_ROOT_USER_ACTION=ignore bash scripts/install_deps.sh
+# The commit the image holds (.git stays out of it): docker/build.sh passes it, and the version
+# and the model cards say it (tf_model_scripts/version.py).
+ARG GIT_COMMIT=""
+ARG GIT_DIRTY=false
+RUN if [ -n "$GIT_COMMIT" ]; then printf '{"commit": "%s", "dirty": %s}\n' "$GIT_COMMIT" \
+      "$GIT_DIRTY" > tf_model_scripts/_build.json; fi && \
+    PIP_ROOT_USER_ACTION=ignore bash scripts/install_deps.sh
 ENV TF_CPP_MIN_LOG_LEVEL=1

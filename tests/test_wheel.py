@@ -6,6 +6,7 @@ checkout, ``python -m rn50``, ``ssd`` and ``txl`` and the console scripts (the d
 preparation too) answer ``--help`` from it, the demo digits are made by ``python -m
 rn50.digits`` from it and a tiny training run on them exports to Triton from it, and its
 requirements hold no test or lint tool (the "test" extra does)."""
+import json
 import os
 import subprocess
 import sys
@@ -17,19 +18,42 @@ import pytest
 from conftest import ROOT, tracked_files
 from test_layout import PACKAGES, _modules
 
+from tf_model_scripts import version
+
 pytestmark = pytest.mark.one_stack("pip", "packaging is setuptools', the same for both stacks")
 
 
 def _tracked_copy(dest) -> str:
-    """The checkout's tracked files copied to ``dest``: setuptools writes its build/ into the
-    tree it builds, which must not be the checkout the suite runs from."""
+    """The checkout's tracked files copied to ``dest``, a clone of its commit (the build
+    reads the commit and whether the files differ from it): setuptools writes its build/ into
+    the tree it builds, which must not be the checkout the suite runs from."""
     import shutil
+    subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", ROOT, str(dest)],
+                   check=True, timeout=120)
+    subprocess.run(["git", "-C", str(dest), "reset", "-q"], check=True, timeout=120)
     for rel in tracked_files():
         src = os.path.join(ROOT, rel)
         if os.path.isfile(src):
             os.makedirs(os.path.dirname(os.path.join(dest, rel)), exist_ok=True)
             shutil.copy2(src, os.path.join(dest, rel))
     return str(dest)
+
+
+def test_a_tree_without_git_is_versioned_by_the_commit_recorded_in_it_or_by_the_release(
+        tmp_path):
+    """An sdist or a Docker image's copy (no .git): the commit docker/build.sh passed, which
+    the Dockerfile records, else the release alone and a card that says why."""
+    (tmp_path / "tf_model_scripts").mkdir()
+    assert version.build_info(str(tmp_path)) == {
+        "version": version.RELEASE, "commit": None, "dirty": False}
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    (tmp_path / "tf_model_scripts" / version.BUILD_FILE).write_text(
+        json.dumps({"commit": commit, "dirty": True}))
+    assert version.build_info(str(tmp_path)) == {
+        "version": f"{version.RELEASE}+g0123456789ab.dirty", "commit": commit, "dirty": True}
+    from packaging.version import Version
+    assert Version(version.version_of({"commit": commit, "dirty": True})).local == \
+        "g0123456789ab.dirty"  # a PEP 440 local label pip accepts
 
 
 def test_the_import_guard_checks_every_top_level_package_the_wheel_installs():
@@ -51,7 +75,14 @@ def test_the_wheel_holds_every_module_and_runs_outside_the_checkout(tmp_path):
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (wheel,) = out.glob("*.whl")
+    # The build says its commit: in the version's local label and in the wheel's record.
+    build = version.build_info(ROOT)
+    assert build["commit"] and wheel.name.startswith(
+        f"tf_model_scripts-{version.RELEASE}+g{build['commit'][:12]}"
+        f"{'.dirty' if build['dirty'] else ''}-"), wheel.name
     held = set(zipfile.ZipFile(wheel).namelist())
+    assert json.loads(zipfile.ZipFile(wheel).read(f"tf_model_scripts/{version.BUILD_FILE}")) \
+        == build
     modules = _modules(ROOT, PACKAGES)
     want = {m.replace(".", "/") + ("/__init__.py" if f.endswith("__init__.py") else ".py")
             for m, f in modules.items()}
@@ -79,7 +110,6 @@ def test_the_wheel_holds_every_module_and_runs_outside_the_checkout(tmp_path):
                           text=True, timeout=600, cwd=tmp_path,
                           env={**os.environ, "PYTHONPATH": ""})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    import json
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     outside = {m: f for m, f in found.items() if not f.startswith(site.strip())}
     assert outside == {}  # every module from the wheel, none from the checkout
@@ -131,6 +161,10 @@ def test_the_wheel_holds_every_module_and_runs_outside_the_checkout(tmp_path):
                           cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (run / "triton" / "cpu" / "resnet50_preprocess" / "1" / "model.py").is_file()
+    # The card names the build that exported it (no git outside the checkout: the wheel's).
+    built_by = json.loads((run / "export" / "model_card.json").read_text())["project"]
+    assert (built_by["version"], built_by["commit"], built_by["modified"]) == (
+        version.version_of(build), build["commit"], build["dirty"])
     assert (run / "triton" / "cpu" / "resnet50_python" / "1" / "model.onnx").is_file()
     script = (run / "triton.tensorrt" / "build_engines.sh").read_text()
     assert "resnet50_tensorrt" in script and "@ENGINES@" not in script

@@ -106,8 +106,12 @@ guard()
 
 
 def __getattr__(name):
-    """``api`` (``common.api``) on first use: importing this package imports no TensorFlow."""
+    """``api`` (``common.api``) on first use: importing this package imports no TensorFlow;
+    ``__version__``."""
     if name == "api":
         from common import api
         return api
+    if name == "__version__":  # this build's: the release and the commit (version.py)
+        from tf_model_scripts.version import this_build
+        return this_build()["version"]
     raise AttributeError(f"module 'tf_model_scripts' has no attribute {name!r}")

@@ -20,12 +20,12 @@ import importlib.metadata
 import json
 import os
 import platform
-import subprocess
+
+from tf_model_scripts.version import this_build
 
 CARD_JSON = "model_card.json"
 CARD_README = "README.md"
 PROJECT = "tf-model-scripts"
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def file_sha256(path: str) -> str:
@@ -60,25 +60,15 @@ def weights_sha256(model) -> str:
 
 
 def project() -> dict:
-    """This repository's version (the installed distribution's, else pyproject.toml's) and, from
-    a git checkout, its commit and whether files differ from it."""
-    try:
-        version = importlib.metadata.version(PROJECT)
-    except importlib.metadata.PackageNotFoundError:
-        version = None
-    out = {"name": PROJECT, "version": version, "commit": None}
-    if not os.path.exists(os.path.join(_ROOT, ".git")):
-        out["commit_note"] = "not exported from a git checkout"
-        return out
-    try:
-        git = ["git", "-C", _ROOT]
-        out["commit"] = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True,
-                                       text=True, timeout=10, check=True).stdout.strip()
-        changed = subprocess.run(git + ["status", "--porcelain", "--untracked-files=no"],
-                                 capture_output=True, text=True, timeout=10, check=True).stdout
-        out["modified"] = bool(changed.strip())
-    except (OSError, subprocess.SubprocessError):
-        out["commit_note"] = "git could not read the checkout"
+    """This repository's build (``tf_model_scripts.version``): its version, and its commit with
+    whether tracked files differed from it (``modified``), from the git checkout the code runs
+    from, else from what the wheel's build recorded."""
+    build = this_build()
+    out = {"name": PROJECT, "version": build["version"], "commit": build.get("commit")}
+    if build.get("commit"):
+        out["modified"] = bool(build.get("dirty"))
+    else:
+        out["commit_note"] = build.get("commit_note", "unknown")
     return out
 
 
