@@ -75,6 +75,11 @@ def _define_common(fv: flags.FlagValues) -> None:
         "DIR.tensorrt the TensorRT models with their build script. The image models' need "
         "model.onnx: implies --export_onnx. Into existing repositories it adds a version of "
         "each model.", **d)
+    flags.DEFINE_string("weights_license", None, "The model card's licence for weights "
+                        "trained here, as the Hugging Face Hub names licences (apache-2.0, mit, "
+                        "cc-by-4.0 ...; another is written as 'other' with its name); without "
+                        "it, 'unknown'. Imported or fine-tuned weights keep their source's.",
+                        **d)
     flags.DEFINE_boolean("triton_replace", False, "--export_triton into an existing "
                          "repository: replace its models' versions instead of adding one.", **d)
     flags.DEFINE_integer("calibration_images", 512, "--export_onnx_int8: training images the "

@@ -58,6 +58,10 @@ def test_a_transformerxl_checkpoint_scores_as_its_export(tmp_path, corpus):
                     str(results / "ck")], check=True, capture_output=True, timeout=600)
     model = api.load(str(results / "ck"), data_dir=corpus, eval_mem_len=8)  # its vocabulary
     assert model.task.flags.eval_mem_len == 8 and model.card["scored"] is None
+    # Weights trained here: no licence unless one is given (--weights_license).
+    assert (model.card["license"], model.card["weights"].get("license")) == ("unknown", None)
+    assert api.load(str(results / "ck"), data_dir=corpus, weights_license="Apache-2.0"
+                    ).card["license"] == "apache-2.0"
     tokens = np.load(os.path.join(corpus, "test.npy"))[:20].reshape(2, 10).astype(np.int32)
     info = model.serving.client_info()  # the start memory: none, (layers, batch, 0, d_model)
     inputs = {"tokens": tokens[:, :-1], "targets": tokens[:, 1:],
@@ -243,20 +247,36 @@ def test_a_damaged_export_is_one_line_naming_what_is_wrong(exported_resnet, tmp_
 
 
 @OWN_HANDLING
-def test_the_cards_model_index_publishes_no_cocos_minus_one():
+def test_the_cards_model_index_publishes_no_cocos_minus_one(tmp_path):
     """pycocotools' -1 (no object of that size in the split) stays in ``scored``, what was
-    computed, and out of the model-index, which the Hub reads as results."""
+    computed, and out of the model-index, which the Hub reads as results; the rest are there
+    with the Hub's metric types, read back by ``huggingface_hub``; weights with a licence keep
+    it as the Hub's id, and another is 'other' with its name."""
+    from huggingface_hub import ModelCard
+
     from common.export import card as cards
-    card = cards.build(model="ssd320", pipeline_tag="object-detection",
-                       data={"dataset": "coco", "description": "COCO"},
-                       weights={}, recipe=None, scored={"split": "validation", "step": 3,
-                                                        "metrics": {"AP": 0.25, "APs": -1.0,
-                                                                    "ARs": -1.0, "ARl": 0.5}},
-                       parameter_count=10, exported_weights_sha256="0" * 64,
-                       triton_model="ssd320")
-    metrics = card["model-index"][0]["results"][0]["metrics"]
-    assert {m["type"]: m["value"] for m in metrics} == {"AP": 0.25, "ARl": 0.5}
-    assert card["scored"]["metrics"]["APs"] == -1.0
+    logged = {f"DetectionBoxes_{v}": k for k, v in (
+        ("AP", "Precision/mAP"), ("APs", "Precision/mAP (small)"),
+        ("ARs", "Recall/AR@100 (small)"), ("ARl", "Recall/AR@100 (large)"))}
+    values = {"AP": 0.25, "APs": -1.0, "ARs": -1.0, "ARl": 0.5}
+    for licence, hub in (("BSD-3-Clause", ("bsd-3-clause", None)),
+                         ("Some-Terms-1.0", ("other", "Some-Terms-1.0"))):
+        card = cards.build(model="ssd320", pipeline_tag="object-detection",
+                           data={"dataset": None, "description": "generated shapes"},
+                           weights={"license": licence}, recipe=None,
+                           scored={"split": "validation", "step": 3, "metrics": {
+                               name: values[short] for name, short in logged.items()}},
+                           parameter_count=10, exported_weights_sha256="0" * 64,
+                           triton_model="ssd320")
+        cards.write(str(tmp_path), card)
+        front = ModelCard.load(tmp_path / cards.CARD_README).data
+        assert (front.license, front.license_name) == hub
+        assert {(r.metric_type, r.metric_name, r.metric_value, r.dataset_type, r.dataset_name)
+                for r in front.eval_results} == {
+            ("mean_average_precision", "COCO box AP", 0.25, "custom", "generated shapes"),
+            ("mean_average_recall", "COCO box AR large", 0.5, "custom", "generated shapes")}
+        assert card["scored"]["metrics"]["DetectionBoxes_Precision/mAP (small)"] == -1.0
+        assert front.to_dict()["model-index"] == card["model-index"]
 
 
 @OWN_HANDLING

@@ -330,6 +330,12 @@ def test_imported_weights_answer_as_their_source_on_photographs(torch_files, tmp
         assert (weights["name"], weights["license"], card["license"], card["base_model"]) == (
             "resnet50.a1_in1k", "Apache-2.0", "apache-2.0", "timm/resnet50.a1_in1k")
         assert "huggingface.co/timm/resnet50.a1_in1k" in weights["terms"]
+        # Another licence for weights that have their source's: one line, no card.
+        from common import api
+        from common.errors import UsageError
+        with pytest.raises(UsageError, match=r"^--weights_license mit: these weights are under "
+                           r"their source's licence \(Apache-2.0\); leave the flag out$"):
+            api.load(str(ckpt), weights_license="mit")
     assert card["evaluation_preprocessing"] == recorded and card["scored"] is None
     assert card["exported_with"]["tensorflow"] == tf.__version__
     if source == "torchvision":  # a given flag wins over the checkpoint's recipe

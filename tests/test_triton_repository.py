@@ -329,6 +329,30 @@ def test_the_engine_script_builds_fp16_and_int8_and_installs_them(exported_resne
         "tensorrt_int8" in proc.stdout
     assert f"+ cp {here}/resnet50/config.pbtxt {tmp_path}/triton/triton/resnet50/config.pbtxt" \
         in proc.stdout
+    # Built (a stand-in trtexec writes each plan): the engines' SHA-256 join the model card
+    # beside the ensemble, which the Hub's reader still reads.
+    fake = tmp_path / "bin" / "trtexec"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\nfor a in "$@"; do case "$a" in --saveEngine=*) '
+                    'echo "plan: $*" >"${a#--saveEngine=}";; esac; done\n')
+    fake.chmod(0o755)
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}"})
+    assert proc.returncode == 0, proc.stderr
+    from huggingface_hub import ModelCard
+
+    from common.export import card as cards
+    repo = tmp_path / "triton" / "triton"
+    card = json.loads((repo / "resnet50" / "model_card.json").read_text())
+    readme = (repo / "resnet50" / "README.md").read_text()
+    for model in ("resnet50_tensorrt", "resnet50_tensorrt_int8"):
+        plan = f"{model}/1/model.plan"
+        digest = cards.file_sha256(str(repo / plan))
+        assert card["served_files"][plan] == digest
+        assert readme.endswith(f"- `{plan}`: sha256 `{digest}`\n") or \
+            f"- `{plan}`: sha256 `{digest}`\n- `" in readme
+    assert ModelCard.load(repo / "resnet50" / "README.md").data.pipeline_tag == \
+        "image-classification"
     proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 2 and proc.stderr.startswith(

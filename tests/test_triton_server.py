@@ -434,7 +434,9 @@ def _check_card(results, digits_records, tmp_path):
     model a client calls in each Triton repository."""
     import hashlib
 
-    import yaml
+    from huggingface_hub import ModelCard
+
+    from common.export import card as cards
     export = results / "export"
     card = json.loads((export / "model_card.json").read_text())
     assert card == json.loads((export / "assets" / "client.json").read_text())["model_card"]
@@ -456,18 +458,39 @@ def _check_card(results, digits_records, tmp_path):
     assert card["exported_weights_sha256"] == digest.hexdigest()
     assert card["parameter_count"] == sum(int(np.prod(w.shape)) for w in
                                           tf.saved_model.load(str(export)).weights)
-    readme = (export / "README.md").read_text()
-    front = yaml.safe_load(readme.split("---\n")[1])
-    assert front["pipeline_tag"] == "image-classification"
+    assert (export / "README.md").read_text() == cards.markdown(card)
+    # The front matter as the Hub reads it (huggingface_hub's ModelCard.load).
+    front = ModelCard.load(export / "README.md").data
+    assert (front.pipeline_tag, front.license, front.tags) == (
+        "image-classification", "unknown", ["tensorflow", "savedmodel"])
+    assert "library_name" not in front.to_dict()  # no Hub library loads an export's SavedModel
     # Trained on digits, not ImageNet: no Hub dataset, the data it read named.
-    assert "datasets" not in front and card["data"] == (
+    assert front.datasets is None and card["data"] == (
         "an image dataset of 10 classes (digit_0, digit_1, digit_2, ...)")
-    result = front["model-index"][0]["results"][0]
-    assert result["dataset"] == {"name": card["data"], "type": "custom", "split": "validation"}
-    assert {m["type"]: m["value"] for m in result["metrics"]}["top1_accuracy"] == \
-        scored["metrics"]["top1_accuracy"]
+    by_metric = {(r.metric_type, r.metric_name): r for r in front.eval_results}
+    top1 = by_metric[("accuracy", "Top-1 accuracy")]
+    assert (top1.dataset_name, top1.dataset_type, top1.dataset_split, top1.task_type,
+            top1.metric_value) == (card["data"], "custom", "validation",
+                                   "image-classification", scored["metrics"]["top1_accuracy"])
+    assert by_metric[("accuracy", "Top-5 accuracy")].metric_args == {"top_k": 5}
+    # The SHA-256 of every file a server runs, in the export's card and in each repository's
+    # (which names the model to call there and the files its models serve).
+    served = card["served_files"]
+    assert served == {"saved_model": cards.saved_model_sha256(str(export)),
+                      "preprocess": cards.saved_model_sha256(str(export / "preprocess")),
+                      "model.onnx": cards.file_sha256(str(export / "model.onnx"))}
+    in_repo = {"cpu": {"resnet50_preprocess/1/model.savedmodel": served["preprocess"],
+                       "resnet50_python/1/model.onnx": served["model.onnx"]},
+               "triton": {"resnet50_preprocess/1/model.savedmodel": served["preprocess"],
+                          "resnet50_onnx/1/model.onnx": served["model.onnx"]},
+               "tensorflow": {"resnet50_savedmodel/1/model.savedmodel": served["saved_model"]}}
     for repo, model in (("cpu", "resnet50"), ("triton", "resnet50"),
                         ("tensorflow", "resnet50_savedmodel")):
         folder = results / "triton" / repo / model
-        assert json.loads((folder / "model_card.json").read_text()) == card, folder
-        assert (folder / "README.md").read_text() == readme
+        there = {**card, "triton_model": model, "served_files": in_repo[repo]}
+        assert json.loads((folder / "model_card.json").read_text()) == there, folder
+        for rel, digest in in_repo[repo].items():
+            path = str(folder.parent / rel)
+            assert digest == (cards.file_sha256(path) if rel.endswith(".onnx") else
+                              cards.saved_model_sha256(path)), rel
+        assert (folder / "README.md").read_text() == cards.markdown(there)

@@ -130,8 +130,11 @@ def test_export_scores_and_continues_like_the_model(tmp_path, corpus):
     assert card["data"] == (f"a text corpus of {info['vocab_size']:,} words "
                             f"({info['tokens']['train']:,} training tokens)")
     assert "datasets" not in card
-    assert card["model-index"][0]["results"][0]["dataset"] == {
-        "name": card["data"], "type": "custom", "split": "test"}
+    from huggingface_hub import ModelCard
+    (result,) = ModelCard.load(export / "README.md").data.eval_results  # the perplexity
+    assert (result.dataset_name, result.dataset_type, result.dataset_split, result.metric_type,
+            result.metric_value) == (card["data"], "custom", "test", "perplexity",
+                                     pytest.approx(evaluated["eval_ppl"]))
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("the king sees\n")
     _run(["--mode", "predict", "--to_predict", str(prompts), "--gen_len", "1", "--export_dir",

@@ -3,14 +3,19 @@ export (``README.md`` and ``model_card.json`` in the export's directory, the sam
 ``client.json``'s ``model_card``) and into every Triton repository (beside the model a client
 calls).
 
-The fields follow conventions users already read rather than a new one: the Hugging Face hub's
-card metadata (``license`` as an SPDX id, ``library_name``, ``pipeline_tag``, ``datasets``,
-``base_model``, ``model-index`` with its ``results``; the README's YAML front matter) and
-keras-hub's ``metadata.json`` (``parameter_count``, ``keras_version``, ``date_saved``). What
-neither has a field for is under ``weights`` (their source, name, file hash, terms and the
-source's published accuracy: never a path of the machine that exported them), ``scored`` (what
-the weights scored here, on which split, at which step) and ``project`` (this repository's
-version and commit).
+The fields follow conventions users already read rather than a new one: the Hugging Face Hub's
+card metadata, made and written by ``huggingface_hub`` (``ModelCardData``, ``EvalResult``: the
+README's YAML front matter, which ``ModelCard.load`` reads back; ``license`` a Hub licence id,
+``pipeline_tag``, ``tags``, ``datasets``, ``base_model``, ``model-index``), and keras-hub's
+``metadata.json`` (``parameter_count``, ``keras_version``, ``date_saved``). What neither has a
+field for is under ``weights`` (their source, name, file hash, terms and the source's published
+accuracy: never a path of the machine that exported them), ``scored`` (what the weights scored
+here, on which split, at which step, every number the evaluation computed), ``served_files``
+(the SHA-256 of each file a server runs) and ``project`` (this repository's build).
+
+No ``library_name``: the Hub's libraries load a model with their own code (``keras`` a
+``.keras`` file, ``tf-keras`` a Keras 2 SavedModel), and none loads an export's SavedModel
+(``tf.saved_model.load``) or its ONNX file; the formats are ``tags``.
 """
 from __future__ import annotations
 
@@ -87,82 +92,98 @@ def build(*, model: str, pipeline_tag: str, data: dict, weights: dict, recipe: s
           triton_model: str) -> dict:
     """The card's dict (module docstring). ``data`` is what the run read (``Serving.data_read``:
     the Hub's dataset id only when it is that set, and a description), ``weights`` what the
-    checkpoint recorded of its source (``common/checkpoint/start.py``); ``scored`` the
-    evaluation of these weights, or None."""
+    checkpoint recorded of its source (``common/checkpoint/start.py``) with the licence given
+    to trained weights; ``scored`` the evaluation of these weights, or None."""
     pkgs = packages()
-    card = {"model_name": model, "library_name": "keras", "pipeline_tag": pipeline_tag}
-    if data.get("dataset"):  # the Hub's list of the data trained on: only a set it holds
-        card["datasets"] = [data["dataset"]]
-    card["data"] = data["description"]
-    if weights.get("license"):  # the Hub's id (lower case); other licences by name
-        hub = weights["license"].lower()
-        card.update({"license": hub} if hub in HUB_LICENCES else
-                    {"license": "other", "license_name": weights["license"]})
-    if weights.get("hub_id"):
-        card["base_model"] = weights["hub_id"]
-    if scored:
-        card["model-index"] = [{"name": model, "results": [{
-            "task": {"type": pipeline_tag},
-            "dataset": {"name": data.get("dataset") or data["description"],
-                        "type": data.get("dataset") or "custom", "split": scored["split"]},
-            "metrics": [{"type": k, "value": v} for k, v in scored["metrics"].items()
-                        if isinstance(v, (int, float)) and not _no_value(k, v)]}]}]
+    card = {"model_name": model, **hub_metadata(model, pipeline_tag, data, weights, scored),
+            "data": data["description"]}
     card.update({
         "parameter_count": int(parameter_count), "keras_version": pkgs["keras"],
         "date_saved": datetime.datetime.now(datetime.UTC).strftime(
             "%Y-%m-%d@%H:%M:%S"),
         "weights": dict(weights), "exported_weights_sha256": exported_weights_sha256,
         "evaluation_preprocessing": recipe, "scored": scored, "triton_model": triton_model,
-        "project": project(), "exported_with": pkgs})
+        "served_files": {}, "project": project(), "exported_with": pkgs})
     return card
+
+
+def hub_metadata(model: str, pipeline_tag: str, data: dict, weights: dict,
+                 scored: dict | None) -> dict:
+    """The front matter's fields, as ``huggingface_hub.ModelCardData`` writes them: the Hub's
+    licence id (``unknown`` for weights that have none: trained here without
+    ``--weights_license``), the dataset trained on only when the Hub holds it, and one
+    ``EvalResult`` for each metric the Hub has a type for (``HUB_METRICS``), none for a
+    sentinel (pycocotools' -1)."""
+    from huggingface_hub import EvalResult, ModelCardData
+    licence = (weights.get("license") or "unknown").lower()
+    results = []
+    for key, value in (scored or {}).get("metrics", {}).items():
+        if key not in HUB_METRICS or not isinstance(value, (int, float)) or _no_value(key, value):
+            continue
+        metric, name, args = HUB_METRICS[key]
+        results.append(EvalResult(
+            task_type=pipeline_tag, dataset_type=data.get("dataset") or "custom",
+            dataset_name=data.get("dataset") or data["description"],
+            dataset_split=scored["split"], metric_type=metric, metric_name=name,
+            metric_value=value, metric_args=args))
+    card = ModelCardData(
+        model_name=model, pipeline_tag=pipeline_tag, tags=["tensorflow", "savedmodel"],
+        license=licence if licence in HUB_LICENCES else "other",
+        license_name=None if licence in HUB_LICENCES else weights["license"],
+        datasets=[data["dataset"]] if data.get("dataset") else None,
+        base_model=weights.get("hub_id"), eval_results=results or None)
+    return {k: v for k, v in card.to_dict().items() if k != "model_name"}
+
+
+# The metrics the evaluation logs (each model's LOG_NAMES) that the Hub's model-index can
+# carry: (the Hub's metric type, the name it shows, its arguments). Accuracy and perplexity are
+# hf.co/metrics ids; COCO's AP and AR have none there, so their type says what they are and
+# the arguments how pycocotools computed them. The evaluation loss is not a result.
+HUB_METRICS = {
+    "top1_accuracy": ("accuracy", "Top-1 accuracy", None),
+    "top5_accuracy": ("accuracy", "Top-5 accuracy", {"top_k": 5}),
+    "eval_ppl": ("perplexity", "Perplexity", None),
+    **{f"DetectionBoxes_Precision/mAP{suffix}": (
+        "mean_average_precision", f"COCO box AP{label}", {"iou": iou, "area": area})
+       for suffix, label, iou, area in (
+           ("", "", "0.50:0.95", "all"), ("@.50IOU", "50", "0.50", "all"),
+           ("@.75IOU", "75", "0.75", "all"), (" (small)", " small", "0.50:0.95", "small"),
+           (" (medium)", " medium", "0.50:0.95", "medium"),
+           (" (large)", " large", "0.50:0.95", "large"))},
+    **{f"DetectionBoxes_Recall/AR@{n}": (
+        "mean_average_recall", f"COCO box AR@{n}", {"iou": "0.50:0.95", "max_detections": n})
+       for n in (1, 10, 100)},
+    **{f"DetectionBoxes_Recall/AR@100 ({a})": (
+        "mean_average_recall", f"COCO box AR {a}", {"iou": "0.50:0.95", "max_detections": 100,
+                                                    "area": a})
+       for a in ("small", "medium", "large")},
+}
 
 
 # The Hub's licence ids the weights' sources use (SPDX's, in lower case); any other licence is
 # the Hub's "other" with its own name.
-HUB_LICENCES = {"apache-2.0", "mit", "bsd-2-clause", "bsd-3-clause", "cc-by-4.0",
+HUB_LICENCES = {"unknown", "apache-2.0", "mit", "bsd-2-clause", "bsd-3-clause", "cc-by-4.0",
                 "cc-by-sa-4.0", "cc-by-nc-4.0", "cc-by-nc-sa-4.0", "cc0-1.0", "gpl-3.0",
                 "lgpl-3.0", "bigscience-openrail-m", "openrail"}
 
 
 def _no_value(name: str, value: float) -> bool:
-    """pycocotools' -1 for an AP or AR (``APs``, ``ARl`` ...): the split has no object of that
-    size, a sentinel, not a score the model-index may publish."""
-    return value == -1 and name.startswith(("AP", "AR"))
+    """pycocotools' -1 for an AP or AR (``APs``, ``ARl`` ... as logged): the split has no
+    object of that size, a sentinel, not a score the model-index may publish."""
+    return value == -1 and ("AP" in name or "AR" in name)
 
 
-def _yaml(value, indent: int = 0) -> str:
-    """The YAML of the front matter: block mappings and sequences, scalars as JSON (a subset
-    of YAML that any YAML reader, the hub's included, reads back as written)."""
-    pad = " " * indent
-    if isinstance(value, dict):
-        lines = []
-        for k, v in value.items():
-            if isinstance(v, (dict, list)) and v:
-                lines.append(f"{pad}{k}:\n{_yaml(v, indent + 2)}")
-            else:
-                lines.append(f"{pad}{k}: {json.dumps(v)}")
-        return "\n".join(lines)
-    if isinstance(value, list):
-        lines = []
-        for v in value:
-            if isinstance(v, (dict, list)) and v:
-                inner = _yaml(v, indent + 2)
-                lines.append(f"{pad}- {inner[indent + 2:]}")
-            else:
-                lines.append(f"{pad}- {json.dumps(v)}")
-        return "\n".join(lines)
-    return pad + json.dumps(value)
-
-
-FRONT_MATTER = ("license", "license_name", "library_name", "pipeline_tag", "datasets", "base_model",
+FRONT_MATTER = ("license", "license_name", "pipeline_tag", "tags", "datasets", "base_model",
                 "model-index")
 
 
 def markdown(card: dict) -> str:
-    """``README.md``: the hub's metadata as YAML front matter, then the card in prose."""
-    front = {k: card[k] for k in FRONT_MATTER if k in card}
+    """``README.md``: the Hub's metadata as YAML front matter (``huggingface_hub``'s), then the
+    card in prose."""
+    from huggingface_hub import ModelCardData
+    front = ModelCardData(**{k: card[k] for k in FRONT_MATTER if k in card})
     w, s, p = card["weights"], card["scored"], card["project"]
-    lines = ["---", _yaml(front), "---", "", f"# {card['model_name']}", ""]
+    lines = ["---", front.to_yaml(), "---", "", f"# {card['model_name']}", ""]
     if w.get("source") == "trained":
         lines.append(f"Weights trained by this repository's {w.get('model')}/main.py on "
                      f"{card.get('data') or 'synthetic data'}.")
@@ -176,6 +197,9 @@ def markdown(card: dict) -> str:
     terms = [w.get("license") and f"licence {w['license']}", w.get("terms")]
     if any(terms):
         lines += ["", "Terms: " + "; ".join(t for t in terms if t) + "."]
+    else:
+        lines += ["", "Licence: none given (`--weights_license` names one for weights trained "
+                  "here); the terms of the data trained on apply."]
     if w.get("published"):
         pub = w["published"]
         lines += ["", "Published by the source: " + ", ".join(
@@ -202,14 +226,48 @@ def markdown(card: dict) -> str:
               f"{' (with local changes)' if p.get('modified') else ''}",
               "- exported with " + ", ".join(f"{k} {v}" for k, v in
                                             card["exported_with"].items() if v),
-              f"- saved {card['date_saved']}", ""]
-    return "\n".join(lines)
+              f"- saved {card['date_saved']}", "", "## Served files", ""]
+    # The last section: build_engines.sh adds the TensorRT engines' lines when it builds them.
+    lines += [f"- `{f}`: sha256 `{h}`" for f, h in card.get("served_files", {}).items()]
+    return "\n".join(lines) + "\n"
+
+
+def saved_model_sha256(export_dir: str) -> str:
+    """The SavedModel's identity: ``saved_model.pb`` and ``variables/`` (its assets hold this
+    card, and the export's other files are served apart)."""
+    lines = "".join(f"{file_sha256(os.path.join(export_dir, m))}  {m}\n" for m in sorted(
+        ["saved_model.pb"] + [os.path.join("variables", n) for n in
+                              os.listdir(os.path.join(export_dir, "variables"))]))
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def served_files(export_dir: str, onnx_files) -> dict:
+    """The SHA-256 of what servers run of the export in ``export_dir``: its SavedModel, its
+    preprocessing's (``preprocess/``, a SavedModel too) and each ONNX file."""
+    out = {"saved_model": saved_model_sha256(export_dir)}
+    if os.path.isdir(os.path.join(export_dir, "preprocess")):
+        out["preprocess"] = saved_model_sha256(os.path.join(export_dir, "preprocess"))
+    for name in onnx_files:
+        out[name] = file_sha256(os.path.join(export_dir, name))
+    return out
+
+
+def read(directory: str) -> dict | None:
+    """The card in ``directory`` (``model_card.json``), None if there is none."""
+    try:
+        with open(os.path.join(directory, CARD_JSON), encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
 
 
 def write(directory: str, card: dict) -> None:
-    """``model_card.json`` and ``README.md`` in ``directory`` (a staged one: written whole)."""
-    with open(os.path.join(directory, CARD_JSON), "w", encoding="utf-8") as f:
-        json.dump(card, f, indent=1)
-        f.write("\n")
-    with open(os.path.join(directory, CARD_README), "w", encoding="utf-8") as f:
-        f.write(markdown(card))
+    """``model_card.json`` and ``README.md`` in ``directory`` (a staged one: written whole), as
+    new files: one hard-linked from an export is left as it is."""
+    for name, text in ((CARD_JSON, json.dumps(card, indent=1) + "\n"),
+                       (CARD_README, markdown(card))):
+        path = os.path.join(directory, name)
+        if os.path.lexists(path):
+            os.remove(path)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)

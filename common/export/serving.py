@@ -25,6 +25,7 @@ from tensorflow.autograph.experimental import do_not_convert
 from common import files, precision
 from common.checkpoint.settings import settings_of
 from common.data.images import MEAN, STD
+from common.errors import UsageError
 from common.export import card as cards
 
 CLIENT_INFO = "client.json"  # in the SavedModel's assets/
@@ -215,9 +216,15 @@ def model_card(serving, model: keras.Model, scored: dict | None) -> dict:
     from common.checkpoint.start import weights_source
     from common.models import MODELS
     task = serving.task
+    weights, given = weights_source(task), getattr(serving.flags, "weights_license", None)
+    if given and weights.get("license") and weights["license"].lower() != given.lower():
+        raise UsageError(f"--weights_license {given}: these weights are under their source's "
+                         f"licence ({weights['license']}); leave the flag out")
+    if given:
+        weights = {**weights, "license": given}
     return cards.build(
         model=task.name, pipeline_tag=MODELS[task.name].pipeline_tag,
-        data=data_read(serving), weights=weights_source(task),
+        data=data_read(serving), weights=weights,
         recipe=getattr(serving.flags, "eval_preprocessing", None) or (
             "nvidia" if serving.prepare_image is not None else None),
         scored=scored, parameter_count=model.count_params(),
@@ -266,6 +273,22 @@ def save(serving, model: keras.Model, export_dir: str, model_card: dict | None =
                             signatures={"serving_default": preprocess})
     if model_card is not None:
         cards.write(export_dir, model_card)
+
+
+def record_served_files(export_dir: str, onnx_files) -> None:
+    """The card's ``served_files`` (``card.served_files``) once every file of the export in
+    ``export_dir`` is written, in ``model_card.json``, ``README.md`` and ``client.json``."""
+    card = cards.read(export_dir)
+    if card is None:
+        return
+    card["served_files"] = cards.served_files(export_dir, onnx_files)
+    cards.write(export_dir, card)
+    path = os.path.join(export_dir, "assets", CLIENT_INFO)
+    with open(path, encoding="utf-8") as fh:
+        info = json.load(fh)
+    info["model_card"] = card
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(info, indent=1) + "\n")
 
 
 def prepare_each(images, prepare, size: int):

@@ -33,6 +33,7 @@ def export(serving, model: keras.Model, export_dir: str, with_onnx: bool, log,
         onnx = onnx_convert.export_serving(serving, model, stage) if with_onnx else []
         if int8:
             onnx += onnx_int8.export_serving(serving, stage, log.print)
+        serving_lib.record_served_files(stage, [os.path.basename(p) for p in onnx])
     log.print(f"exported a SavedModel to {export_dir} (signatures and client.json: "
               f"{os.path.join(export_dir, 'assets')})")
     for path in onnx:

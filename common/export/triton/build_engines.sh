@@ -32,6 +32,22 @@ install() {  # MODEL: its config and plan into "$REPO/MODEL", whole
   run rm -rf "${REPO:?}/$m"
   run mv "$staged" "$REPO/$m"
 }
+card() {  # MODEL: its engine's SHA-256 in the model card beside the model clients call
+  local dir="$REPO/$ENSEMBLE" file="$1/1/model.plan" sum
+  [ "$DRY" = 0 ] && [ -n "$ENSEMBLE" ] && [ -f "$dir/model_card.json" ] || return 0
+  sum=$(sha256sum "$REPO/$file" | cut -d' ' -f1)
+  echo "- \`$file\`: sha256 \`$sum\`" >>"$dir/README.md"  # its last section: served files
+  python3 - "$dir/model_card.json" "$file" "$sum" <<'PY'
+import json, sys
+path, name, digest = sys.argv[1:]
+with open(path, encoding="utf-8") as fh:
+    card = json.load(fh)
+card.setdefault("served_files", {})[name] = digest
+with open(path + ".new", "w", encoding="utf-8") as fh:
+    fh.write(json.dumps(card, indent=1) + "\n")
+PY
+  mv "$dir/model_card.json.new" "$dir/model_card.json"
+}
 built=()
 for engine in "${ENGINES[@]}"; do
   IFS='|' read -r model flags min opt max <<<"$engine"
@@ -39,6 +55,7 @@ for engine in "${ENGINES[@]}"; do
   run trtexec --onnx="$HERE/$model/model.onnx" --saveEngine="$HERE/$model/model.plan" $flags \
     --fp16 --minShapes="$min" --optShapes="$opt" --maxShapes="$max"
   install "$model"
+  card "$model"
   built+=("$model")
 done
 [ -z "$ENSEMBLE" ] || run cp "$HERE/$ENSEMBLE/config.pbtxt" "$REPO/$ENSEMBLE/config.pbtxt"

@@ -34,7 +34,9 @@ TensorRT engines are built on the GPU that serves them, so ``<name>_tensorrt`` (
 before its plan exists: Triton refuses to start with a model that has no version.
 
 The export's model card (``README.md``, ``model_card.json``) is in the folder of the model a
-client calls in each repository (``<name>``; ``<name>_savedmodel`` in ``DIR/tensorflow``).
+client calls in each repository (``<name>``; ``<name>_savedmodel`` in ``DIR/tensorflow``),
+naming that model (``triton_model``) and the SHA-256 of each file that repository's models
+serve (``served_files``; ``build_engines.sh`` adds the engines' when it installs them).
 
 Inputs and outputs are named as the model names them (``client.json``'s signatures, the ONNX
 files' graphs); the configs are ``config``'s. ResNet-50's ``probabilities`` carry
@@ -109,6 +111,7 @@ class _Repository:
     def __init__(self, stage: str, existing: str, replace: bool, own: set[str]):
         self.stage, self.existing, self.replace = stage, existing, replace
         self.written: list[str] = []
+        self.served: dict[str, str] = {}  # model/version/file -> its SHA-256, for the card
         os.makedirs(stage)
         if os.path.isdir(existing):
             for entry in sorted(os.listdir(existing)):
@@ -147,6 +150,11 @@ class _Repository:
         self.written.append(name)
         return version
 
+    def serves(self, version: str, file: str, sha256: str | None) -> None:
+        """The card's record of a file the new ``version`` of a model serves."""
+        if sha256:
+            self.served[os.path.relpath(os.path.join(version, file), self.stage)] = sha256
+
 
 def _link_tree(src: str, dst: str, ignore=None) -> None:
     shutil.copytree(src, dst, ignore=ignore, copy_function=files.link_or_copy)
@@ -180,9 +188,10 @@ def write_repository(serving, export_dir: str, triton_dir: str, replace: bool = 
     net = onnx_tensors(onnx_path) if os.path.exists(onnx_path) else None
     preprocess = os.path.join(export_dir, serving_lib.PREPROCESS)
     image = os.path.isdir(preprocess)
-    # The export's model card, beside the model a client calls in each repository.
-    card = {n: os.path.join(export_dir, n) for n in (cards.CARD_README, cards.CARD_JSON)
-            if os.path.isfile(os.path.join(export_dir, n))}
+    # The export's model card, beside the model a client calls in each repository, naming that
+    # model and the files the repository serves (``_Repository.served``).
+    card = cards.read(export_dir)
+    exported = (card or {}).get("served_files", {})
     if image and not net:
         raise ValueError(f"{export_dir} has no model.onnx: the image models' repositories "
                          "run it (--export_onnx)")
@@ -198,20 +207,30 @@ def write_repository(serving, export_dir: str, triton_dir: str, replace: bool = 
             version = repos["tensorflow"].add(config(
                 f"{name}_savedmodel", {"platform": "tensorflow_savedmodel"}, inputs, outputs,
                 batch, labels=labels, warmup=warmup(inputs, batched(inputs, outputs),
-                                                    "images")), {**label_files, **warm, **card})
+                                                    "images")), {**label_files, **warm})
             _link_saved_model(export_dir, version)
+            repos["tensorflow"].serves(version, "model.savedmodel", exported.get("saved_model"))
+            calls = {"tensorflow": f"{name}_savedmodel"}
             if image:
-                pre = _image_models(repos, serving, net, preprocess, labels, label_files, warm)
+                pre = _image_models(repos, serving, net, preprocess, labels, label_files, warm,
+                                    exported)
                 for target, network in (("cpu", f"{name}_python"), ("triton", f"{name}_onnx")):
                     repos[target].add(ensemble(name, f"{name}_preprocess", pre, network, net,
-                                               batch, labels), {**label_files, **card})
+                                               batch, labels), label_files)
+                    calls[target] = name
             elif serving.export.triton_state:
                 for target in ("cpu", "triton"):
                     c = _sequence_config(serving, export_dir)
-                    version = repos[target].add(c, card)
+                    version = repos[target].add(c)
                     _link_saved_model(export_dir, version)
+                    repos[target].serves(version, "model.savedmodel", exported.get("saved_model"))
+                    calls[target] = name
                     shutil.copy2(os.path.join(PYTHON_MODELS, "sequence.py"),
                                  os.path.join(version, "model.py"))
+            if card is not None:
+                for target, model in calls.items():
+                    cards.write(os.path.join(repos[target].stage, model), {
+                        **card, "triton_model": model, "served_files": repos[target].served})
         written = {t: r.written for t, r in repos.items()}
     lines = [f"wrote Triton model repositories to {triton_dir}: " + "; ".join(
         f"{t}/ ({', '.join(m)}) {TARGETS[t]}" for t, m in written.items() if m)]
@@ -228,7 +247,7 @@ def _link_saved_model(export_dir: str, version: str) -> None:
                ignore=shutil.ignore_patterns("*.onnx", serving_lib.PREPROCESS))
 
 
-def _image_models(repos, serving, net, preprocess: str, labels, label_files, warm):
+def _image_models(repos, serving, net, preprocess: str, labels, label_files, warm, exported):
     """``<name>_preprocess`` in ``cpu`` and ``triton``, ``<name>_python`` in ``cpu``,
     ``<name>_onnx`` in ``triton``; returns the preprocessing's (inputs, outputs)."""
     name, batch, size = serving.export.triton_name, serving.export.triton_max_batch_size, \
@@ -242,6 +261,7 @@ def _image_models(repos, serving, net, preprocess: str, labels, label_files, war
             reshape=False, cpu=True, warmup=warmup(inputs, True, "images"),
             count=GPU_HOST_PREPROCESS_INSTANCES if target == "triton" else 1), warm)
         _link_tree(preprocess, os.path.join(version, "model.savedmodel"))
+        repos[target].serves(version, "model.savedmodel", exported.get("preprocess"))
         shutil.copy2(os.path.join(PYTHON_MODELS, "preprocess.py"),
                      os.path.join(version, "model.py"))
     onnx_path = os.path.join(os.path.dirname(preprocess), "model.onnx")
@@ -252,6 +272,7 @@ def _image_models(repos, serving, net, preprocess: str, labels, label_files, war
             net_name, kind, *net, batch, reshape=not cpu, labels=labels, cpu=cpu,
             warmup=warmup(net[0], net_batched)), label_files)
         files.link_or_copy(onnx_path, os.path.join(version, "model.onnx"))
+        repos[target].serves(version, "model.onnx", exported.get("model.onnx"))
         if cpu:
             shutil.copy2(os.path.join(PYTHON_MODELS, "onnxruntime_cpu.py"),
                          os.path.join(version, "model.py"))
