@@ -1,6 +1,7 @@
 """--export_onnx: every model's ONNX export gives its SavedModel's outputs under ONNX Runtime
 (CPU): ResNet logits, SSD's post-NMS detections (NMS included in the graph), Transformer-XL's
 log-probabilities and new memory. An AMP run exports a float32 graph of its weights."""
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -170,21 +171,45 @@ def _check_int8(path, feeds, output):
     assert session.run([output], feeds)[0].dtype == np.float32
 
 
-def test_txl_onnx_gives_log_probs_and_memory(tmp_path, corpus):
+def test_txl_onnx_keeps_its_memory_as_tritons_implicit_state_feeds_it_back(tmp_path, corpus):
+    """``model.onnx`` (the ``step`` signature) chained through ONNX Runtime as Triton's implicit
+    state feeds it (zeros to start, each ``new_memory`` and ``new_memory_length`` fed back:
+    triton/'s GPU models) answers what the SavedModel's ``score`` and ``serving_default``
+    answer chained with the memory the Python backend keeps (growing up to the served length:
+    cpu/'s model), past the point where the memory is full; without ``targets`` (generation),
+    the same log-probabilities."""
     out = tmp_path / "export"
     runner.run(TransformerXLTask, ["main.py", *TINY, "--data_dir", corpus, *BENCH,
                                    "--results_dir", str(tmp_path), "--export_dir", str(out),
                                    "--export_onnx"])
+    info = json.loads((out / "assets" / "client.json").read_text())
+    layers, d_model, mem_len, vocab = (info[k] for k in ("n_layer", "d_model", "mem_len",
+                                                         "vocab_size"))
+    saved = tf.saved_model.load(str(out)).signatures
+    session = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
+    assert sorted(i.name for i in session.get_inputs()) == ["memory", "memory_length", "tokens"]
+    assert [i.name for i in session.get_overridable_initializers()] == ["targets"]  # optional
     rng = np.random.RandomState(0)
-    saved = tf.saved_model.load(str(out)).signatures["serving_default"]
-    layers, _, _, d_model = saved.structured_input_signature[1]["mems"].shape
-    vocab = len((out / "assets" / "vocab.txt").read_text().splitlines())
-    feeds = {"tokens": rng.randint(0, vocab, (2, 5)).astype(np.int32),
-             "mems": rng.randn(layers, 2, 3, d_model).astype(np.float32)}
-    want, got = _compare(out, feeds)
-    np.testing.assert_allclose(got["log_probs"], want["log_probs"], atol=1e-4)
-    np.testing.assert_allclose(got["new_mems"], want["new_mems"], atol=1e-4)
-    assert np.allclose(np.exp(got["log_probs"]).sum(-1), 1, atol=1e-3)  # a distribution
+    mems = np.zeros((layers, 2, 0, d_model), np.float32)  # the start memory cpu/ keeps
+    state = {"memory": np.zeros((2, layers, mem_len, d_model), np.float32),
+             "memory_length": np.zeros((2, 1), np.int32)}
+    total = 0
+    for q in (5, 1, 9, mem_len, 3):
+        tokens = rng.randint(0, vocab, (2, q)).astype(np.int32)
+        targets = rng.randint(0, vocab, (2, q)).astype(np.int32)
+        score = saved["score"](tokens=tokens, targets=targets, mems=mems)
+        want_logp = saved["serving_default"](tokens=tokens, mems=mems)["log_probs"].numpy()
+        got = dict(zip([o.name for o in session.get_outputs()],
+                       session.run(None, {"tokens": tokens, "targets": targets, **state})))
+        np.testing.assert_allclose(got["nll"], score["nll"].numpy(), atol=1e-4)
+        np.testing.assert_allclose(got["log_probs"], want_logp, atol=1e-4)
+        (alone,) = session.run(["log_probs"], {"tokens": tokens, **state})  # no targets
+        np.testing.assert_allclose(alone, got["log_probs"], atol=1e-6)
+        total += q
+        assert got["new_memory_length"].tolist() == [[min(total, mem_len)]] * 2
+        state = {"memory": got["new_memory"], "memory_length": got["new_memory_length"]}
+        mems = score["new_mems"].numpy()
+    assert total > mem_len and mems.shape[2] == mem_len  # the memory was full before the end
 
 
 @MODELOPT

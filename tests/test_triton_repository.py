@@ -230,14 +230,51 @@ def test_the_triton_repositories_parse_and_name_the_models_tensors(exported_resn
         # The export's own preprocessing, the same files (hard links: no space).
         pb = repo / r / "resnet50_preprocess" / "1" / "model.savedmodel" / "saved_model.pb"
         assert pb.stat().st_ino == (export / "preprocess" / "saved_model.pb").stat().st_ino
-    # Transformer-XL: a sequence on the Python backend, the memory kept in the server; its
-    # SavedModel (memory in, memory out) on the TensorFlow backend.
-    configs = _configs_of(triton_python, exported_txl[2])
+    # Transformer-XL: on a CPU host a sequence on the Python backend, the memory kept by the
+    # model; on a GPU host its ONNX on ONNX Runtime (then TensorRT), the memory and its length
+    # kept by Triton as implicit state; its SavedModel (memory in, memory out) on the
+    # TensorFlow backend.
+    txl_trainer, txl_export, txl_repo = exported_txl
+    configs = _configs_of(triton_python, txl_repo)
     assert sorted(configs) == [("cpu", "transformerxl"), ("tensorflow",
                                                           "transformerxl_savedmodel"),
+                               ("tensorrt", "transformerxl_tensorrt"),
                                ("triton", "transformerxl")]
+    info = json.loads((txl_export / "assets" / "client.json").read_text())
+    state = [{"input_name": "memory", "output_name": "new_memory", "data_type": "TYPE_FP32",
+              "dims": [str(info[k]) for k in ("n_layer", "mem_len", "d_model")]},
+             {"input_name": "memory_length", "output_name": "new_memory_length",
+              "data_type": "TYPE_INT32", "dims": ["1"]}]
+    for s in state:
+        s["initial_state"] = [{"data_type": s["data_type"], "dims": s["dims"],
+                               "zero_data": True, "name": f"no {s['input_name']}"}]
+    for key, platform, optional in ((("triton", "transformerxl"), "onnxruntime_onnx", True),
+                                    (("tensorrt", "transformerxl_tensorrt"), "tensorrt_plan",
+                                     False)):
+        gpu = configs[key]
+        assert (gpu["platform"], gpu["max_batch_size"], gpu["instance_group"]) == (
+            platform, 16, [{"count": 1}]), key  # KIND_AUTO: on each GPU
+        assert gpu["sequence_batching"]["state"] == state, key
+        assert gpu["sequence_batching"]["oldest"]["max_candidate_sequences"] == \
+            triton_config.max_sequences(info["state_bytes"])
+        assert "dynamic_batching" not in gpu and "model_warmup" not in gpu
+        assert {i["name"]: i.get("optional", False) for i in gpu["input"]} == {
+            "tokens": False, "targets": optional}, key
+        assert sorted(o["name"] for o in gpu["output"]) == ["log_probs", "nll"]
+        # What text_client checks: the vocabulary and the longest segment (an engine's, its
+        # profile's --tgt_len).
+        assert {p: v["string_value"] for p, v in gpu["parameters"].items()} == {
+            "vocab_size": str(info["vocab_size"]), "vocab_sha256": info["vocab_sha256"],
+            "max_segment": str(info["max_segment"] if optional else txl_trainer.flags.tgt_len)}
+    graph = onnx.load(str(txl_repo / "triton" / "transformerxl" / "1" / "model.onnx")).graph
+    assert sorted(i.name for i in graph.input) == ["memory", "memory_length", "targets",
+                                                    "tokens"]
+    assert {"new_memory", "new_memory_length"} <= {o.name for o in graph.output}
+    assert "targets" in {t.name for t in graph.initializer}  # its default: zeros
+    engine_source = onnx.load(str(txl_repo.parent / f"{txl_repo.name}.tensorrt" /
+                                  "transformerxl_tensorrt" / "model.onnx")).graph
+    assert "targets" not in {t.name for t in engine_source.initializer}  # TensorRT's input
     seq = configs["cpu", "transformerxl"]
-    assert seq == configs["triton", "transformerxl"]
     assert seq["backend"] == "python" and "dynamic_batching" not in seq
     assert {i["name"]: i.get("optional", False) for i in seq["input"]} == {
         "tokens": False, "targets": True}
@@ -360,17 +397,21 @@ def test_the_engine_script_builds_fp16_and_int8_and_installs_them(exported_resne
 
 
 def test_transformer_xls_engines_take_its_memory_length(exported_txl):
-    """Transformer-XL's TensorRT profile: one token and no memory up to --tgt_len tokens with
-    the served memory (the evaluation's, --eval_mem_len), not every unknown dimension at the
-    batch size."""
+    """Transformer-XL's TensorRT profile: one token up to --tgt_len tokens, one row up to the
+    batch, the memory (Triton's implicit state) always of the served length (the evaluation's,
+    --eval_mem_len), not every unknown dimension at the batch size."""
     from common.export.triton import tensorrt
     trainer, _, _ = exported_txl
     serving, cfg, f = trainer.serving, trainer.task.cfg, trainer.flags
-    inputs = {"tokens": ("int32", [None, None]),
-              "mems": ("float32", [cfg.n_layer, None, None, cfg.d_model])}
-    full = f"mems:{cfg.n_layer}x16x{f.eval_mem_len}x{cfg.d_model},tokens:16x{f.tgt_len}"
+    inputs = {"tokens": ("int32", [None, None]), "targets": ("int32", [None, None]),
+              "memory": ("float32", [None, cfg.n_layer, f.eval_mem_len, cfg.d_model]),
+              "memory_length": ("int32", [None, 1])}
+
+    def shapes(rows, q):
+        return (f"memory:{rows}x{cfg.n_layer}x{f.eval_mem_len}x{cfg.d_model},"
+                f"memory_length:{rows}x1,targets:{rows}x{q},tokens:{rows}x{q}")
     assert tensorrt.profile(serving, inputs, 16) == (
-        f"mems:{cfg.n_layer}x1x0x{cfg.d_model},tokens:1x1", full, full)
+        shapes(1, 1), shapes(16, f.tgt_len), shapes(16, f.tgt_len))
 
 
 def test_the_engine_script_is_a_shell_script_that_checks(tmp_path):

@@ -36,13 +36,17 @@ PREPROCESS = "preprocess"
 
 def tensorrt_from(onnx_name: str):
     """An ``ExportSpec.tensorrt_onnx``: the engine is built from the export's ``onnx_name``
-    (its INT8 form for the INT8 engine), linked or copied as it is."""
+    (its INT8 form for the INT8 engine), linked or copied as it is, or without the defaults
+    of its inputs (``onnx_defaults``: TensorRT's parser would take them for constants)."""
     def put(serving, export_dir: str, int8: bool, out_path: str) -> bool:
-        from common.export import onnx_int8
+        from common.export import onnx_convert, onnx_int8
         src = os.path.join(export_dir, onnx_int8.int8_name(onnx_name) if int8 else onnx_name)
         if not os.path.exists(src):
             return False
-        files.link_or_copy(src, out_path)
+        if serving.export.onnx_defaults:
+            onnx_convert.without_defaults(src, out_path)
+        else:
+            files.link_or_copy(src, out_path)
         return True
     return put
 
@@ -74,6 +78,14 @@ class ExportSpec:
     # A model whose signatures carry a state from call to call (state input, state output,
     # its batch axis): Triton serves it as a sequence that keeps the state in the server.
     triton_state: tuple[str, str, int] | None = None
+    # The state that the ONNX model's GPU servers keep per sequence (Triton's implicit state on
+    # the ONNX Runtime and TensorRT backends, ``triton/``): state input -> state output, each of
+    # a fixed shape, zeros to start. Where ``triton_state``'s memory grows with the sequence
+    # (the Python backend keeps it), this one is a tensor of one shape the server keeps.
+    implicit_state: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # ONNX inputs that may be left out (a default of zeros of this shape in the graph, and
+    # ``optional`` in Triton's config), except in TensorRT's engines, which take them all.
+    onnx_defaults: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     # (serving, export_dir, int8, out_path) -> bool: puts the ONNX graph that Triton's
     # ``<name>_tensorrt`` engine is built from (``int8``: ``<name>_tensorrt_int8``'s) at
     # ``out_path``; False when the export has no such file.

@@ -16,6 +16,8 @@ do not need it: there, padding copied the last cluster's rows once more every st
 """
 from __future__ import annotations
 
+import math
+
 import tensorflow as tf
 from keras import layers
 
@@ -40,12 +42,16 @@ def tail_buckets(rows: int) -> list[int]:
 
 def bucket_rows(n, rows):
     """The smallest of ``tail_buckets(rows)`` that holds ``n`` (int32 tensors; ``rows`` may be
-    known only when the step runs): the next power of two of ceil(n / 64), by bit smearing,
-    times 64, or three quarters of that when they suffice, at most ``rows``."""
-    x = tf.maximum((n + TAIL_ROWS - 1) // TAIL_ROWS, 1) - 1
-    for shift in (1, 2, 4, 8, 16):
-        x = tf.bitwise.bitwise_or(x, tf.bitwise.right_shift(x, shift))
-    p = (x + 1) * TAIL_ROWS  # 64 x a power of two >= n
+    known only when the step runs): the next power of two of ceil(n / 64) times 64, or three
+    quarters of that when they suffice, at most ``rows``. The power of two from a float log2,
+    then put right by a step either way (the float may round across a power): no bitwise ops,
+    which ONNX has only from opset 18 (the export's ``score`` and ``step`` run this)."""
+    c = tf.maximum((n + TAIL_ROWS - 1) // TAIL_ROWS, 1)
+    k = tf.math.ceil(tf.math.log(tf.cast(c, tf.float32)) / math.log(2.0))
+    x = tf.cast(tf.pow(2.0, k), c.dtype)
+    x = tf.where(x < c, x * 2, x)
+    x = tf.where(x // 2 >= c, x // 2, x)
+    p = x * TAIL_ROWS  # 64 x a power of two >= n
     three_quarters = p // 4 * 3
     p = tf.where((p >= 2 * TAIL_ROWS) & (three_quarters >= n), three_quarters, p)
     return tf.minimum(p, rows)
@@ -123,10 +129,12 @@ class AdaptiveSoftmax(layers.Layer):
             parts.append(head[:, c0 + k:c0 + k + 1] + self._log_softmax(h, w, b))
         return tf.concat(parts, axis=-1)
 
-    def call(self, h, table, targets):
+    def call(self, h, table, targets, inline=False):
         """Negative log-likelihood (N,) of ``targets`` (N,) int, computing each tail cluster's
         softmax only for the tokens that fall in it, up to the next of ``tail_buckets``
-        (``_tail_nll``)."""
+        (``_tail_nll``). ``inline``: the cross-entropies traced into the caller's graph, not
+        nested as XLA-compiled functions (a graph converted to ONNX: tf2onnx converts no
+        function call)."""
         # h's gradient in float32; int64 ids, whose GPU kernels read device memory (int32's
         # comparisons, pads and scatters are host kernels: common/tools/gpu_placement.py)
         h, targets = tf.cast(h, tf.float32), tf.cast(targets, tf.int64)
@@ -139,14 +147,16 @@ class AdaptiveSoftmax(layers.Layer):
         # A static row count (a training or evaluation step) allows the static form; an
         # exported signature's does not, and is not compiled by XLA.
         static = self.static_shapes and targets.shape[0] is not None
-        nll = sparse_xent(*self._scores(h, *self._head(w0, b0)), head_index, nested=not static)
+        nll = sparse_xent(*self._scores(h, *self._head(w0, b0)), head_index,
+                          nested=not (static or inline))
         for k, (w, b) in enumerate(tails):
             lo, hi = self.bounds[k + 1], self.bounds[k + 2]
             nll += (self._tail_nll_static(h, targets, w, b, lo, hi, tail_buckets(
-                targets.shape[0])) if static else self._tail_nll(h, targets, w, b, lo, hi))
+                targets.shape[0])) if static else
+                self._tail_nll(h, targets, w, b, lo, hi, nested=not inline))
         return nll
 
-    def _tail_nll(self, h, targets, weight, bias, lo, hi):
+    def _tail_nll(self, h, targets, weight, bias, lo, hi, nested=True):
         """(N,) the within-cluster NLL of the tokens whose target is in [lo, hi), 0 elsewhere,
         computed for the cluster's tokens only, gathered and padded with zero rows up to the
         bucket that holds them (``bucket_rows``: a shape known only when the step runs)."""
@@ -156,7 +166,8 @@ class AdaptiveSoftmax(layers.Layer):
         rows = tf.concat([idx[:, 0], tf.zeros([pad], tf.int64)], 0)  # padded with row 0's
         real = tf.range(tf.cast(n + pad, tf.int64)) < tf.cast(n, tf.int64)
         labels = (tf.gather(targets, rows) - lo) * tf.cast(real, tf.int64)
-        tail = sparse_xent(*self._scores(tf.gather(h, rows), weight, bias), labels)
+        tail = sparse_xent(*self._scores(tf.gather(h, rows), weight, bias), labels,
+                           nested=nested)
         return tf.scatter_nd(idx, tail[:n], tf.shape(targets, out_type=tf.int64))
 
     def _tail_nll_static(self, h, targets, weight, bias, lo, hi, buckets):

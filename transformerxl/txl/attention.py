@@ -119,6 +119,21 @@ def attention_mask(qlen: int, mlen: int, same_length: bool = False):
     return masked
 
 
+def attention_mask_rows(qlen, lengths, mem_len: int, same_length: bool = False):
+    """(B, 1, Q, mem_len + Q) bool: ``attention_mask`` for a memory of fixed length ``mem_len``
+    whose first ``mem_len - lengths[b]`` positions of row b hold no memory yet (the state a
+    server keeps per sequence: zeros to start, filling up as segments pass). Row b masks what
+    ``attention_mask(Q, lengths[b], same_length)`` masks over its real keys, and the empty
+    positions: the distances between queries and real keys are the same, so the attention
+    equals that over the real memory alone."""
+    qlen = tf.cast(qlen, tf.int64)
+    i = tf.range(qlen)[None, :, None]
+    j = tf.range(mem_len + qlen)[None, None, :]
+    empty = mem_len - tf.cast(lengths, tf.int64)[:, None, None]  # (B, 1, 1)
+    masked = (j > i + mem_len) | (j < empty + (i if same_length else 0))
+    return masked[:, None]
+
+
 class RelPartialLearnableAttention(layers.Layer):
     """One attention sublayer: post-layer-norm residual block, as NVIDIA's base model has it."""
 
@@ -152,7 +167,8 @@ class RelPartialLearnableAttention(layers.Layer):
                                         initializer=self._init())
 
     def call(self, h, mem, pos_emb, mask, training=None):
-        """h (B, Q, D), mem (B, M, D), pos_emb (K, D), mask (Q, K) bool -> (B, Q, D)."""
+        """h (B, Q, D), mem (B, M, D), pos_emb (K, D), mask (Q, K) or (B, 1, Q, K) bool ->
+        (B, Q, D)."""
         b, q = tf.shape(h)[0], tf.shape(h)[1]
         n, d = self.n_head, self.d_head
         dm = h.shape[-1]

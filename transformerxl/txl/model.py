@@ -17,7 +17,12 @@ from keras import layers
 
 from common.layers.bias import Dense
 from txl.adaptive_softmax import AdaptiveSoftmax
-from txl.attention import RelPartialLearnableAttention, attention_mask, positional_embedding
+from txl.attention import (
+    RelPartialLearnableAttention,
+    attention_mask,
+    attention_mask_rows,
+    positional_embedding,
+)
 from txl.config import TXLConfig
 from txl.dropout import Dropout
 
@@ -114,7 +119,7 @@ class TransformerXL(keras.Model):
         return self.initial_mems(batch_size, 0)
 
     def hidden(self, tokens, mems, training=None, mem_len=None, clamp_len=None,
-               same_length=None):
+               same_length=None, lengths=None):
         """(final hidden states (B, Q, D) float32, new memories) for one segment. ``mem_len``,
         ``clamp_len`` and ``same_length`` override the configuration's (evaluation uses its
         own: NVIDIA's 640, 400 and True).
@@ -123,7 +128,13 @@ class TransformerXL(keras.Model):
         PyTorch AMP keeps them in half precision): attention reads them in that dtype, so
         storing them rounded gives the same results as storing float32 and rounding at every
         read, and it halves the memory's bytes (what it changed in AMP inference:
-        docs/performance/transformerxl.md)."""
+        docs/performance/transformerxl.md).
+
+        With ``lengths`` (B,) the memories are of fixed length ``mem_len``, row b's last
+        ``lengths[b]`` positions real and the rest empty (``attention_mask_rows``): the answers
+        are those of the real memory alone, and the new memories are again ``mem_len`` long
+        (their real length: ``min(lengths + Q, mem_len)``). A server keeps such a memory per
+        sequence in a tensor of one shape (Triton's implicit state, ``fixed_step``)."""
         cfg = self.cfg
         mem_len = cfg.mem_len if mem_len is None else mem_len
         clamp_len = cfg.clamp_len if clamp_len is None else clamp_len
@@ -133,7 +144,8 @@ class TransformerXL(keras.Model):
         x = self.embedding(tokens) * tf.cast(cfg.d_model ** 0.5, dtype)
         x = self.drop(x, training=training)
         pos = self.drop(positional_embedding(m + q, cfg.d_model, clamp_len), training=training)
-        mask = attention_mask(q, m, same_length)
+        mask = attention_mask(q, m, same_length) if lengths is None else \
+            attention_mask_rows(q, lengths, m, same_length)
         new_mems = []
         for attn, ff, mem in zip(self.attn, self.ff, mems):
             cat = tf.concat([tf.cast(mem, self.compute_dtype), tf.cast(x, self.compute_dtype)],
@@ -161,6 +173,21 @@ class TransformerXL(keras.Model):
         b, q = tf.shape(h)[0], tf.shape(h)[1]
         lp = self.softmax.log_prob(tf.reshape(h, [b * q, -1]), self.embedding.embeddings)
         return tf.reshape(lp, [b, q, -1]), new_mems
+
+    def fixed_step(self, tokens, targets, mems, lengths, clamp_len=None, same_length=None):
+        """One segment over memories of fixed length (``hidden``'s ``lengths``): (NLL (B, Q) of
+        ``targets``, log-probabilities (B, vocab) of the word after each row's last token, new
+        memories of the same length, their real lengths (B,)). Its graph calls no nested
+        function (the softmax's ``inline``): it is the one converted to ONNX."""
+        mem_len = _length(mems[0])
+        h, new_mems = self.hidden(tokens, mems, training=False, mem_len=mem_len,
+                                  clamp_len=clamp_len, same_length=same_length, lengths=lengths)
+        b, q = tf.shape(h)[0], tf.shape(h)[1]
+        nll = self.softmax(tf.reshape(h, [b * q, -1]), self.embedding.embeddings,
+                           tf.reshape(tf.cast(targets, tf.int64), [-1]), inline=True)
+        logp = self.softmax.log_prob(h[:, -1], self.embedding.embeddings)
+        new_lengths = tf.minimum(tf.cast(lengths, tf.int32) + tf.cast(q, tf.int32), mem_len)
+        return tf.reshape(nll, [b, q]), logp, new_mems, new_lengths
 
     def next_log_prob(self, tokens, mems, mem_len=None, clamp_len=None, same_length=None):
         """(log-probabilities (B, vocab) of the word after each row's last token, new

@@ -32,12 +32,12 @@ WIKITEXT_103_WORDS = 267735
 
 
 def engine_shapes(serving, inputs, rows, least):
-    """Segments of one token with no memory up to --tgt_len tokens with the served memory
-    (its ``mem_len`` positions), one row up to ``rows``."""
+    """``model.onnx``'s (``step``'s) inputs in a TensorRT profile: segments of one token up to
+    --tgt_len tokens, one row up to ``rows``, the memory of its one served length."""
     cfg = serving.task.cfg
-    q, m = (1, 0) if least else (serving.flags.tgt_len, served_memory(serving.flags)["mem_len"])
+    q, m = 1 if least else serving.flags.tgt_len, served_memory(serving.flags)["mem_len"]
     shapes = {"tokens": [rows, q], "targets": [rows, q],
-              "mems": [cfg.n_layer, rows, m, cfg.d_model]}
+              "memory": [rows, cfg.n_layer, m, cfg.d_model], "memory_length": [rows, 1]}
     return {n: shapes[n] for n in inputs}
 
 
@@ -56,9 +56,16 @@ def segment_bytes(cfg) -> dict:
 
 
 class TXLServing(Serving):
-    # Triton keeps the memory per sequence; 16 sequences run together.
+    # Triton keeps the memory per sequence; 16 sequences run together. On the Python backend
+    # (cpu/) the model keeps the SavedModel's growing memory (``mems``); on the GPU backends
+    # (triton/: ONNX Runtime, TensorRT) the server keeps ``step``'s fixed-length memory and
+    # its length as implicit state. ``targets`` may be left out of ``model.onnx`` (generation).
     export = ExportSpec(triton_name="transformerxl", triton_state=("mems", "new_mems", 1),
-                        triton_max_batch_size=16, engine_shapes=engine_shapes)
+                        triton_max_batch_size=16, engine_shapes=engine_shapes,
+                        onnx_files={"model.onnx": "step"}, onnx_for_triton=True,
+                        implicit_state={"memory": "new_memory",
+                                        "memory_length": "new_memory_length"},
+                        onnx_defaults={"targets": (1, 1)})
     inference_input = None  # the whole batch: tokens and targets
     inference_streams = True  # the memory runs from batch to batch
 
@@ -83,7 +90,28 @@ class TXLServing(Serving):
                 nll, new = model(tokens, tf.unstack(mems, cfg.n_layer), targets,
                                  training=False, **memory)
             return {"nll": nll, "new_mems": tf.cast(tf.stack(new), tf.float32)}
-        return {"serving_default": next_word, "score": score}
+        served = memory
+        fixed = tf.TensorSpec([None, cfg.n_layer, served["mem_len"], cfg.d_model], tf.float32,
+                              name="memory")
+        length = tf.TensorSpec([None, 1], tf.int32, name="memory_length")
+
+        @tf.function(input_signature=[tokens, tf.TensorSpec([None, None], tf.int32,
+                                                            name="targets"), fixed, length],
+                     autograph=False)
+        def step(tokens, targets, memory, memory_length):
+            """Both answers over a memory of one length (``TransformerXL.fixed_step``): what
+            a server keeps per sequence as a tensor of one shape. ``targets`` broadcast to the
+            tokens' shape (the ONNX file's default, one zero, when generating)."""
+            targets = tf.broadcast_to(targets, tf.shape(tokens))
+            with tf.control_dependencies(_ids_checked(tokens=tokens, targets=targets,
+                                                      vocab=cfg.vocab_size)):
+                nll, logp, new, lengths = model.fixed_step(
+                    tokens, targets, tf.unstack(memory, cfg.n_layer, axis=1), memory_length[:, 0],
+                    clamp_len=served["clamp_len"], same_length=served["same_length"])
+            return {"log_probs": logp, "nll": nll,
+                    "new_memory": tf.cast(tf.stack(new, axis=1), tf.float32),
+                    "new_memory_length": lengths[:, None]}
+        return {"serving_default": next_word, "score": score, "step": step}
 
     def assets(self):
         out = {"config.json": json.dumps(dataclasses.asdict(self.task.cfg), indent=1) + "\n"}

@@ -207,6 +207,34 @@ def sequence(name: str, inputs, outputs, state: tuple[str, str], optional, max_b
     return c
 
 
+def stateful(name: str, kind: dict, inputs, outputs, states: dict, max_batch_size: int,
+             sequences: int, optional=()) -> dict:
+    """A stateful model whose state Triton keeps (implicit state: the ONNX Runtime and TensorRT
+    backends, on the GPU): ``states`` maps each state input to the output the model answers
+    it with, each of one shape (its ``inputs`` entry without the batch), zeros at a sequence's
+    start and fed back at each of its requests, so that a request carries its own inputs only
+    and the state never leaves the server's device. The sequence batcher runs the oldest
+    request of up to ``max_batch_size`` of ``sequences`` open sequences together and releases
+    one idle for ``SEQUENCE_IDLE_US``; ``optional`` inputs may be left out."""
+    own_in = {k: v for k, v in inputs.items() if k not in states}
+    own_out = {k: v for k, v in outputs.items() if k not in states.values()}
+    c = config(name, kind, own_in, own_out, max_batch_size)
+    c.pop("dynamic_batching", None)
+    c["input"] = tensors(own_in, True, optional=optional)
+    kept = []
+    for state_in, state_out in states.items():
+        dtype, shape = inputs[state_in]
+        value = {"data_type": Enum(DATA_TYPES[dtype]), "dims": list(shape[1:])}
+        kept.append({"input_name": state_in, "output_name": state_out, **value,
+                     "initial_state": [{**value, "zero_data": True, "name": f"no {state_in}"}]})
+    c["sequence_batching"] = {
+        "max_sequence_idle_microseconds": SEQUENCE_IDLE_US,
+        "oldest": {"max_candidate_sequences": sequences,
+                   "max_queue_delay_microseconds": QUEUE_DELAY_US},
+        "state": kept}
+    return c
+
+
 def onnx_tensors(path: str):
     """(inputs, outputs) of an ONNX file: name -> (dtype name, shape, None = any), as
     ``client.json``'s signatures give them."""

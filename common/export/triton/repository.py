@@ -17,7 +17,8 @@ loaded.
   ``docker/Dockerfile.triton`` builds it (its Python holding docker/triton-requirements.txt):
   the image models' ``<name>`` over ``<name>_onnx`` (the ONNX Runtime backend; after
   ``build_engines.sh``, TensorRT) with the same ``<name>_preprocess``; Transformer-XL's
-  sequence model.
+  ``model.onnx`` on ONNX Runtime on the GPU, a sequence whose memory Triton keeps as implicit
+  state (``tensorrt.stateful_config``; then ``<name>_tensorrt`` alike).
 * ``DIR/tensorflow``: ``<name>_savedmodel``, the SavedModel's ``serving_default`` on the
   TensorFlow backend, which NVIDIA's containers have up to 25.02: served beside ``DIR/triton``
   (``--model-repository`` twice). Transformer-XL's takes and returns its memory.
@@ -219,14 +220,19 @@ def write_repository(serving, export_dir: str, triton_dir: str, replace: bool = 
                                                batch, labels), label_files)
                     calls[target] = name
             elif serving.export.triton_state:
-                for target in ("cpu", "triton"):
-                    c = _sequence_config(serving, export_dir)
-                    version = repos[target].add(c)
-                    _link_saved_model(export_dir, version)
-                    repos[target].serves(version, "model.savedmodel", exported.get("saved_model"))
-                    calls[target] = name
-                    shutil.copy2(os.path.join(PYTHON_MODELS, "sequence.py"),
-                                 os.path.join(version, "model.py"))
+                version = repos["cpu"].add(_sequence_config(serving, export_dir))
+                _link_saved_model(export_dir, version)
+                repos["cpu"].serves(version, "model.savedmodel", exported.get("saved_model"))
+                shutil.copy2(os.path.join(PYTHON_MODELS, "sequence.py"),
+                             os.path.join(version, "model.py"))
+                calls["cpu"] = name
+                if serving.export.implicit_state:  # its ONNX, the state kept by the server
+                    version = repos["triton"].add(tensorrt.stateful_config(
+                        serving, export_dir, name, {"platform": "onnxruntime_onnx"}, net,
+                        optional=tuple(serving.export.onnx_defaults)))
+                    files.link_or_copy(onnx_path, os.path.join(version, "model.onnx"))
+                    repos["triton"].serves(version, "model.onnx", exported.get("model.onnx"))
+                    calls["triton"] = name
             if card is not None:
                 for target, model in calls.items():
                     cards.write(os.path.join(repos[target].stage, model), {

@@ -6,18 +6,22 @@ ensemble over the FP16 one, and ``build_engines.sh``: ``build_engines.sh`` besid
 with its values filled in (the engines, their optimisation profiles, the ensemble), which builds
 each plan with ``trtexec`` on the serving GPU and moves the model whole into ``DIR/triton``.
 Nothing is in a repository before its plan exists: Triton refuses to start with a model that
-has no version."""
+has no version. A model with ``implicit_state`` (Transformer-XL) is a sequence whose state
+Triton keeps on the GPU (``stateful_config``), here and in ``DIR/triton``."""
 from __future__ import annotations
 
 import os
 import shlex
 
 from common import files
+from common.export import serving as serving_lib
 from common.export.triton.config import (
     batched,
     config,
     ensemble,
+    max_sequences,
     onnx_tensors,
+    stateful,
     to_text,
     warmup,
     write_text,
@@ -30,6 +34,24 @@ TEMPLATE = os.path.join(os.path.dirname(__file__), "build_engines.sh")
 # 25.02 is the last Triton with the TensorFlow backend (DIR/tensorflow) and the release of the
 # default training image. The documented commands name it; tests/test_docs.py holds them to it.
 NGC_RELEASE = "25.02"
+
+
+def stateful_config(serving, export_dir: str, name: str, kind: dict, tensors,
+                    optional=(), max_segment: int | None = None) -> dict:
+    """A model of the export's ONNX whose state Triton keeps (``config.stateful``): as many
+    open sequences as the Python backend's model keeps (``max_sequences`` of their states),
+    and the parameters clients read (``vocab_size``, ``vocab_sha256``, ``max_segment``: the
+    export's, or the engine profile's longest segment)."""
+    described = serving_lib.read_client_info(export_dir)
+    c = stateful(name, kind, *tensors, dict(serving.export.implicit_state),
+                 serving.export.triton_max_batch_size,
+                 max_sequences(described.get("state_bytes")), optional)
+    params = {"vocab_size": described.get("vocab_size"),
+              "vocab_sha256": described.get("vocab_sha256"),
+              "max_segment": max_segment or described.get("max_segment")}
+    c["parameters"] = [{"key": k, "value": {"string_value": str(v)}}
+                       for k, v in params.items() if v is not None]
+    return c
 
 
 def profile(serving, inputs, max_batch_size: int) -> tuple[str, str, str]:
@@ -75,9 +97,15 @@ def write(serving, export_dir: str, triton_dir: str, labels_file, image: bool, l
             labels = {"probabilities": "labels.txt"} if labels_file else None
             if labels_file:
                 files.link_or_copy(labels_file, os.path.join(model, "labels.txt"))
-            write_text(os.path.join(model, "config.pbtxt"), to_text(config(
-                f"{name}{suffix}", {"platform": "tensorrt_plan"}, *tensors, batch,
-                labels=labels, warmup=warmup(tensors[0], batched(*tensors)))))
+            kind = {"platform": "tensorrt_plan"}
+            # An engine's longest segment: its profile's (engine_shapes at the most rows).
+            c = stateful_config(serving, export_dir, f"{name}{suffix}", kind, tensors,
+                                max_segment=serving.export.engine_shapes(
+                                    serving, tensors[0], batch, False)["tokens"][1]) \
+                if serving.export.implicit_state else config(
+                    f"{name}{suffix}", kind, *tensors, batch, labels=labels,
+                    warmup=warmup(tensors[0], batched(*tensors)))
+            write_text(os.path.join(model, "config.pbtxt"), to_text(c))
             built.append((f"{name}{suffix}", int8, profile(serving, tensors[0], batch)))
         if image and built:
             pre = ({"images": ("string", [None])},
