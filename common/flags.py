@@ -10,6 +10,7 @@ like the flags and the PARAMETER record lists.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Callable, Mapping, Sequence
 
@@ -323,6 +324,9 @@ def validate(f: flags.FlagValues, loading: bool = False) -> dict:
     if f.profile and f.mode in ("evaluate", "predict"):
         raise UsageError(f"--profile traces training or benchmark steps; --mode {f.mode} has "
                          "none: profile --mode inference_benchmark instead")
+    if f.profile and importlib.util.find_spec("xprof") is None:
+        raise UsageError("--profile tabulates the traced ops with xprof, which is not installed: "
+                         "pip install 'tf-model-scripts[profile]' (or tensorboard-plugin-profile)")
     if f.finetune_checkpoint and f.mode not in ("train", "train_and_evaluate"):
         raise UsageError(f"--finetune_checkpoint starts a training run from its weights; --mode "
                          f"{f.mode} reads a checkpoint from --model_dir instead")

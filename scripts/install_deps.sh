@@ -11,7 +11,7 @@
 # call after TensorFlow's is constrained to the installed numpy, protobuf, ml-dtypes, h5py,
 # TensorFlow, Horovod and DALI. Where no TensorFlow is installed, the pip stack comes from
 # requirements.lock (exact versions and hashes, written by scripts/lock.sh from
-# common/versions.py's pins, requirements.txt and requirements-test.txt); the sources of Horovod and the DALI plugin,
+# common/versions.py's pins, requirements.txt, requirements-test.txt and requirements-profile.txt); the sources of Horovod and the DALI plugin,
 # compiled here, are checked against their hashes below.
 # Horovod and the DALI TensorFlow plugin are compiled here when missing; the wheels are kept in
 # $TF_MODEL_SCRIPTS_CACHE (default ~/.cache/tf-model-scripts) for the next environment with the
@@ -146,8 +146,10 @@ if ! has keras versions --satisfied keras 2>/dev/null; then
 fi
 
 # --- Light Python dependencies (pip is quick when they are already satisfied) -------------------
-# With the test and lint tools (the package's "test" extra) that `make test` runs.
-pip_install -c "$constraints" -r "$here/requirements.txt" -r "$here/requirements-test.txt"
+# With the test and lint tools (the package's "test" extra) that `make test` runs and the
+# profiler's (the "profile" extra: --profile).
+pip_install -c "$constraints" -r "$here/requirements.txt" -r "$here/requirements-test.txt" \
+  -r "$here/requirements-profile.txt"
 
 # A wheel compiled here is kept per package version, Python, TensorFlow and environment.
 build_key() {

@@ -5,6 +5,9 @@
 #   requirements.lock       TensorFlow and Keras (common/versions.py's pins), DALI, requirements.txt
 #                           and requirements-test.txt
 #   requirements-cuda.lock  the same with tensorflow[and-cuda] (CUDA and cuDNN from pip)
+#   docker/triton-requirements.lock
+#                           docker/triton-requirements.txt for the Python of NVIDIA's Triton
+#                           container (3.12, x86_64): what docker/Dockerfile.triton installs
 # Run it after changing a pin or a requirements file; tests/test_lock.py checks that they agree.
 # The versions already locked are kept (uv prefers what its output file pins), so adding a
 # requirement changes only what it brings; LOCK_UPGRADE=1 takes the newest of everything.
@@ -27,7 +30,7 @@ for variant in "" cuda; do
   upgrade=()
   if [ "${LOCK_UPGRADE:-0}" = 1 ]; then upgrade=(--upgrade)
   elif [ -f "$out" ]; then cp "$out" "$work/$out"; fi  # uv keeps the versions it finds there
-  uv pip compile "$work/pins.in" requirements.txt requirements-test.txt --universal --python-version 3.11 \
+  uv pip compile "$work/pins.in" requirements.txt requirements-test.txt requirements-profile.txt --universal --python-version 3.11 \
     --generate-hashes --no-header --no-annotate --quiet "${upgrade[@]}" -o "$work/$out"
   { echo "# The pip stack, locked by scripts/lock.sh (uv pip compile --universal --generate-hashes)"
     echo "# from tensorflow$extra==$tf, keras==$keras, nvidia-dali-cuda120==$dali and requirements.txt."
@@ -36,3 +39,15 @@ for variant in "" cuda; do
     cat "$work/$out"; } >"$out"
   echo "lock.sh: wrote $out ($(grep -c '==' "$out") packages)"
 done
+# The Triton image's Python packages: every one pinned with its hashes, not only the three the
+# requirements name (a rebuilt image got whatever versions pip found that day).
+out=docker/triton-requirements.lock
+[ "${LOCK_UPGRADE:-0}" = 1 ] || [ ! -f "$out" ] || cp "$out" "$work/triton.lock"
+uv pip compile docker/triton-requirements.txt --python-version 3.12 \
+  --python-platform x86_64-manylinux_2_28 --generate-hashes --no-header --no-annotate --quiet \
+  -o "$work/triton.lock"
+{ echo "# The Python packages of docker/Dockerfile.triton's image (Python 3.12, x86_64), locked by"
+  echo "# scripts/lock.sh (uv pip compile --generate-hashes) from docker/triton-requirements.txt;"
+  echo "# installed with pip install --require-hashes. Do not edit: run bash scripts/lock.sh."
+  cat "$work/triton.lock"; } >"$out"
+echo "lock.sh: wrote $out ($(grep -c '==' "$out") packages)"

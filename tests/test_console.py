@@ -189,6 +189,22 @@ def test_a_profile_over_every_timed_benchmark_step_is_refused(tmp_path):
 
 
 @OWN_HANDLING
+def test_a_profile_without_xprof_is_refused_before_the_run(tmp_path, monkeypatch):
+    """xprof (the "profile" extra) is not in every install: --profile without it is one line
+    naming the extra, before anything runs."""
+    import importlib.util
+    find = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a, **k: None if name == "xprof" else find(name, *a, **k))
+    with pytest.raises(runner.UsageError, match=r"^--profile tabulates the traced ops with "
+                       r"xprof, which is not installed: pip install 'tf-model-scripts\[profile\]'"):
+        runner.run(ResNetTask, ["main.py", *TINY, "--mode", "training_benchmark", "--iter_unit",
+                                "batch", "--num_iter", "4", "--profile", "2:3", "--results_dir",
+                                str(tmp_path)])
+    assert not os.listdir(tmp_path)  # nothing ran
+
+
+@OWN_HANDLING
 def test_prepare_dataset_help_is_quiet():
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "ssd320", "prepare_dataset.py"),
                            "--help"], capture_output=True, text=True, timeout=120,

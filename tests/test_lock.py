@@ -22,7 +22,7 @@ pytestmark = OWN_HANDLING
 def _locked(name: str) -> dict[str, set[Version]]:
     """Project name -> the versions the lock pins (one per Python marker)."""
     text = open(os.path.join(ROOT, name)).read()
-    entries = re.split(r"\n(?=[A-Za-z0-9])", text.split("\n", 4)[-1])
+    entries = re.split(r"\n(?=[A-Za-z0-9])", text)  # the header: a "#" entry
     out: dict[str, set[Version]] = {}
     for entry in entries:
         head = entry.split("\\")[0].strip()
@@ -36,8 +36,10 @@ def _locked(name: str) -> dict[str, set[Version]]:
 
 
 def _requirements() -> list[Requirement]:
-    """requirements.txt's and requirements-test.txt's (install_deps.sh installs both)."""
-    lines = [ln for name in ("requirements.txt", "requirements-test.txt")
+    """requirements.txt's, requirements-test.txt's and requirements-profile.txt's
+    (install_deps.sh installs the three)."""
+    lines = [ln for name in ("requirements.txt", "requirements-test.txt",
+                             "requirements-profile.txt")
              for ln in open(os.path.join(ROOT, name)).read().splitlines()]
     return [Requirement(ln.split("#")[0]) for ln in lines if ln.split("#")[0].strip()]
 
@@ -55,6 +57,20 @@ def test_the_lock_pins_what_requirements_txt_and_the_pins_ask_for(lock):
     dali = re.search(r"^DALI_VERSION=([0-9.]+)",
                      open(os.path.join(ROOT, "scripts", "install_deps.sh")).read(), re.M)
     assert locked["nvidia-dali-cuda120"] == {Version(dali.group(1))}
+
+
+def test_the_triton_images_lock_pins_what_its_requirements_name():
+    """docker/Dockerfile.triton installs docker/triton-requirements.lock: every package of the
+    image's Python pinned with hashes, the requirements' own pins among them."""
+    locked = _locked(os.path.join("docker", "triton-requirements.lock"))
+    lines = open(os.path.join(ROOT, "docker", "triton-requirements.txt")).read().splitlines()
+    named = [Requirement(ln.split("#")[0]) for ln in lines if ln.split("#")[0].strip()]
+    assert named and all(str(r.specifier).startswith("==") for r in named)
+    for req in named:
+        assert locked.get(versions._name(req.name)) == {Version(str(req.specifier)[2:])}, req
+    assert len(locked) > len(named)  # what they bring, pinned too
+    dockerfile = open(os.path.join(ROOT, "docker", "Dockerfile.triton")).read()
+    assert "--require-hashes -r /opt/tf-model-scripts/triton-requirements.lock" in dockerfile
 
 
 def test_the_cuda_lock_is_the_cpu_lock_plus_cuda():

@@ -58,7 +58,7 @@ def test_a_real_tritonserver_loads_the_cpu_repositories_with_its_defaults(served
 @pytest.fixture(scope="module")
 def container_python():
     """scripts/triton_container_env.sh's python: Python 3.12 holding exactly
-    docker/triton-requirements.txt (made at first use)."""
+    docker/triton-requirements.lock (made at first use)."""
     proc = subprocess.run(["bash", os.path.join(ROOT, "scripts", "triton_container_env.sh")],
                           capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -69,7 +69,7 @@ def container_python():
 def test_the_python_models_load_with_only_the_containers_packages(
         exported_resnet, exported_ssd, exported_txl, triton_python, container_python, tmp_path):
     """NVIDIA's container as docker/Dockerfile.triton builds it, emulated: its Python (3.12)
-    holding only docker/triton-requirements.txt runs the Python backend of the same binary,
+    holding only docker/triton-requirements.lock runs the Python backend of the same binary,
     with Triton's default flags, on the repositories' Python models (cpu/, whose
     ``_preprocess`` and sequence model triton/ holds too): every one loads and answers. (The
     25.02 line the guide gave, a pip install of TensorFlow alone at start, left

@@ -130,6 +130,10 @@ def test_the_wheel_holds_every_module_and_runs_outside_the_checkout(tmp_path):
              if "extra == \"test\"" in r}
     assert not plain & {"pytest", "pytest-xdist", "ruff"}, plain
     assert extra == {"pytest", "pytest-xdist", "ruff"}, extra
+    # The profiler (xprof, which brings cloud-storage SDKs) is the "profile" extra's.
+    profile = {r.split(";")[0].split(">")[0].strip() for r in required
+               if "extra == \"profile\"" in r}
+    assert profile == {"tensorboard-plugin-profile"} and "tensorboard-plugin-profile" not in plain
     # Console scripts, and an export to Triton from outside the checkout: the export reads
     # files beside its modules (build_engines.sh, the Python-backend models), which the wheel
     # lacked (it exited 1: "cannot write the TensorRT models to build").
@@ -213,13 +217,52 @@ def test_the_wheel_holds_every_module_and_runs_outside_the_checkout(tmp_path):
             proc.stderr
     with open(init, "wb") as fh:
         fh.write(kept)
-    _served_from_the_wheel(wheel, run, tmp_path)
+    _served_from_the_wheel(_clients_wheel(source, tmp_path / "clients-wheel"), run, tmp_path)
+
+
+def _clients_wheel(source: str, out):
+    """The clients' distribution (clients/pyproject.toml) built from ``source``: the serving
+    package alone, requiring what serving/ imports and nothing else."""
+    import ast
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", os.path.join(source, "clients"),
+                           "--no-deps", "--no-build-isolation", "-q", "-w", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (wheel,) = out.glob("*.whl")
+    build = version.build_info(ROOT)
+    assert wheel.name.startswith(f"tf_model_scripts_clients-{version.version_of(build)}-")
+    names = zipfile.ZipFile(wheel).namelist()
+    serving = os.path.join(ROOT, "serving")
+    assert sorted(n for n in names if ".dist-info/" not in n) == sorted(
+        f"serving/{f}" for f in os.listdir(serving) if f.endswith((".py", ".sh")))
+    meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA")))
+    required = {}
+    for line in meta.decode().splitlines():
+        if line.startswith("Requires-Dist:"):
+            spec, _, marker = line.split(":", 1)[1].partition(";")
+            name = spec.strip().split("[")[0].split(">")[0].split("=")[0]
+            required[name] = marker.split("==")[-1].strip().strip('"') if marker else None
+    assert required == {"tritonclient": None, "numpy": None, "nvidia-pytriton": "server"}
+    # What serving/ imports beyond the standard library, every one required: tritonclient (its
+    # gRPC client brings protobuf: google), numpy; PyTriton by the "server" extra; TensorFlow
+    # only where a command says it needs it (image_client --client_json, pytriton_server).
+    imported = set()
+    for f in os.listdir(serving):
+        if f.endswith(".py"):
+            for node in ast.walk(ast.parse(open(os.path.join(serving, f)).read())):
+                if isinstance(node, ast.Import):
+                    imported |= {a.name.split(".")[0] for a in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                    imported.add(node.module.split(".")[0])
+    assert imported - set(sys.stdlib_module_names) - {"serving", "__future__"} == {
+        "tritonclient", "google", "numpy", "pytriton", "tensorflow"}
+    return wheel
 
 
 def _served_from_the_wheel(wheel, run, tmp_path):
-    """The export served and answered from the wheel installed where Triton's client and
-    server live (scripts/triton_env.sh's packages, reached by a path file as the stack's are
-    above): python -m serving.tritonserver on its cpu/ repository, python -m
+    """The export served and answered from the clients' wheel installed where Triton's client
+    and server live (scripts/triton_env.sh's packages, reached by a path file as the stack's
+    are above): python -m serving.tritonserver on its cpu/ repository, python -m
     serving.image_client on an image, both outside the checkout."""
     import json
     import urllib.request
