@@ -272,7 +272,9 @@ def exported_txl(tmp_path_factory, corpus):
     from triton_servers import shared_export
 
     from txl.task import TransformerXLTask
-    return shared_export(tmp_path_factory, TransformerXLTask, [*TINY, "--data_dir", corpus])
+    # With model.onnx: triton/ runs it (without, cpu/'s model: test_triton_repository).
+    return shared_export(tmp_path_factory, TransformerXLTask, [*TINY, "--data_dir", corpus,
+                                                               "--export_onnx"])
 
 
 @pytest.fixture(scope="session")

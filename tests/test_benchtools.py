@@ -139,3 +139,24 @@ def test_a_failed_run_is_told_by_its_last_error_line_or_its_exit_code():
     quiet = subprocess.run([sys.executable, "-c", "raise SystemExit(3)"], stderr=subprocess.PIPE,
                            text=True)
     assert failure(quiet) == "exit code 3"
+
+
+def test_the_export_memory_is_the_trees_peak_with_each_processs_own(tmp_path):
+    """benchtools.export_memory samples the whole process tree: a parent holding 100 MB that
+    starts a child holding 300 MB (as main.py starts tf2onnx) peaks at their sum together,
+    each process's own peak named by its command."""
+    import sys
+
+    from benchtools import export_memory
+    child = "import time; b = bytearray(300 << 20); b[::4096] = b'x' * len(b[::4096]); " \
+            "time.sleep(1.5)"
+    parent = ("import subprocess, sys; b = bytearray(100 << 20); "
+              "b[::4096] = b'x' * len(b[::4096]); "
+              f"subprocess.run([sys.executable, '-c', {child!r}], check=True)")
+    out = tmp_path / "memory.json"
+    assert export_memory.main(["--out", str(out), "--", sys.executable, "-c", parent]) == 0
+    result = json.loads(out.read_text())
+    assert result["exit_code"] == 0 and result["packages"]["tensorflow"] == tf.__version__
+    assert 0.38 <= result["tree_peak_rss_gib"] <= 0.6, result
+    own = {("bytearray(300" in p["command"]): p["hwm_gib"] for p in result["processes"]}
+    assert 0.29 <= own[True] <= 0.4 and 0.09 <= own[False] <= 0.2, result["processes"]

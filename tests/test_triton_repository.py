@@ -396,6 +396,25 @@ def test_the_engine_script_builds_fp16_and_int8_and_installs_them(exported_resne
         "build_engines.sh: trtexec is not on PATH: run this in NVIDIA's TensorRT container")
 
 
+def test_without_model_onnx_triton_holds_the_cpu_sequence_and_says_so(exported_txl, tmp_path):
+    """Transformer-XL's model.onnx is --export_onnx's (tf2onnx takes more memory than a CPU
+    host's export should need): without it, triton/ holds cpu/'s Python-backend sequence, and
+    the export's lines say that it runs on the CPU and how to have the GPU model."""
+    import shutil
+    trainer, export, _ = exported_txl
+    bare = tmp_path / "export"
+    shutil.copytree(export, bare)
+    (bare / "model.onnx").unlink()
+    lines = repository.write_repository(trainer.serving, str(bare), str(tmp_path / "triton"))
+    assert lines[1:] == ["note: triton/transformerxl is cpu/'s model, run on the CPU: the export "
+                         "has no model.onnx, which triton/ runs on the GPU (--export_onnx writes "
+                         "it)"]
+    repo = tmp_path / "triton"
+    assert (repo / "triton" / "transformerxl" / "config.pbtxt").read_text() == \
+        (repo / "cpu" / "transformerxl" / "config.pbtxt").read_text()
+    assert not (tmp_path / "triton.tensorrt").exists()  # no engine without its ONNX
+
+
 def test_transformer_xls_engines_take_its_memory_length(exported_txl):
     """Transformer-XL's TensorRT profile: one token up to --tgt_len tokens, one row up to the
     batch, the memory (Triton's implicit state) always of the served length (the evaluation's,

@@ -60,9 +60,12 @@ class TXLServing(Serving):
     # (cpu/) the model keeps the SavedModel's growing memory (``mems``); on the GPU backends
     # (triton/: ONNX Runtime, TensorRT) the server keeps ``step``'s fixed-length memory and
     # its length as implicit state. ``targets`` may be left out of ``model.onnx`` (generation).
+    # ``model.onnx`` only with --export_onnx: tf2onnx takes more than 18 GiB converting the
+    # base model (it was killed at 17.9 GiB on a 24 GiB machine; docs/tools.md), which a
+    # --export_triton for the CPU host should not need; without it triton/ holds cpu/'s model.
     export = ExportSpec(triton_name="transformerxl", triton_state=("mems", "new_mems", 1),
                         triton_max_batch_size=16, engine_shapes=engine_shapes,
-                        onnx_files={"model.onnx": "step"}, onnx_for_triton=True,
+                        onnx_files={"model.onnx": "step"},
                         implicit_state={"memory": "new_memory",
                                         "memory_length": "new_memory_length"},
                         onnx_defaults={"targets": (1, 1)})

@@ -196,6 +196,7 @@ def write_repository(serving, export_dir: str, triton_dir: str, replace: bool = 
     if image and not net:
         raise ValueError(f"{export_dir} has no model.onnx: the image models' repositories "
                          "run it (--export_onnx)")
+    notes: list[str] = []
     with files.staged_dir(triton_dir, "the Triton model repositories",
                           replaces=names(serving), log=log) as stage:
         repos = {t: _Repository(os.path.join(stage, t), os.path.join(triton_dir, t), replace,
@@ -226,20 +227,30 @@ def write_repository(serving, export_dir: str, triton_dir: str, replace: bool = 
                 shutil.copy2(os.path.join(PYTHON_MODELS, "sequence.py"),
                              os.path.join(version, "model.py"))
                 calls["cpu"] = name
-                if serving.export.implicit_state:  # its ONNX, the state kept by the server
+                if serving.export.implicit_state and net:  # its ONNX, the state the server's
                     version = repos["triton"].add(tensorrt.stateful_config(
                         serving, export_dir, name, {"platform": "onnxruntime_onnx"}, net,
                         optional=tuple(serving.export.onnx_defaults)))
                     files.link_or_copy(onnx_path, os.path.join(version, "model.onnx"))
                     repos["triton"].serves(version, "model.onnx", exported.get("model.onnx"))
-                    calls["triton"] = name
+                else:  # no model.onnx: cpu/'s model, on the CPU, and a line that says so
+                    version = repos["triton"].add(_sequence_config(serving, export_dir))
+                    _link_saved_model(export_dir, version)
+                    repos["triton"].serves(version, "model.savedmodel",
+                                           exported.get("saved_model"))
+                    shutil.copy2(os.path.join(PYTHON_MODELS, "sequence.py"),
+                                 os.path.join(version, "model.py"))
+                    notes.append(f"note: triton/{name} is cpu/'s model, run on the CPU: the "
+                                 "export has no model.onnx, which triton/ runs on the GPU "
+                                 "(--export_onnx writes it)")
+                calls["triton"] = name
             if card is not None:
                 for target, model in calls.items():
                     cards.write(os.path.join(repos[target].stage, model), {
                         **card, "triton_model": model, "served_files": repos[target].served})
         written = {t: r.written for t, r in repos.items()}
     lines = [f"wrote Triton model repositories to {triton_dir}: " + "; ".join(
-        f"{t}/ ({', '.join(m)}) {TARGETS[t]}" for t, m in written.items() if m)]
+        f"{t}/ ({', '.join(m)}) {TARGETS[t]}" for t, m in written.items() if m)] + notes
     if net:
         lines += tensorrt.write(serving, export_dir, triton_dir, labels_file if labels else None,
                                 image, log)
