@@ -117,6 +117,20 @@ def test_client_json_names_every_signature_and_the_assets_are_the_data(model, re
             open(os.path.join(data, "label_map.json")))
 
 
+def test_an_ssd_export_of_generated_shapes_is_carded_as_them_not_as_coco(exported_ssd):
+    """SSD320 exported from the generated shapes: its card (as the Hub reads it) names a
+    detection dataset of their categories, no COCO, no Hub dataset, no results (nothing
+    evaluated it), the licence of weights trained here without --weights_license."""
+    from huggingface_hub import ModelCard
+    _, export, repo = exported_ssd
+    card = json.loads((export / "model_card.json").read_text())
+    assert card["data"].startswith("a detection dataset of ") and "COCO" not in card["data"]
+    for folder in (export, repo / "cpu" / "ssd320"):
+        front = ModelCard.load(folder / "README.md").data
+        assert (front.pipeline_tag, front.license, front.datasets, front.eval_results) == (
+            "object-detection", "unknown", None, None), folder
+
+
 def test_one_undecodable_image_fails_alone_in_serving_default(exported_resnet, exported_ssd,
                                                               tmp_path):
     """serving_default decoded a batch in one map: one bad image failed the whole call. Now its

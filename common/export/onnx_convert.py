@@ -15,6 +15,7 @@ import tempfile
 
 from common import precision
 from common.errors import TrainingError, UsageError
+from common.export import onnx_defaults
 from common.export.tools import run_with_log
 
 OPSET = 17  # TensorRT 8.6 and later, ONNX Runtime 1.14 and later
@@ -82,34 +83,5 @@ def export_serving(serving, model, export_dir: str) -> list[str]:
         except RuntimeError as e:
             raise TrainingError(f"{e}; the SavedModel in {export_dir} is complete") from None
     for path in written:
-        with_defaults(path, serving.export.onnx_defaults)
+        onnx_defaults.with_defaults(path, serving.export.onnx_defaults)
     return written
-
-
-def with_defaults(path: str, defaults) -> None:
-    """Inputs of the ONNX file at ``path`` that a caller may leave out: each also an
-    initializer of zeros of its ``defaults`` shape (ONNX's default value of a graph input;
-    ONNX Runtime feeds it when the input is not given)."""
-    if not defaults:
-        return
-    import numpy as np
-    import onnx
-    from onnx import numpy_helper
-    model = onnx.load(path)
-    types = {i.name: i.type.tensor_type.elem_type for i in model.graph.input}
-    for name, shape in defaults.items():
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(types[name])
-        model.graph.initializer.append(numpy_helper.from_array(np.zeros(shape, dtype), name))
-    onnx.save(model, path)
-
-
-def without_defaults(src: str, dst: str) -> None:
-    """The ONNX file at ``src`` written to ``dst`` without its inputs' default values (the
-    initializers named as graph inputs): every input is then the caller's."""
-    import onnx
-    model = onnx.load(src)
-    inputs = {i.name for i in model.graph.input}
-    kept = [t for t in model.graph.initializer if t.name not in inputs]
-    del model.graph.initializer[:]
-    model.graph.initializer.extend(kept)
-    onnx.save(model, dst)

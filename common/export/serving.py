@@ -39,12 +39,12 @@ def tensorrt_from(onnx_name: str):
     (its INT8 form for the INT8 engine), linked or copied as it is, or without the defaults
     of its inputs (``onnx_defaults``: TensorRT's parser would take them for constants)."""
     def put(serving, export_dir: str, int8: bool, out_path: str) -> bool:
-        from common.export import onnx_convert, onnx_int8
+        from common.export import onnx_defaults, onnx_int8
         src = os.path.join(export_dir, onnx_int8.int8_name(onnx_name) if int8 else onnx_name)
         if not os.path.exists(src):
             return False
         if serving.export.onnx_defaults:
-            onnx_convert.without_defaults(src, out_path)
+            onnx_defaults.without_defaults(src, out_path)
         else:
             files.link_or_copy(src, out_path)
         return True
