@@ -7,8 +7,7 @@ ARG FROM_IMAGE_NAME=nvcr.io/nvidia/tensorflow:25.02-tf2-py3
 FROM ${FROM_IMAGE_NAME}
 
 WORKDIR /workspace/tf-model-scripts
-COPY requirements.txt requirements-test.txt requirements-profile.txt requirements.lock \
-     requirements-cuda.lock ./
+COPY requirements.txt requirements-test.txt requirements-profile.txt requirements.lock requirements-cuda.lock ./
 COPY common/__init__.py common/versions.py common/errors.py common/
 COPY common/runtime/__init__.py common/runtime/quiet_start.py common/runtime/
 COPY scripts/install_deps.sh scripts/

@@ -273,8 +273,8 @@ def exported_txl(tmp_path_factory, corpus):
 
     from txl.task import TransformerXLTask
     # With model.onnx: triton/ runs it (without, cpu/'s model: test_triton_repository).
-    return shared_export(tmp_path_factory, TransformerXLTask, [*TINY, "--data_dir", corpus,
-                                                               "--export_onnx"])
+    return shared_export(tmp_path_factory, TransformerXLTask, [*TINY, "--data_dir", corpus],
+                         export_args=["--export_onnx"])
 
 
 @pytest.fixture(scope="session")

@@ -18,13 +18,13 @@ NO_RUN = ["--mode", "inference_benchmark", "--iter_unit", "batch", "--num_iter",
           "--warmup_steps", "1", "--seed", "3"]
 
 
-def export_model(task_cls, tmp, args, weights=None, triton=True):
+def export_model(task_cls, tmp, args, weights=None, triton=True, export_args=()):
     """(trainer, export dir, Triton repositories) of a model set up from ``args`` (untrained;
     ``weights(trainer)`` changes them before the export); with ``triton`` the repositories
-    (the image models' ONNX with them)."""
+    (the image models' ONNX with them); ``export_args``: more export flags (--export_onnx)."""
     out, repo = tmp / "export", tmp / "triton"
     trainer = runner.setup(task_cls, ["main.py", *args, *NO_RUN, "--results_dir", str(tmp),
-                                      "--export_dir", str(out),
+                                      "--export_dir", str(out), *export_args,
                                       *(["--export_triton", str(repo)] if triton else [])])
     if weights:
         weights(trainer)
@@ -33,7 +33,7 @@ def export_model(task_cls, tmp, args, weights=None, triton=True):
     return trainer, out, repo
 
 
-def shared_export(tmp_path_factory, task_cls, args, weights=None):
+def shared_export(tmp_path_factory, task_cls, args, weights=None, export_args=()):
     """``export_model``'s (trainer, export dir, Triton repositories), the export written once
     for the whole run: the serving tests of four files use the same three exports, most of
     their fixtures' time. The first process of the run (a pytest-xdist worker) that asks
@@ -48,13 +48,15 @@ def shared_export(tmp_path_factory, task_cls, args, weights=None):
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
     data = args.index("--data_dir")
     key = hashlib.sha256(json.dumps([task_cls.__name__, *args[:data], *args[data + 2:],
-                                     weights and weights.__name__]).encode()).hexdigest()[:16]
+                                     *export_args, weights and weights.__name__]
+                                    ).encode()).hexdigest()[:16]
     root = shared / "shared-exports" / f"{task_cls.__name__}-{key}"
     root.mkdir(parents=True, exist_ok=True)
     with open(root.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if not (root / "written").exists():
-            trainer, export, repo = export_model(task_cls, root, args, weights)
+            trainer, export, repo = export_model(task_cls, root, args, weights,
+                                                 export_args=export_args)
             (root / "written").write_text("")
             return trainer, export, repo  # the trainer that wrote it
     here = tmp_path_factory.mktemp(f"{task_cls.__name__}-trainer")
