@@ -101,9 +101,17 @@ def settle_imports() -> None:
     gc.freeze()
 
 
+def commands(package: str):
+    """A model package's ``main`` and ``prepare`` (its ``__main__``'s, and the console scripts
+    ``tf-MODEL`` and ``tf-MODEL-prepare``), from ``common/models.py``'s table: its Task and its
+    ``prepare`` module."""
+    from common.models import of_package
+    return main_of(of_package(package).task), main_of(f"{package}.prepare:main")
+
+
 def main_of(target: str):
-    """A model package's ``main`` (``python -m PACKAGE``, and the console scripts of
-    pyproject.toml's ``[project.scripts]``): ``run`` of ``target``, its errors and ``--help``
+    """A model package's ``main`` (``python -m PACKAGE``, and the wheel's console scripts:
+    setup.py): ``run`` of ``target``, its errors and ``--help``
     naming the command as it was started (``prog``, else the script's name)."""
     def main(prog: str | None = None) -> int:
         sys.argv[0] = prog or os.path.basename(sys.argv[0])

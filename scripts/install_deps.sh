@@ -244,8 +244,9 @@ else
 fi
 
 # --- This repository, editable: common/, benchtools/ and the three model packages -----------
-# No script edits sys.path: they import the packages pyproject.toml maps. A Docker layer that
-# has only the dependency files sets INSTALL_DEPS_STACK_ONLY=1 and runs this again after COPY.
+# No script edits sys.path: they import the packages setup.py maps (from common/models.py). A
+# Docker layer that has only the dependency files sets INSTALL_DEPS_STACK_ONLY=1 and runs this
+# again after COPY.
 if [ "${INSTALL_DEPS_STACK_ONLY:-0}" = 1 ]; then
   log "INSTALL_DEPS_STACK_ONLY=1: the stack only; this repository itself is not installed"
 else

@@ -134,6 +134,17 @@ def load_script(model_dir: str, name: str):
     return module
 
 
+def setup_py():
+    """The repository's setup.py read as a module (its ``setup()`` runs only as a script): the
+    wheel's ``TOP_LEVEL`` packages (name -> folder), ``PACKAGES`` and console ``SCRIPTS``, all
+    derived from ``common/models.py``."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("_setup_py", os.path.join(ROOT, "setup.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def tracked_files() -> list[str]:
     """The checkout's own files, relative to ROOT: git's list, or where there is no git (the
     Docker image leaves .git out) every file but builds, runs and caches."""

@@ -5,11 +5,11 @@ export package's ``__init__`` <-> ``onnx_convert`` and ``tftrt``)."""
 import ast
 import os
 
-from conftest import ROOT
+from conftest import ROOT, setup_py
 
-PACKAGES = {"common": "common", "benchtools": "benchtools", "rn50": "resnet50v1.5/rn50",
-            "ssd": "ssd320/ssd", "txl": "transformerxl/txl", "serving": "serving",
-            "tf_model_scripts": "tf_model_scripts"}
+# The top-level packages (name -> folder), as the wheel has them: setup.py's, from
+# common/models.py's table.
+PACKAGES = setup_py().TOP_LEVEL
 
 
 def _modules(root: str, packages: dict[str, str]) -> dict[str, str]:
@@ -323,3 +323,49 @@ def test_every_traced_function_is_traced_without_autograph():
         "k = tf.function(h, autograph=False)\n"
         "ds = ds.map(parse)\n"
         "ds = ds.map(do_not_convert(parse))\n") == [1, 3, 5]
+
+
+def test_every_model_has_every_touch_point_docs_adding_a_model_lists():
+    """docs/adding_a_model.md's table of touch points, read as the checklist it is: for each
+    model of common/models.py, every path the table names under NEWMODEL/ exists (the files its
+    package row lists too), and the shared files it names mention the model."""
+    import glob
+    import re
+
+    from common.models import MODELS
+    text = open(os.path.join(ROOT, "docs", "adding_a_model.md"), encoding="utf-8").read()
+    table = text.split("## The touch points", 1)[1].split("\n\n", 2)[1]
+    rows = [ln.split(" | ", 1) for ln in table.splitlines()[2:] if ln.startswith("| `")]
+    assert len(rows) >= 15, rows
+    missing = []
+    for model in MODELS.values():
+        def here(path, model=model):
+            return path.replace("NEWMODEL", model.directory).replace("newpkg", model.package)
+        for where, what in rows:
+            paths = re.findall(r"`([^`]+)`", where)
+            for path in map(here, paths):
+                if "{" in path:  # NEWMODEL/scripts/*_{1,8}GPU.sh
+                    head, alts, tail = re.match(r"(.*)\{(.*)\}(.*)", path).groups()
+                    found = [glob.glob(os.path.join(ROOT, head + a + tail)) for a in
+                             alts.split(",")]
+                    missing += [f"{head}{a}{tail}" for a, f in zip(alts.split(","), found)
+                                if not f]
+                elif model.directory in path or model.package in path or path in (
+                        "slurm.sbatch",):
+                    full = os.path.join(ROOT, model.directory, "scripts", path) \
+                        if "/" not in path else os.path.join(ROOT, path)
+                    if not os.path.exists(full):
+                        missing.append(path)
+                elif path in ("README.md", "scripts/gpu_smoke.sh"):
+                    if model.directory not in open(os.path.join(ROOT, path)).read():
+                        missing.append(f"{path} (no {model.directory})")
+            if paths and paths[0].endswith("/newpkg/"):  # the package's files
+                for f in re.findall(r"`(\w+\.py)`", what):
+                    if not os.path.isfile(os.path.join(ROOT, model.folder, f)):
+                        missing.append(f"{model.folder}/{f}")
+            if paths and paths[0] == "tests/":  # its row in each of these tests
+                for f in re.findall(r"`(?:tests/)?(test_\w+\.py)`", what):
+                    body = open(os.path.join(ROOT, "tests", f)).read()
+                    if model.package not in body and model.directory not in body:
+                        missing.append(f"tests/{f} (no {model.package})")
+    assert missing == []

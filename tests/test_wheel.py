@@ -15,7 +15,7 @@ import time
 import zipfile
 
 import pytest
-from conftest import ROOT, tracked_files
+from conftest import ROOT, setup_py, tracked_files
 from test_layout import PACKAGES, _modules
 
 from tf_model_scripts import version
@@ -57,14 +57,10 @@ def test_a_tree_without_git_is_versioned_by_the_commit_recorded_in_it_or_by_the_
 
 
 def test_the_import_guard_checks_every_top_level_package_the_wheel_installs():
-    """tf_model_scripts checks each top-level name pyproject.toml's packages install."""
-    import tomllib
-
+    """tf_model_scripts checks each top-level name the wheel installs (setup.py's, from
+    common/models.py's table)."""
     import tf_model_scripts
-    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as fh:
-        packages = tomllib.load(fh)["tool"]["setuptools"]["packages"]
-    assert set(tf_model_scripts.PACKAGES) == {p for p in packages if "." not in p} - {
-        "tf_model_scripts"}
+    assert set(tf_model_scripts.PACKAGES) == set(setup_py().TOP_LEVEL) - {"tf_model_scripts"}
 
 
 def test_the_wheel_holds_every_module_and_runs_outside_the_checkout(tmp_path):
@@ -139,12 +135,12 @@ def test_the_wheel_holds_every_module_and_runs_outside_the_checkout(tmp_path):
     # lacked (it exited 1: "cannot write the TensorRT models to build").
     env = {**os.environ, "PYTHONPATH": ""}
     bin_dir = venv / "bin"
-    for script, flag in (("tf-resnet50", "--eval_preprocessing"), ("tf-ssd320", "--trunk"),
-                         ("tf-transformerxl", "--mem_len"),
-                         ("tf-resnet50-import-weights", "--from"),
-                         ("tf-resnet50-prepare", "--val_labels"),
-                         ("tf-ssd320-prepare", "coco_root"),
-                         ("tf-transformerxl-prepare", "corpus_dir")):
+    helps = {"tf-resnet50": "--eval_preprocessing", "tf-ssd320": "--trunk",
+             "tf-transformerxl": "--mem_len", "tf-resnet50-import-weights": "--from",
+             "tf-resnet50-prepare": "--val_labels", "tf-ssd320-prepare": "coco_root",
+             "tf-transformerxl-prepare": "corpus_dir"}
+    assert set(helps) == set(setup_py().SCRIPTS)  # every console script common/models.py names
+    for script, flag in helps.items():
         proc = subprocess.run([str(bin_dir / script), "--help"], capture_output=True,
                               text=True, timeout=120, cwd=tmp_path, env=env)
         assert proc.returncode == 0 and flag in proc.stdout, (script, proc.stderr[-2000:])

@@ -20,8 +20,9 @@ import importlib.util
 import os
 import sys
 
-# The packages this distribution installs at the top level (pyproject.toml's list;
-# tests/test_wheel.py holds the two equal).
+# The packages this distribution installs at the top level (setup.py's, from common/models.py,
+# which this package cannot import before it has checked it: tests/test_wheel.py holds the two
+# equal).
 PACKAGES = ("common", "benchtools", "rn50", "ssd", "txl", "serving")
 # Where they lie: beside this package (a wheel's site-packages), or in a checkout, in its root
 # or one folder down (the model directories: resnet50v1.5/rn50).

@@ -1,13 +1,13 @@
 """``python -m ssd``: ``ssd320/main.py`` where the package is installed (``pip install .``)
 rather than run from the checkout; the same start (``common/entry.py``). ``main`` is also the
-console script pyproject.toml installs."""
+console script the wheel installs (setup.py, from common/models.py)."""
 import sys
 
 from common import entry
 
-main = entry.main_of("ssd.task:SSDTask")
-# prepare_dataset.py's command, installed as a console script too.
-prepare = entry.main_of("ssd.prepare:main")
+# The model's main.py and prepare_dataset.py (common/models.py's table names them), also its
+# console scripts.
+main, prepare = entry.commands(__package__)
 
 if __name__ == "__main__":
-    sys.exit(main("python -m ssd"))  # what its one-line errors and --help name
+    sys.exit(main(f"python -m {__package__}"))  # what its one-line errors and --help name
