@@ -14,7 +14,6 @@ too, in a second rather than after TensorFlow's start-up. Otherwise TensorFlow i
 its devices found with its start-up lines filtered (``common.runtime.quiet_start``): a line that
 means nothing on a healthy machine is not shown, any other is.
 """
-import contextlib
 import importlib
 import os
 import sys
@@ -41,7 +40,7 @@ def own_checkout_first() -> None:
 def run(script: str, target: str) -> int:
     own_checkout_first()
     from common import versions
-    from common.runtime import quiet_start
+    from common.runtime import quiet_start, start_policy
     module = target.split(":")[0]
     if module.endswith(".task"):  # --help, or a command line the flags refuse: no TensorFlow
         answered = _parse_early(module.removesuffix(".task") + ".config")
@@ -50,12 +49,12 @@ def run(script: str, target: str) -> int:
     from common.runtime import graceful_stop
     graceful_stop.install()  # a stop signal from here on ends the process cleanly, one line
     try:
-        with quiet_start.filtered_stderr(), without_optional_imports():
+        with quiet_start.filtered_stderr(), start_policy.without_optional_imports():
             versions.require(script)  # one line, exit 2, on a stack it cannot use
             obj = getattr(importlib.import_module(module), target.split(":")[1])
             from common.runtime import devices
             devices.physical_gpus()  # where CUDA is initialised, and says so
-        settle_imports()
+        start_policy.settle_imports()
     except graceful_stop.Interrupted as e:
         from common.errors import say
         say(f"{os.path.basename(script)}: {e.signame} while starting: stopped before anything "
@@ -65,40 +64,6 @@ def run(script: str, target: str) -> int:
         from common.runner import main
         return main(obj)
     return obj()
-
-
-# Packages Keras imports at its own import when they are installed, for what no script here
-# uses (its scikit-learn wrappers, its image gallery's matplotlib, IPython's notebook display):
-# with them, TensorFlow's import took half as long again. The digits dataset (scikit-learn) and
-# the detections' drawings (matplotlib) import them later, when they run.
-OPTIONAL_IMPORTS = ("sklearn", "matplotlib", "IPython")
-
-
-@contextlib.contextmanager
-def without_optional_imports():
-    """TensorFlow and Keras imported inside the block find ``OPTIONAL_IMPORTS`` not installed
-    (``sys.modules[name] = None``, which ``import`` takes for a missing module, and which Keras
-    handles: they are optional for it); after it, importing them works again. One already
-    imported is left as it is."""
-    blocked = [m for m in OPTIONAL_IMPORTS if m not in sys.modules]
-    for m in blocked:
-        sys.modules[m] = None
-    try:
-        yield
-    finally:
-        for m in blocked:
-            if sys.modules.get(m, ...) is None:
-                del sys.modules[m]
-
-
-def settle_imports() -> None:
-    """TensorFlow's and Keras' modules, imported, are some 400,000 objects that the garbage
-    collector tracks and that live as long as the process. ``gc.freeze`` moves them to its
-    permanent generation: each full collection during the run, and the ones of the
-    interpreter's exit, stop walking them; a short run (a Horovod rank's check, an export,
-    a tiny test) spent seconds in those walks. Nothing frozen is garbage: the modules hold it."""
-    import gc
-    gc.freeze()
 
 
 def commands(package: str):

@@ -74,8 +74,8 @@ def pytest_configure(config):
 
 def pytest_collection_finish(session):
     """The test modules' imports (TensorFlow's, Keras') frozen out of the garbage collector's
-    walks, as every main.py does (``common.entry.settle_imports``): the in-process tests' full
-    collections skip them."""
+    walks, as every main.py does (``common.runtime.start_policy.settle_imports``): the
+    in-process tests' full collections skip them."""
     import gc
     gc.freeze()
 

@@ -148,6 +148,43 @@ def test_the_start_leaves_kerass_optional_packages_unimported_and_importable():
     assert bare.stdout.split()[-1] == "True"
 
 
+@pytest.mark.parametrize("full_keras", [False, True])
+def test_the_start_policys_keras_consequence_and_its_opt_out(full_keras):
+    """What keeping Keras' optional packages out of its import costs (``start_policy``'s
+    docstring, the README): Keras recorded scikit-learn and matplotlib as missing, so its
+    scikit-learn wrapper and image gallery refuse, although both are installed and import;
+    with ``TF_MODEL_SCRIPTS_FULL_KERAS=1`` they work. A Keras that needed them at its import
+    would fail here first."""
+    entry = os.path.join(ROOT, "common", "entry.py")
+    probe = ("import runpy, sys, types\n"
+             "probe = types.ModuleType('probe')\n"
+             "def where():\n"
+             "    import keras, numpy as np\n"
+             "    import sklearn, matplotlib  # installed: these import\n"
+             "    for name, call in (\n"
+             "            ('wrapper', lambda: keras.wrappers.SKLearnClassifier(\n"
+             "                model=lambda X, y: keras.Sequential([keras.layers.Dense(2)]))),\n"
+             "            ('gallery', lambda: keras.visualization.plot_image_gallery(\n"
+             "                np.zeros((1, 8, 8, 3), 'uint8'), value_range=(0, 255)))):\n"
+             "        try:\n"
+             "            call()\n"
+             "            print(name, 'works')\n"
+             "        except ImportError as e:\n"
+             "            print(name, 'refused:', str(e).split('.')[0])\n"
+             "    return 0\n"
+             "probe.where = where\n"
+             "sys.modules['probe'] = probe\n"
+             "sys.exit(runpy.run_path({entry!r})['run'](sys.argv[0], 'probe:where'))\n")
+    env = {"MPLBACKEND": "Agg", **({"TF_MODEL_SCRIPTS_FULL_KERAS": "1"} if full_keras else {})}
+    proc = run_cli([sys.executable, "-c", probe.format(entry=entry)], env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.strip().splitlines()[-2:]
+    assert lines == (["wrapper works", "gallery works"] if full_keras else [
+        "wrapper refused: SKLearnClassifier requires `scikit-learn` to be installed",
+        "gallery refused: The `plot_image_gallery` function requires the `matplotlib` "
+        "package"]), proc.stdout[-2000:]
+
+
 def test_two_clones_side_by_side_each_run_their_own_code(tmp_path):
     """A second clone beside this one (which the environment's editable install points at)
     runs its own common/ and models, and its tests import its own code: nothing to reinstall
