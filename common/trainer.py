@@ -3,7 +3,6 @@ training run's actions hung off its sync points (log, save, evaluate, stop)."""
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
 import time
@@ -250,14 +249,9 @@ class Trainer:
             epoch = loop.epoch_of(self.step, self.steps_per_epoch)
         results = self.evaluator.evaluate(self.step, epoch)
         f = self.flags
-        # The card's figures: the model's quality apart from what the pass counted and its
-        # speed on this machine.
-        plain = json.loads(json.dumps(results, default=float))
         counts = {f"eval_{self.task.item_unit}", self.task.config.LOG_NAMES.eval_throughput}
-        self.scored = {"split": self.task.eval_split, "step": self.step,
-                       "data": start.dir_name(f.data_dir),
-                       "metrics": {k: v for k, v in plain.items() if k not in counts},
-                       "evaluated": {k: v for k, v in plain.items() if k in counts}}
+        self.scored = scores.of(results, split=self.task.eval_split, step=self.step,
+                                data=start.dir_name(f.data_dir), counts=counts)
         if self.dist.is_chief and f.model_dir:
             scores.record(f.model_dir, self.scored, self.log.print)
         return results

@@ -11,6 +11,16 @@ FILE = "scores.json"
 KEEP = 100  # the newest steps' scores; a long run evaluates every epoch
 
 
+def of(results: dict, *, split: str, step: int, data: str | None, counts) -> dict:
+    """What an evaluation scored, as the model card and ``scores.json`` keep it: the model's
+    quality (``metrics``) apart from what the pass counted and its speed on this machine
+    (``counts``: ``evaluated``), the split, the step and the data (its directory's name)."""
+    plain = json.loads(json.dumps(results, default=float))
+    return {"split": split, "step": step, "data": data,
+            "metrics": {k: v for k, v in plain.items() if k not in counts},
+            "evaluated": {k: v for k, v in plain.items() if k in counts}}
+
+
 def read(model_dir: str | None) -> dict:
     """{step (str): what evaluation scored there}; {} where there is none or it is unreadable."""
     try:
