@@ -237,8 +237,7 @@ def model_card(serving, model: keras.Model, scored: dict | None) -> dict:
     return cards.build(
         model=task.name, pipeline_tag=MODELS[task.name].pipeline_tag,
         data=data_read(serving), weights=weights,
-        recipe=getattr(serving.flags, "eval_preprocessing", None) or (
-            "nvidia" if serving.prepare_image is not None else None),
+        recipe=serving.client_info().get("recipe"),  # as client.json says it
         scored=scored, parameter_count=model.count_params(),
         exported_weights_sha256=cards.weights_sha256(model),
         triton_model=serving.export.triton_name)

@@ -89,7 +89,9 @@ class SSDServing(Serving):
 
     def client_info(self):
         f = self.flags
-        return {**image_input_info(f.image_size), "resize": "bilinear, aspect not kept",
+        # NVIDIA's evaluation preprocessing, the one SSD320 has (the card's recipe).
+        return {**image_input_info(f.image_size), "recipe": "nvidia",
+                "resize": "bilinear, aspect not kept",
                 "boxes": "ymin, xmin, ymax, xmax; normalised to the image as sent",
                 "num_classes": f.num_classes,
                 "score_threshold": f.score_threshold,
