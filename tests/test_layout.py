@@ -197,13 +197,14 @@ def test_serving_is_a_package_of_its_own():
 
 # common/'s rooms, lowest first: a module imports only from its own room or a lower one.
 # Errors at the bottom; the runtime around a run; the flat modules everything uses (files,
-# flags, precision, the stack's versions, the models' table); the building blocks (layers,
+# flags, precision, the stack's versions, the models' table, how code is traced); the building
+# blocks (layers,
 # data, measurement tools, checkpoints); the Task, the contract a model fills; the export;
 # the step and loop core; then the Trainer, the runner and the entry point, where the models
 # meet them.
 LEVELS = [["common.errors"], ["common.runtime"],
           ["common.files", "common.flags", "common.precision", "common.versions",
-           "common.models", "common.main_py", "common.ranks"],
+           "common.models", "common.main_py", "common.ranks", "common.graph"],
           ["common.layers", "common.data", "common.tools", "common.checkpoint"],
           ["common.task"], ["common.export"], ["common.core"], ["common.trainer"],
           ["common.runner"], ["common.entry", "common.api"]]
@@ -281,48 +282,43 @@ def test_only_the_entry_point_edits_the_import_path():
     assert {e.split(":")[0] for e in editing} == {"common/entry.py"}, editing
 
 
-def _traced_without_autograph(source: str) -> list[int]:
-    """The lines of ``source`` where a ``tf.function`` is made with AutoGraph on (no
-    ``autograph=False``) or a ``tf.data`` map is given a function not wrapped in
-    ``do_not_convert``."""
+def _bare_traces(source: str) -> list[int]:
+    """The lines of ``source`` that make a ``tf.function`` or map a dataset themselves (a
+    ``.map``/``.filter`` call) instead of through ``common.graph``, which traces them without
+    AutoGraph."""
     lines = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.FunctionDef):  # a bare @tf.function (a call is visited below)
             lines += [d.lineno for d in node.decorator_list if ast.unparse(d) == "tf.function"]
         if not isinstance(node, ast.Call):
             continue
-        if ast.unparse(node.func) == "tf.function":
-            off = {k.arg: k.value for k in node.keywords}.get("autograph")
-            if not (isinstance(off, ast.Constant) and off.value is False):
-                lines.append(node.lineno)
-        elif (isinstance(node.func, ast.Attribute) and node.func.attr in ("map", "filter")
-              and node.args and ast.unparse(getattr(node.args[0], "func", node.args[0]))
-              != "do_not_convert"):
+        if ast.unparse(node.func) == "tf.function" or (
+                isinstance(node.func, ast.Attribute) and node.func.attr in ("map", "filter")):
             lines.append(node.lineno)
     return sorted(set(lines))
 
 
-def test_every_traced_function_is_traced_without_autograph():
+def test_no_bare_tf_function_or_dataset_map():
     """AutoGraph rewrote every function the training step, the evaluation, the input pipelines
     and the exports trace (87 of them over the three models) in every process: about 4 s of
     CPU in a tiny run (docs/performance/startup.md). This code is written with tf.cond and Python
-    values, so each tf.function here is made with autograph=False and each tf.data map's
-    function is wrapped in do_not_convert; a new one without it fails here."""
+    values, so it traces through ``common.graph`` (``function``, ``dataset_map``: without
+    AutoGraph) and nowhere else; a new bare one fails here."""
     from conftest import tracked_files
     found = []
     for rel in tracked_files():
-        if rel.endswith(".py") and not rel.startswith("tests/"):
+        if rel.endswith(".py") and not rel.startswith("tests/") and rel != "common/graph.py":
             source = open(os.path.join(ROOT, rel), encoding="utf-8").read()
-            if "tf.function" in source or ".map(" in source:
-                found += [f"{rel}:{n}" for n in _traced_without_autograph(source)]
+            if "tf.function" in source or ".map(" in source or ".filter(" in source:
+                found += [f"{rel}:{n}" for n in _bare_traces(source)]
     assert found == []
     # The check finds each kind where it is.
-    assert _traced_without_autograph(
+    assert _bare_traces(
         "@tf.function\ndef f(): pass\n"
-        "g = tf.function(h, jit_compile=True)\n"
-        "k = tf.function(h, autograph=False)\n"
+        "g = tf.function(h, jit_compile=True, autograph=False)\n"
+        "k = graph.function(h, jit_compile=True)\n"
         "ds = ds.map(parse)\n"
-        "ds = ds.map(do_not_convert(parse))\n") == [1, 3, 5]
+        "ds = graph.dataset_map(ds, parse)\n") == [1, 3, 5]
 
 
 def test_every_model_has_every_touch_point_docs_adding_a_model_lists():

@@ -21,8 +21,8 @@ from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.autograph.experimental import do_not_convert
 
+from common import graph
 from common import task as task_lib
 from common.data import dali
 from common.data.input_errors import read_batches
@@ -74,8 +74,8 @@ class Evaluator:
             else:  # on the host, before the batch goes to the device
                 axis, flag = self.task.eval_padding
                 size = getattr(self.task.flags, flag)
-                self._data = self.ctx.capabilities.on_device(data.map(do_not_convert(
-                    lambda *b: pad_batch(b[0] if len(b) == 1 else b, axis, size))))
+                self._data = self.ctx.capabilities.on_device(graph.dataset_map(
+                    data, lambda *b: pad_batch(b[0] if len(b) == 1 else b, axis, size)))
         data = self._data.padded() if isinstance(self._data, dali.EvalPass) else self._data
         return read_batches(data, lambda: task_lib.locate_bad_record(self.task, "eval"))
 
@@ -86,16 +86,14 @@ class Evaluator:
         if self._step is None:
             task, model, metrics = self.task, self.model(), self.metrics
             if task.gathers_eval_outputs:
-                forward = tf.function(lambda x: model(x, training=False), jit_compile=self.xla,
-                                      autograph=False)
-                self._step = tf.function(
-                    lambda batch: task.eval_outputs(lambda x, training=False: forward(x), batch),
-                    autograph=False)
+                forward = graph.function(lambda x: model(x, training=False), jit_compile=self.xla)
+                self._step = graph.function(
+                    lambda batch: task.eval_outputs(lambda x, training=False: forward(x), batch))
             else:
-                self._step = tf.function(
+                self._step = graph.function(
                     lambda batch, valid, state: task.eval_update(model, batch, metrics, state,
                                                                  valid),
-                    jit_compile=self.xla, autograph=False)
+                    jit_compile=self.xla)
         return self._step
 
     def _items(self, batch, valid) -> int:

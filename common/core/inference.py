@@ -8,7 +8,7 @@ import os
 import keras
 import tensorflow as tf
 
-from common import files, precision
+from common import files, graph, precision
 from common.core import tftrt
 from common.errors import DataError, UsageError, one_line
 
@@ -87,8 +87,7 @@ def benchmarked_function(serving, model, inference_model, data, flags, world: in
                                      log=log.print), state
     served = inference_model()
     state = task.initial_state(served, "infer")
-    return tf.function(lambda x, state: serving.infer(served, x, state), jit_compile=xla,
-                       autograph=False), state
+    return graph.function(lambda x, state: serving.infer(served, x, state), jit_compile=xla), state
 
 
 def inference_inputs(serving, batch):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from common import graph
 from common import precision as precision_lib
 
 
@@ -90,13 +91,13 @@ def build(task, model: keras.Model, optimizer, guard, global_step: tf.Variable, 
     else:
         # Compiled apart: Horovod's allreduce has no XLA kernel, and XLA compiles an update
         # inside the skip's tf.cond about twice as slowly as the update alone.
-        gradients_c = tf.function(gradients, jit_compile=xla, autograph=False)
-        update_c = tf.function(update, jit_compile=update_xla, autograph=False)
+        gradients_c = graph.function(gradients, jit_compile=xla)
+        update_c = graph.function(update, jit_compile=update_xla)
 
     # autograph=False, here and in every tf.function and tf.data map of this repository: the
     # code traced branches on Python values and through tf.cond only, and AutoGraph's rewriting
     # of it cost every process seconds of CPU at its first trace (docs/performance/startup.md).
-    @tf.function(autograph=False)
+    @graph.function()
     def step(micro_batches, states):
         if not task.prepare_compiles:
             micro_batches = tuple(task.prepare_train_batch(b) for b in micro_batches)

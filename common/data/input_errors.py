@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 
 import tensorflow as tf
-from tensorflow.autograph.experimental import do_not_convert
 
+from common import graph
 from common.errors import DataError, one_line
 
 _DALI_OP = re.compile(r"Error in (?:CPU|GPU|MIXED|Mixed) operator `(?:nvidia\.dali\.)?([^`]+)`")
@@ -57,7 +57,7 @@ def locate_bad_record(files: Sequence[str], check: Callable[[tf.Tensor], tf.Tens
                     f"{budget_seconds:.0f} s)")
         n = 0
         try:
-            for _ in tf.data.TFRecordDataset(path).map(do_not_convert(check)):  # n: the record
+            for _ in graph.dataset_map(tf.data.TFRecordDataset(path), check):  # n: the record
                 n += 1
         except tf.errors.OpError as e:
             return f"{path}, record {n}: {reason(e.message)}"

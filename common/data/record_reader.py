@@ -15,7 +15,8 @@ from __future__ import annotations
 import random
 
 import tensorflow as tf
-from tensorflow.autograph.experimental import do_not_convert
+
+from common import graph
 
 
 def rank_records(files, training: bool, rank: int = 0, world: int = 1, seed: int | None = None,
@@ -47,5 +48,5 @@ def element_seeds(ds: tf.data.Dataset, seed: int | None) -> tf.data.Dataset:
     the element's position in the stream (``[seed, n]`` for the n-th element). Without a seed,
     one is drawn from Python's generator (which ``--seed`` also sets)."""
     base = random.getrandbits(31) if seed is None else seed
-    return ds.enumerate().map(
-        do_not_convert(lambda n, x: (x, tf.stack([tf.constant(base, tf.int64), n]))))
+    return graph.dataset_map(ds.enumerate(),
+                             lambda n, x: (x, tf.stack([tf.constant(base, tf.int64), n])))

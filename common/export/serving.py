@@ -20,9 +20,8 @@ from collections.abc import Callable, Mapping
 
 import keras
 import tensorflow as tf
-from tensorflow.autograph.experimental import do_not_convert
 
-from common import files, precision
+from common import files, graph, precision
 from common.checkpoint.settings import settings_of
 from common.data.images import MEAN, STD
 from common.errors import UsageError
@@ -170,8 +169,7 @@ def preprocess_function(serving):
         return None
     prepare, size = serving.prepare_image, serving.flags.image_size
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")],
-                 autograph=False)
+    @graph.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")])
     def preprocess(images):
         batch, valid = prepare_each(images, prepare, size)
         return {"images": batch, "valid": valid}
@@ -313,9 +311,9 @@ def prepare_each(images, prepare, size: int):
     instance uses the host's cores (Triton's ``<name>_preprocess`` feeds a GPU network)."""
     n = tf.shape(images)[0]
     # The images of a batch decode side by side on the host's cores, in their order.
-    ds = tf.data.Dataset.from_tensor_slices((tf.range(n), images)).map(
-        do_not_convert(lambda i, e: (i, prepare(e, size))), num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True).ignore_errors()
+    ds = graph.dataset_map(tf.data.Dataset.from_tensor_slices((tf.range(n), images)),
+                           lambda i, e: (i, prepare(e, size)),
+                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).ignore_errors()
 
     def keep(found, item):  # the images decoded, in order, with their rows
         (rows, prepared), (i, x) = found, item

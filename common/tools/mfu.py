@@ -7,13 +7,15 @@ import time
 import keras
 import tensorflow as tf
 
+from common import graph
+
 
 def matmul_ceiling(dtype=tf.float32, n: int = 2048, reps: int = 20) -> float:
     """FLOP/s of dependent n x n matmuls in ``dtype``: the practical compute ceiling."""
     a = tf.cast(tf.random.normal((n, n)), dtype)
     b = tf.cast(tf.random.normal((n, n), stddev=n ** -0.5), dtype)  # keeps the scale steady
 
-    @tf.function(autograph=False)
+    @graph.function()
     def chain():
         x = a
         for _ in range(reps):  # each product feeds the next: nothing can be computed once
@@ -78,8 +80,7 @@ def graph_flops(fn, *args) -> int:
     it (every MatMul, BatchMatMul and Conv2D, with functions called inside it): the same count
     for this repository's models and for any Keras model it is compared with. Shapes must be
     static."""
-    graph = tf.function(fn, autograph=False).get_concrete_function(*args).graph
-    graphs, total = [graph], 0
+    graphs, total = [graph.function(fn).get_concrete_function(*args).graph], 0
     seen = set()
     while graphs:
         g = graphs.pop()

@@ -17,8 +17,8 @@ import re
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.autograph.experimental import do_not_convert
 
+from common import graph
 from common.data.images import read_image
 from common.export.serving import ExportSpec, Serving, image_input_info, prepare_each
 from common.models import MODELS
@@ -45,13 +45,12 @@ class ResNetServing(Serving):
             return {"logits": logits, "probabilities": tf.nn.softmax(logits),
                     "classes": tf.argmax(logits, axis=-1, output_type=tf.int32)}
 
-        @tf.function(input_signature=[tf.TensorSpec([None, size, size, 3], tf.float32,
-                                                    name="images")], autograph=False)
+        @graph.function(input_signature=[tf.TensorSpec([None, size, size, 3], tf.float32,
+                                                    name="images")])
         def preprocessed(images):
             return outputs(images)
 
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")],
-                     autograph=False)
+        @graph.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")])
         def encoded(images):
             batch, valid = prepare_each(images, self.prepare_image, size)
             out = outputs(batch)
@@ -79,10 +78,9 @@ class ResNetServing(Serving):
 
     def calibration_dataset(self):
         f = self.flags
-        return tfdata_pipeline.dataset(record_files(self.task, "train"), f.batch_size,
-                                       f.image_size, False, num_classes=f.num_classes,
-                                       prep=self.task.eval_prep).map(
-                                           do_not_convert(lambda x, _: x))
+        return graph.dataset_map(tfdata_pipeline.dataset(
+            record_files(self.task, "train"), f.batch_size, f.image_size, False,
+            num_classes=f.num_classes, prep=self.task.eval_prep), lambda x, _: x)
 
     # --- what inference is --------------------------------------------------------------
     def predict_file(self, model, path):

@@ -8,8 +8,8 @@ run (common/data/input_errors.py then names the file) instead of becoming an all
 from __future__ import annotations
 
 import tensorflow as tf
-from tensorflow.autograph.experimental import do_not_convert
 
+from common import graph
 from common.data import record_reader
 from common.data.images import decode, decode_exact
 from common.data.input_errors import checked_range
@@ -176,6 +176,6 @@ def dataset(files, batch_size: int, image_size: int, training: bool, rank: int =
         def preprocess(record):
             encoded, label = parse(record, num_classes)
             return eval_image(encoded, image_size, prep), label
-    ds = ds.map(do_not_convert(preprocess), num_parallel_calls=tf.data.AUTOTUNE,
-                deterministic=record_reader.keeps_order(training, seed))
+    ds = graph.dataset_map(ds, preprocess, num_parallel_calls=tf.data.AUTOTUNE,
+                           deterministic=record_reader.keeps_order(training, seed))
     return ds.batch(batch_size, drop_remainder=training).prefetch(tf.data.AUTOTUNE)

@@ -21,8 +21,8 @@ import json
 import os
 
 import tensorflow as tf
-from tensorflow.autograph.experimental import do_not_convert
 
+from common import graph
 from common.data.images import read_image
 from common.export.serving import ExportSpec, Serving, image_input_info, prepare_each
 from common.models import MODELS
@@ -60,21 +60,20 @@ class SSDServing(Serving):
         anchors = tf.constant(self.task.anchors)
         spec = tf.TensorSpec([None, size, size, 3], tf.float32, name="images")
 
-        @tf.function(input_signature=[spec], autograph=False)
+        @graph.function(input_signature=[spec])
         def decoded(images):
             out = model(images, training=False)
             boxes, scores = postprocess.decode(out["cls_logits"], out["box_codes"], anchors)
             return {"decoded_boxes": boxes, "class_scores": scores}
 
-        @tf.function(input_signature=[spec], autograph=False)
+        @graph.function(input_signature=[spec])
         def preprocessed(images):
             d = decoded(images)
             found = postprocess.nms(*postprocess.top_candidates(d["decoded_boxes"],
                                                                 d["class_scores"]))
             return {TF_OD_NAMES[k]: tf.cast(v, tf.float32) for k, v in found.items()}
 
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")],
-                     autograph=False)
+        @graph.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")])
         def encoded(images):
             batch, valid = prepare_each(images, self.prepare_image, size)
             found = preprocessed(batch)
@@ -103,9 +102,9 @@ class SSDServing(Serving):
 
     def calibration_dataset(self):
         f, task = self.flags, self.task
-        return tfdata_pipeline.dataset(record_files(task, "train"), f.batch_size, f.image_size,
-                                       False, task.anchors, f.num_classes).map(
-                                           do_not_convert(lambda b: b["images"]))
+        return graph.dataset_map(tfdata_pipeline.dataset(
+            record_files(task, "train"), f.batch_size, f.image_size, False, task.anchors,
+            f.num_classes), lambda b: b["images"])
 
     _detect = None  # predict's compiled detection, made at its first file
 
@@ -118,7 +117,7 @@ class SSDServing(Serving):
 
         f = self.flags
         if self._detect is None:  # compiled at the first file
-            self._detect = tf.function(lambda x: self.task.detect(model, x), autograph=False)
+            self._detect = graph.function(lambda x: self.task.detect(model, x))
             self._drawn = set()
         image = read_image(path)
         h, w = int(image.shape[0]), int(image.shape[1])

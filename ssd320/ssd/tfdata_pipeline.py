@@ -11,8 +11,8 @@ encoded against the anchors (``targets.encode_targets``). Elements are dicts: ``
 from __future__ import annotations
 
 import tensorflow as tf
-from tensorflow.autograph.experimental import do_not_convert
 
+from common import graph
 from common.data import record_reader
 from common.data.images import decode, normalize
 from common.data.input_errors import checked_range
@@ -116,12 +116,13 @@ def dataset(files, batch_size: int, image_size: int, training: bool, anchors, nu
     anchors = tf.constant(anchors)
     ds = record_reader.rank_records(files, training, rank, world, seed, shuffle_buffer=2048)
     if training:
-        ds = record_reader.element_seeds(ds, seed).map(
-            do_not_convert(lambda r, s: preprocess(parse(r, num_classes), image_size, anchors, s)),
+        ds = graph.dataset_map(
+            record_reader.element_seeds(ds, seed),
+            lambda r, s: preprocess(parse(r, num_classes), image_size, anchors, s),
             num_parallel_calls=tf.data.AUTOTUNE, deterministic=record_reader.keeps_order(
                 training, seed))
     else:
-        ds = ds.map(do_not_convert(lambda r: preprocess(parse(r, num_classes), image_size,
-                                                        anchors)),
-                    num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        ds = graph.dataset_map(
+            ds, lambda r: preprocess(parse(r, num_classes), image_size, anchors),
+            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return ds.batch(batch_size, drop_remainder=training).prefetch(tf.data.AUTOTUNE)

@@ -21,6 +21,7 @@ import math
 import tensorflow as tf
 from keras import layers
 
+from common import graph
 from common.layers.bias import add_bias
 
 TAIL_ROWS = 64  # the smallest number of rows a tail cluster's softmax is computed for
@@ -231,7 +232,7 @@ def sparse_xent(scores, bias, labels, nested: bool = True):
     return xent(scores, bias)
 
 
-@tf.function(jit_compile=True, autograph=False)
+@graph.function(jit_compile=True)
 def _xent_forward(scores, bias, labels):
     logits = tf.cast(scores, tf.float32) + bias
     peak = tf.reduce_max(logits, axis=-1, keepdims=True)
@@ -239,7 +240,7 @@ def _xent_forward(scores, bias, labels):
     return lse[:, 0] - tf.gather(logits, labels, batch_dims=1), lse
 
 
-@tf.function(jit_compile=True, autograph=False)
+@graph.function(jit_compile=True)
 def _xent_backward(scores, bias, labels, lse, dnll):
     logits = tf.cast(scores, tf.float32) + bias
     dlogits = (tf.exp(logits - lse) - tf.one_hot(labels, tf.shape(logits)[-1])) * dnll[:, None]

@@ -31,6 +31,7 @@ import keras
 import tensorflow as tf
 from keras import layers
 
+from common import graph
 from common.layers.bias import add_bias
 from common.runtime import devices
 from txl.dropout import Dropout
@@ -97,7 +98,7 @@ def _softmax_bf16(x, mask):
     return y, lambda dy: (_softmax_grad(x, mask, dy), None)
 
 
-@tf.function(jit_compile=True, autograph=False)
+@graph.function(jit_compile=True)
 def _softmax_grad(x, mask, dy):
     """The gradient of the masked softmax of x at dy, in float32 from the recomputed
     probabilities (zero where masked)."""

@@ -33,6 +33,8 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from common import graph
+
 
 class NvidiaLamb(keras.optimizers.Optimizer):
     def __init__(self, learning_rate=0.01, beta_1: float = 0.9, beta_2: float = 0.999,
@@ -99,7 +101,7 @@ def _tf_variable(variable):
     return variable.value if isinstance(variable, keras.Variable) else variable
 
 
-@tf.function(jit_compile=True, autograph=False)
+@graph.function(jit_compile=True)
 def _moments(m, v, gradient, grad_scale, var, beta_1, beta_2, epsilon, decay):
     """The moments' update (m and v assigned) and the step, in one fused XLA loop over the
     variable's elements, where the same math as separate TensorFlow ops makes about ten."""
@@ -111,12 +113,12 @@ def _moments(m, v, gradient, grad_scale, var, beta_1, beta_2, epsilon, decay):
     return m_new / (tf.sqrt(v_new) + epsilon) + decay * tf.cast(var, tf.float32)
 
 
-@tf.function(jit_compile=True, autograph=False)
+@graph.function(jit_compile=True)
 def _apply(var, step, rate):
     var.assign(tf.cast(tf.cast(var, tf.float32) - rate * step, var.dtype))
 
 
-@tf.function(jit_compile=True, autograph=False)
+@graph.function(jit_compile=True)
 def _fused_update(ms, vs, grads, vars_, grad_scale, rate, beta_1, beta_2, epsilon, decay,
                   trust_clip):
     """``update_step``'s math for every variable at once, in one XLA computation."""

@@ -21,6 +21,7 @@ import os
 
 import tensorflow as tf
 
+from common import graph
 from common.errors import DataError
 from common.export.serving import ExportSpec, Serving
 from common.models import MODELS
@@ -77,16 +78,15 @@ class TXLServing(Serving):
         tokens = tf.TensorSpec([None, None], tf.int32, name="tokens")
         mems = tf.TensorSpec([cfg.n_layer, None, None, cfg.d_model], tf.float32, name="mems")
 
-        @tf.function(input_signature=[tokens, mems], autograph=False)
+        @graph.function(input_signature=[tokens, mems])
         def next_word(tokens, mems):
             with tf.control_dependencies(_ids_checked(tokens=tokens, vocab=cfg.vocab_size)):
                 logp, new = model.next_log_prob(tokens, tf.unstack(mems, cfg.n_layer),
                                                 **memory)
             return {"log_probs": logp, "new_mems": tf.cast(tf.stack(new), tf.float32)}
 
-        @tf.function(input_signature=[tokens, tf.TensorSpec([None, None], tf.int32,
-                                                            name="targets"), mems],
-                     autograph=False)
+        @graph.function(input_signature=[tokens, tf.TensorSpec([None, None], tf.int32,
+                                                            name="targets"), mems])
         def score(tokens, targets, mems):
             with tf.control_dependencies(_ids_checked(tokens=tokens, targets=targets,
                                                       vocab=cfg.vocab_size)):
@@ -98,9 +98,8 @@ class TXLServing(Serving):
                               name="memory")
         length = tf.TensorSpec([None, 1], tf.int32, name="memory_length")
 
-        @tf.function(input_signature=[tokens, tf.TensorSpec([None, None], tf.int32,
-                                                            name="targets"), fixed, length],
-                     autograph=False)
+        @graph.function(input_signature=[tokens, tf.TensorSpec([None, None], tf.int32,
+                                                            name="targets"), fixed, length])
         def step(tokens, targets, memory, memory_length):
             """Both answers over a memory of one length (``TransformerXL.fixed_step``): what
             a server keeps per sequence as a tensor of one shape. ``targets`` broadcast to the

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.autograph.experimental import do_not_convert
 
+from common import graph
 from txl.streams import layout, streams
 
 
@@ -34,7 +34,7 @@ def dataset(tokens: np.ndarray, batch_size: int, tgt_len: int, rank: int = 0, wo
         block = mine[c * batch_size:(c + 1) * batch_size, t * tgt_len:(t + 1) * tgt_len + 1]
         return block[:, :-1], block[:, 1:]
 
-    ds = tf.data.Dataset.range(steps * batch_chunk).map(do_not_convert(micro_batch))
+    ds = graph.dataset_map(tf.data.Dataset.range(steps * batch_chunk), micro_batch)
     if repeat:
         ds = ds.repeat()
     return ds.skip((first_step % steps) * batch_chunk) if first_step else ds
@@ -59,6 +59,6 @@ def eval_dataset(tokens: np.ndarray, batch_size: int, tgt_len: int, rank: int = 
     mine = tf.constant(data[rank * rows:(rank + 1) * rows])
     n = data.shape[1] - 1
     count = eval_segment_count(len(tokens), batch_size, tgt_len, drop_short)
-    return tf.data.Dataset.range(count).map(do_not_convert(
-        lambda i: (mine[:, i * tgt_len:tf.minimum((i + 1) * tgt_len, n)],
-                   mine[:, i * tgt_len + 1:tf.minimum((i + 1) * tgt_len, n) + 1])))
+    return graph.dataset_map(tf.data.Dataset.range(count), lambda i: (
+        mine[:, i * tgt_len:tf.minimum((i + 1) * tgt_len, n)],
+        mine[:, i * tgt_len + 1:tf.minimum((i + 1) * tgt_len, n) + 1]))
