@@ -229,7 +229,7 @@ def write_repository(serving, export_dir: str, triton_dir: str, replace: bool = 
                 calls["cpu"] = name
                 if serving.export.implicit_state and net:  # its ONNX, the state the server's
                     version = repos["triton"].add(tensorrt.stateful_config(
-                        serving, export_dir, name, {"platform": "onnxruntime_onnx"}, net,
+                        serving, info, name, {"platform": "onnxruntime_onnx"}, net,
                         optional=tuple(serving.export.onnx_defaults)))
                     files.link_or_copy(onnx_path, os.path.join(version, "model.onnx"))
                     repos["triton"].serves(version, "model.onnx", exported.get("model.onnx"))
@@ -253,7 +253,7 @@ def write_repository(serving, export_dir: str, triton_dir: str, replace: bool = 
         f"{t}/ ({', '.join(m)}) {TARGETS[t]}" for t, m in written.items() if m)] + notes
     if net:
         lines += tensorrt.write(serving, export_dir, triton_dir, labels_file if labels else None,
-                                image, log)
+                                image, log, info)
     return lines
 
 

@@ -14,7 +14,6 @@ import os
 import shlex
 
 from common import files
-from common.export import serving as serving_lib
 from common.export.triton.config import (
     batched,
     config,
@@ -36,13 +35,12 @@ TEMPLATE = os.path.join(os.path.dirname(__file__), "build_engines.sh")
 NGC_RELEASE = "25.02"
 
 
-def stateful_config(serving, export_dir: str, name: str, kind: dict, tensors,
+def stateful_config(serving, described: dict, name: str, kind: dict, tensors,
                     optional=(), max_segment: int | None = None) -> dict:
     """A model of the export's ONNX whose state Triton keeps (``config.stateful``): as many
     open sequences as the Python backend's model keeps (``max_sequences`` of their states),
     and the parameters clients read (``vocab_size``, ``vocab_sha256``, ``max_segment``: the
-    export's, or the engine profile's longest segment)."""
-    described = serving_lib.read_client_info(export_dir)
+    export's, or the engine profile's longest segment), from its client.json (``described``)."""
     c = stateful(name, kind, *tensors, dict(serving.export.implicit_state),
                  serving.export.triton_max_batch_size,
                  max_sequences(described.get("state_bytes")), optional)
@@ -76,10 +74,10 @@ def script(engines: list[tuple[str, bool, tuple[str, str, str]]], ensemble_name:
         "@RELEASE@", NGC_RELEASE)
 
 
-def write(serving, export_dir: str, triton_dir: str, labels_file, image: bool, log=None
-          ) -> list[str]:
+def write(serving, export_dir: str, triton_dir: str, labels_file, image: bool, log=None,
+          described: dict | None = None) -> list[str]:
     """``triton_dir.tensorrt``: the TensorRT models to build and their script; the line that
-    says how."""
+    says how. ``described``: the export's client.json (a stateful model's config reads it)."""
     name, batch = serving.export.triton_name, serving.export.triton_max_batch_size
     pending = triton_dir.rstrip(os.sep) + ".tensorrt"
     built = []
@@ -99,7 +97,7 @@ def write(serving, export_dir: str, triton_dir: str, labels_file, image: bool, l
                 files.link_or_copy(labels_file, os.path.join(model, "labels.txt"))
             kind = {"platform": "tensorrt_plan"}
             # An engine's longest segment: its profile's (engine_shapes at the most rows).
-            c = stateful_config(serving, export_dir, f"{name}{suffix}", kind, tensors,
+            c = stateful_config(serving, described, f"{name}{suffix}", kind, tensors,
                                 max_segment=serving.export.engine_shapes(
                                     serving, tensors[0], batch, False)["tokens"][1]) \
                 if serving.export.implicit_state else config(
