@@ -221,11 +221,8 @@ def write_repository(serving, export_dir: str, triton_dir: str, replace: bool = 
                                                batch, labels), label_files)
                     calls[target] = name
             elif serving.export.triton_state:
-                version = repos["cpu"].add(_sequence_config(serving, export_dir))
-                _link_saved_model(export_dir, version)
-                repos["cpu"].serves(version, "model.savedmodel", exported.get("saved_model"))
-                shutil.copy2(os.path.join(PYTHON_MODELS, "sequence.py"),
-                             os.path.join(version, "model.py"))
+                python_sequence = _sequence_config(serving, export_dir)
+                _add_python_sequence(repos["cpu"], python_sequence, export_dir, exported)
                 calls["cpu"] = name
                 if serving.export.implicit_state and net:  # its ONNX, the state the server's
                     version = repos["triton"].add(tensorrt.stateful_config(
@@ -234,12 +231,7 @@ def write_repository(serving, export_dir: str, triton_dir: str, replace: bool = 
                     files.link_or_copy(onnx_path, os.path.join(version, "model.onnx"))
                     repos["triton"].serves(version, "model.onnx", exported.get("model.onnx"))
                 else:  # no model.onnx: cpu/'s model, on the CPU, and a line that says so
-                    version = repos["triton"].add(_sequence_config(serving, export_dir))
-                    _link_saved_model(export_dir, version)
-                    repos["triton"].serves(version, "model.savedmodel",
-                                           exported.get("saved_model"))
-                    shutil.copy2(os.path.join(PYTHON_MODELS, "sequence.py"),
-                                 os.path.join(version, "model.py"))
+                    _add_python_sequence(repos["triton"], python_sequence, export_dir, exported)
                     notes.append(f"note: triton/{name} is cpu/'s model, run on the CPU: the "
                                  "export has no model.onnx, which triton/ runs on the GPU "
                                  "(--export_onnx writes it)")
@@ -255,6 +247,16 @@ def write_repository(serving, export_dir: str, triton_dir: str, replace: bool = 
         lines += tensorrt.write(serving, export_dir, triton_dir, labels_file if labels else None,
                                 image, log, info)
     return lines
+
+
+def _add_python_sequence(repo: _Repository, c: dict, export_dir: str, exported: dict
+                         ) -> None:
+    """The sequence model on the Python backend (``python_backend/sequence.py`` over the
+    export's SavedModel, config ``c``) into ``repo``, recorded for its card."""
+    version = repo.add(c)
+    _link_saved_model(export_dir, version)
+    repo.serves(version, "model.savedmodel", exported.get("saved_model"))
+    shutil.copy2(os.path.join(PYTHON_MODELS, "sequence.py"), os.path.join(version, "model.py"))
 
 
 def _link_saved_model(export_dir: str, version: str) -> None:
