@@ -49,7 +49,12 @@ def file_sha256(path: str) -> str:
     else:  # a checkpoint prefix: PREFIX.index, PREFIX.data-*
         base, stem = os.path.split(path)
         members = sorted(n for n in os.listdir(base or ".") if n.startswith(stem + "."))
-    lines = "".join(f"{file_sha256(os.path.join(base, m))}  {m}\n" for m in members)
+    return _files_sha256(base, members)
+
+
+def _files_sha256(base: str, members) -> str:
+    """The SHA-256 of the ``members`` of ``base`` as one: of their hashes and names in order."""
+    lines = "".join(f"{file_sha256(os.path.join(base, m))}  {m}\n" for m in sorted(members))
     return hashlib.sha256(lines.encode()).hexdigest()
 
 
@@ -235,10 +240,8 @@ def markdown(card: dict) -> str:
 def saved_model_sha256(export_dir: str) -> str:
     """The SavedModel's identity: ``saved_model.pb`` and ``variables/`` (its assets hold this
     card, and the export's other files are served apart)."""
-    lines = "".join(f"{file_sha256(os.path.join(export_dir, m))}  {m}\n" for m in sorted(
-        ["saved_model.pb"] + [os.path.join("variables", n) for n in
-                              os.listdir(os.path.join(export_dir, "variables"))]))
-    return hashlib.sha256(lines.encode()).hexdigest()
+    return _files_sha256(export_dir, ["saved_model.pb"] + [
+        os.path.join("variables", n) for n in os.listdir(os.path.join(export_dir, "variables"))])
 
 
 def served_files(export_dir: str, onnx_files) -> dict:

@@ -205,13 +205,13 @@ def describe(serving, signatures: Mapping, card: dict | None = None) -> dict:
             "checkpoint_settings": settings_of(serving.task), "model_card": card}
 
 
-def data_read(serving) -> dict:
+def data_read(serving, info: dict | None = None) -> dict:
     """The data the model card says these weights were trained and scored on, from the files
     the run read: ``dataset``, the model table's Hub id only when they are that set (each model
     tells by its prepared files, its ``client_info``'s ``data``: a tiny model trained on digits
     is no ImageNet model), else None; ``description``, what the data is (no path of this
-    machine)."""
-    found = serving.client_info().get("data")
+    machine). ``info``: the ``client_info`` already made, if any."""
+    found = (serving.client_info() if info is None else info).get("data")
     if found:
         return found
     if not getattr(serving.flags, "data_dir", None):
@@ -225,7 +225,7 @@ def model_card(serving, model: keras.Model, scored: dict | None) -> dict:
     run's evaluation, or one recorded for this step), the network's size and the packages."""
     from common.checkpoint.start import weights_source
     from common.models import MODELS
-    task = serving.task
+    task, info = serving.task, serving.client_info()
     weights, given = weights_source(task), getattr(serving.flags, "weights_license", None)
     if given and weights.get("license") and weights["license"].lower() != given.lower():
         raise UsageError(f"--weights_license {given}: these weights are under their source's "
@@ -234,8 +234,8 @@ def model_card(serving, model: keras.Model, scored: dict | None) -> dict:
         weights = {**weights, "license": given}
     return cards.build(
         model=task.name, pipeline_tag=MODELS[task.name].pipeline_tag,
-        data=data_read(serving), weights=weights,
-        recipe=serving.client_info().get("recipe"),  # as client.json says it
+        data=data_read(serving, info), weights=weights,
+        recipe=info.get("recipe"),  # as client.json says it
         scored=scored, parameter_count=model.count_params(),
         exported_weights_sha256=cards.weights_sha256(model),
         triton_model=serving.export.triton_name)
