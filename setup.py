@@ -25,7 +25,6 @@ def _load(name: str, path: str):
 
 version = _load("_tf_model_scripts_version", "tf_model_scripts/version.py")
 models = _load("_tf_model_scripts_models", "common/models.py")
-BUILD = version.build_info(ROOT)
 # Top-level package -> its folder; every package, sub-packages too; console script -> target.
 TOP_LEVEL = {**models.SHARED_PACKAGES, **{m.package: m.folder for m in models.MODELS.values()}}
 PACKAGES = sorted({p for name, folder in TOP_LEVEL.items()
@@ -36,7 +35,8 @@ SCRIPTS = {name: target for m in models.MODELS.values() for name, target in m.sc
 
 class BuildWithCommit(build_py):
     """The packages, and ``tf_model_scripts/_build.json``: the commit the wheel was built from
-    (a wheel has no git to ask)."""
+    (a wheel has no git to ask), ``build`` (``version.build_info``'s)."""
+    build: dict = {}
 
     def run(self):
         super().run()
@@ -44,12 +44,13 @@ class BuildWithCommit(build_py):
             target = os.path.join(self.build_lib, "tf_model_scripts", version.BUILD_FILE)
             os.makedirs(os.path.dirname(target), exist_ok=True)
             with open(target, "w", encoding="utf-8") as fh:
-                json.dump(BUILD, fh)
+                json.dump(self.build, fh)
                 fh.write("\n")
 
 
 if __name__ == "__main__":  # setuptools runs it so; the tests import it for the lists
-    setup(version=BUILD["version"], packages=PACKAGES,
+    BuildWithCommit.build = version.build_info(ROOT)  # git asked here only, not on import
+    setup(version=BuildWithCommit.build["version"], packages=PACKAGES,
           package_dir={name: folder for name, folder in TOP_LEVEL.items() if name != folder},
           entry_points={"console_scripts": [f"{n} = {t}" for n, t in sorted(SCRIPTS.items())]},
           cmdclass={"build_py": BuildWithCommit})
