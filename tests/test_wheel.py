@@ -116,20 +116,13 @@ def test_the_wheel_holds_every_module_and_runs_outside_the_checkout(tmp_path):
                               env={**os.environ, "PYTHONPATH": ""})
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert proc.stdout.startswith(f"usage: python -m {package} ") and flag in proc.stdout
-    # The wheel's own requirements leave the test and lint tools to its "test" extra.
-    meta = next(n for n in held if n.endswith(".dist-info/METADATA"))
-    lines = zipfile.ZipFile(wheel).read(meta).decode().splitlines()
-    required = [ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("Requires-Dist:")]
-    plain = {r.split(";")[0].split(">")[0].split("=")[0].strip() for r in required
-             if "extra ==" not in r}
-    extra = {r.split(";")[0].split(">")[0].split("=")[0].strip() for r in required
-             if "extra == \"test\"" in r}
-    assert not plain & {"pytest", "pytest-xdist", "ruff"}, plain
-    assert extra == {"pytest", "pytest-xdist", "ruff"}, extra
-    # The profiler (xprof, which brings cloud-storage SDKs) is the "profile" extra's.
-    profile = {r.split(";")[0].split(">")[0].strip() for r in required
-               if "extra == \"profile\"" in r}
-    assert profile == {"tensorboard-plugin-profile"} and "tensorboard-plugin-profile" not in plain
+    # The wheel's own requirements leave the test and lint tools to its "test" extra, and the
+    # profiler (xprof, which brings cloud-storage SDKs) to its "profile" extra.
+    required = _requires(wheel)
+    plain = required[""]
+    assert not plain & {"pytest", "pytest-xdist", "ruff", "tensorboard-plugin-profile"}, plain
+    assert required["test"] == {"pytest", "pytest-xdist", "ruff"}, required
+    assert required["profile"] == {"tensorboard-plugin-profile"}, required
     # Console scripts, and an export to Triton from outside the checkout: the export reads
     # files beside its modules (build_engines.sh, the Python-backend models), which the wheel
     # lacked (it exited 1: "cannot write the TensorRT models to build").
@@ -216,6 +209,23 @@ def test_the_wheel_holds_every_module_and_runs_outside_the_checkout(tmp_path):
     _served_from_the_wheel(_clients_wheel(source, tmp_path / "clients-wheel"), run, tmp_path)
 
 
+def _requires(wheel) -> dict[str, set[str]]:
+    """The wheel's ``Requires-Dist`` lines as packaging reads them: extra ("" for none) -> the
+    projects it requires."""
+    import re
+
+    from packaging.requirements import Requirement
+    names = zipfile.ZipFile(wheel).namelist()
+    meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA")))
+    out: dict[str, set[str]] = {"": set()}
+    for line in meta.decode().splitlines():
+        if line.startswith("Requires-Dist:"):
+            req = Requirement(line.split(":", 1)[1])
+            extra = re.search(r'extra == "([^"]+)"', str(req.marker or ""))
+            out.setdefault(extra.group(1) if extra else "", set()).add(req.name)
+    return out
+
+
 def _clients_wheel(source: str, out):
     """The clients' distribution (clients/pyproject.toml) built from ``source``: the serving
     package alone, requiring what serving/ imports and nothing else."""
@@ -231,14 +241,7 @@ def _clients_wheel(source: str, out):
     serving = os.path.join(ROOT, "serving")
     assert sorted(n for n in names if ".dist-info/" not in n) == sorted(
         f"serving/{f}" for f in os.listdir(serving) if f.endswith((".py", ".sh")))
-    meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA")))
-    required = {}
-    for line in meta.decode().splitlines():
-        if line.startswith("Requires-Dist:"):
-            spec, _, marker = line.split(":", 1)[1].partition(";")
-            name = spec.strip().split("[")[0].split(">")[0].split("=")[0]
-            required[name] = marker.split("==")[-1].strip().strip('"') if marker else None
-    assert required == {"tritonclient": None, "numpy": None, "nvidia-pytriton": "server"}
+    assert _requires(wheel) == {"": {"tritonclient", "numpy"}, "server": {"nvidia-pytriton"}}
     # What serving/ imports beyond the standard library, every one required: tritonclient (its
     # gRPC client brings protobuf: google), numpy; PyTriton by the "server" extra; TensorFlow
     # only where a command says it needs it (image_client --client_json, pytriton_server).
