@@ -74,32 +74,31 @@ class TXLServing(Serving):
     inference_streams = True  # the memory runs from batch to batch
 
     def signatures(self, model):
-        cfg, memory = self.task.cfg, served_memory(self.flags)
+        cfg, served = self.task.cfg, served_memory(self.flags)
         tokens = tf.TensorSpec([None, None], tf.int32, name="tokens")
+        targets = tf.TensorSpec([None, None], tf.int32, name="targets")
         mems = tf.TensorSpec([cfg.n_layer, None, None, cfg.d_model], tf.float32, name="mems")
 
         @graph.function(input_signature=[tokens, mems])
         def next_word(tokens, mems):
             with tf.control_dependencies(_ids_checked(tokens=tokens, vocab=cfg.vocab_size)):
                 logp, new = model.next_log_prob(tokens, tf.unstack(mems, cfg.n_layer),
-                                                **memory)
+                                                **served)
             return {"log_probs": logp, "new_mems": tf.cast(tf.stack(new), tf.float32)}
 
-        @graph.function(input_signature=[tokens, tf.TensorSpec([None, None], tf.int32,
-                                                            name="targets"), mems])
+        @graph.function(input_signature=[tokens, targets, mems])
         def score(tokens, targets, mems):
             with tf.control_dependencies(_ids_checked(tokens=tokens, targets=targets,
                                                       vocab=cfg.vocab_size)):
                 nll, new = model(tokens, tf.unstack(mems, cfg.n_layer), targets,
-                                 training=False, **memory)
+                                 training=False, **served)
             return {"nll": nll, "new_mems": tf.cast(tf.stack(new), tf.float32)}
-        served = memory
+
         fixed = tf.TensorSpec([None, cfg.n_layer, served["mem_len"], cfg.d_model], tf.float32,
                               name="memory")
         length = tf.TensorSpec([None, 1], tf.int32, name="memory_length")
 
-        @graph.function(input_signature=[tokens, tf.TensorSpec([None, None], tf.int32,
-                                                            name="targets"), fixed, length])
+        @graph.function(input_signature=[tokens, targets, fixed, length])
         def step(tokens, targets, memory, memory_length):
             """Both answers over a memory of one length (``TransformerXL.fixed_step``): what
             a server keeps per sequence as a tensor of one shape. ``targets`` broadcast to the
