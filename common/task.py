@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import importlib
 import itertools
 import types
 from collections.abc import Callable, Mapping, Sequence
@@ -17,7 +18,8 @@ import numpy as np
 import tensorflow as tf
 
 from common.checkpoint.settings import CheckpointSpec
-from common.data import input_errors, tfrecord_index
+from common.data import input_errors
+from common.data.records import RecordData
 from common.errors import UsageError
 from common.flags import Settings
 from common.precision import Precision
@@ -176,18 +178,28 @@ class Task(abc.ABC):
         raise NotImplementedError(f"{self.name} has no evaluation")
 
     # --- data ---------------------------------------------------------------------------
-    @abc.abstractmethod
+    # The model's sharded TFRecords, where its data are those (``record_data``, made in its
+    # ``__init__``): the datasets, the epoch's size and the bad-record locator below read them.
+    records: RecordData | None = None
+
     def steps_per_epoch(self) -> int:
         """Optimizer steps in one training epoch at the run's global batch
-        (``ctx.global_batch_size``: --batch_size x --batch_chunk x processes)."""
+        (``ctx.global_batch_size``: --batch_size x --batch_chunk x processes); the default
+        counts the records."""
+        if self.records is None:
+            raise NotImplementedError(f"{self.name} has no records to count")
+        return max(1, self.records.train_examples() // self.ctx.global_batch_size)
 
-    @abc.abstractmethod
     def train_dataset(self) -> tf.data.Dataset:
         """This rank's training data, repeating: micro-batches of ``--batch_size`` rows in the
-        order the trainer consumes them. Each optimizer step takes ``--batch_chunk``
-        consecutive elements (step t's micro-batches 0..k-1, then step t + 1's) and averages
-        their gradients. For a stateful task, micro-batch c of step t + 1 continues the rows
-        of micro-batch c of step t: the trainer hands it the state that one returned."""
+        order the trainer consumes them (the default: the records', or synthetic batches). Each
+        optimizer step takes ``--batch_chunk`` consecutive elements (step t's micro-batches
+        0..k-1, then step t + 1's) and averages their gradients. For a stateful task,
+        micro-batch c of step t + 1 continues the rows of micro-batch c of step t: the trainer
+        hands it the state that one returned."""
+        if self.records is None:
+            raise NotImplementedError(f"{self.name} has no training data")
+        return self.records.train_dataset()
 
     def train_dataset_at(self, step: int) -> tf.data.Dataset:
         """The training data of a run that resumes after ``step`` optimizer steps. Shuffled data
@@ -196,8 +208,11 @@ class Task(abc.ABC):
         return self.train_dataset()
 
     def eval_dataset(self) -> tf.data.Dataset:
-        """This rank's shard of the evaluation data, one pass."""
-        raise NotImplementedError(f"{self.name} has no evaluation data")
+        """This rank's shard of the evaluation data, one pass (the default: the validation
+        records')."""
+        if self.records is None:
+            raise NotImplementedError(f"{self.name} has no evaluation data")
+        return self.records.dataset("validation", False)
 
     def check_eval_inputs(self, first_batch) -> None:
         """Raises a one-line error when something the evaluation reads besides
@@ -244,83 +259,46 @@ def l2_regularization(weight_decay: float, weights) -> tf.Tensor | None:
     return weight_decay * tf.add_n([tf.nn.l2_loss(tf.cast(w, tf.float32)) for w in weights])
 
 
-class RecordTask(Task):
-    """A task whose data are sharded TFRecords (``train-*``, ``validation-*``) written by its
-    ``prepare_dataset.py``: the file sets, the epoch size and the bad-record locator, once."""
-    prepare_script = "prepare_dataset.py"  # named in the error when no records are found
-    synthetic_epoch = 1  # examples in a nominal epoch of synthetic data (no --data_dir)
-    empty_eval_hint = ("the validation records hold no examples: prepare them with "
-                       "prepare_dataset.py")
+def record_data(ctx: RunContext, *, prepare_script: str, synthetic_epoch: int,
+                dali_pipeline: str, tfdata_pipeline: types.ModuleType,
+                synthetic: Callable[[], Any], dali_args: Mapping | None = None,
+                tfdata_args: Mapping | None = None) -> RecordData:
+    """The run's ``RecordData`` of a model whose data are sharded TFRecords: its pipeline
+    modules' ``dataset(files, ...)`` called with what every record model passes them (this
+    rank's share, the batch, the image size, DALI's placement and threads), the model's own
+    arguments added (``dali_args``, ``tfdata_args``); the DALI module (``dali_pipeline``, by
+    name) imported only when used, the check a record must pass its tf.data module's
+    ``record_check``. ``--mode train_and_evaluate`` without --data_dir stops here."""
+    f, dist = ctx.flags, ctx.dist
+    if f.mode == "train_and_evaluate" and f.data_dir is None:
+        raise UsageError("--mode train_and_evaluate evaluates on --data_dir's validation "
+                         f"split: give --data_dir (prepared by {prepare_script}), or --mode "
+                         "train on synthetic data")
+    shared = {"batch_size": f.batch_size, "image_size": f.image_size, "rank": dist.rank,
+              "world": dist.size}
 
-    def __init__(self, ctx: RunContext):
-        super().__init__(ctx)
-        if ctx.flags.mode == "train_and_evaluate" and ctx.flags.data_dir is None:
-            raise UsageError("--mode train_and_evaluate evaluates on --data_dir's validation "
-                             "split: give --data_dir (prepared by "
-                             f"{self.prepare_script}), or --mode train on synthetic data")
+    def dali_read(files, training):
+        from common.data import dali
+        module = importlib.import_module(dali_pipeline)
+        return module.dataset(files, idx_dir=f.data_idx_dir, training=training,
+                              where=dali.placement(ctx.capabilities, f), seed=f.seed,
+                              num_threads=f.dali_threads, **shared, **(dali_args or {}))
 
-    def record_check(self) -> Callable[[tf.Tensor], tf.Tensor]:
-        """What a serialized record must pass (parse, label range, decode): raises if bad."""
-        raise NotImplementedError
-
-    # The two pipelines over the records, one decision between them (``record_dataset``, below).
-    def dali_dataset(self, files: list[str], training: bool):
-        """``files`` through the model's DALI pipeline (their index files are checked)."""
-        raise NotImplementedError
-
-    def tfdata_dataset(self, files: list[str], training: bool, seed: int | None):
-        """``files`` through the model's tf.data pipeline; ``seed``: this rank's."""
-        raise NotImplementedError
-
-    def synthetic_dataset(self):
-        """Synthetic batches (``Repeated``) for a run without --data_dir."""
-        raise NotImplementedError
-
-    def train_dataset(self):
-        if self.flags.data_dir is None:
-            return self.synthetic_dataset()
-        return record_dataset(self, "train", True)
-
-    def eval_dataset(self):
-        return record_dataset(self, "validation", False)
-
-    def steps_per_epoch(self) -> int:
-        return max(1, num_train_examples(self) // self.ctx.global_batch_size)
-
-
-# --- what every record task does alike (not hooks: no model changes them) -------------------
-def record_files(task: RecordTask, split: str) -> list[str]:
-    """``split``: "train" or "validation"; one complete set of shards."""
-    return tfrecord_index.shard_files(task.flags.data_dir, split,
-                                      f"prepare them with {task.prepare_script}")
-
-
-def record_dataset(task: RecordTask, split: str, training: bool):
-    """This rank's batches of ``split`` ("train", "validation"): DALI's with --dali, its
-    index files built or checked first, else tf.data's."""
-    f, dist = task.flags, task.ctx.dist
-    files = record_files(task, split)
-    if f.dali:
-        tfrecord_index.ensure_indexes(files, f.data_idx_dir, dist)
-        return task.dali_dataset(files, training)
-    return task.tfdata_dataset(files, training, rank_seed(f.seed, dist.rank))
-
-
-def num_train_examples(task: RecordTask) -> int:
-    """Records in the training split (the nominal ``synthetic_epoch`` for synthetic data)."""
-    if task.flags.data_dir is None:
-        return task.synthetic_epoch
-    return tfrecord_index.count_records(record_files(task, "train"), task.flags.data_idx_dir)
+    def tfdata_read(files, training):
+        return tfdata_pipeline.dataset(files, training=training,
+                                       seed=rank_seed(f.seed, dist.rank), **shared,
+                                       **(tfdata_args or {}))
+    return RecordData(prepare_script=prepare_script, synthetic_epoch=synthetic_epoch,
+                      check=tfdata_pipeline.record_check(f.num_classes), dali=dali_read,
+                      tfdata=tfdata_read, synthetic=synthetic, data_dir=f.data_dir,
+                      index_dir=f.data_idx_dir, use_dali=bool(f.dali), dist=dist)
 
 
 def locate_bad_record(task: Task, split: str) -> str | None:
     """After the ``split`` ("train" or "eval") pipeline failed: "<file>, record <n>: <why>"
-    for the first bad record of a record task (``common.data.input_errors.locate_bad_record``),
-    else None."""
-    if not isinstance(task, RecordTask) or task.flags.data_dir is None:
-        return None
-    files = record_files(task, "train" if split == "train" else "validation")
-    return input_errors.locate_bad_record(files, task.record_check())
+    for the first bad record of a task with records (``RecordData.locate_bad_record``), else
+    None."""
+    return task.records.locate_bad_record(split) if task.records is not None else None
 
 
 def check_inputs(task: Task, split: str) -> None:

@@ -24,7 +24,6 @@ from triton_servers import (
 
 from common.export.triton import config as triton_config
 from common.export.triton import repository
-from common.task import record_files
 from rn50 import config as rn50_config
 from rn50 import tfdata_pipeline as rn50_data
 from ssd import tfdata_pipeline as ssd_data
@@ -32,7 +31,7 @@ from ssd import tfdata_pipeline as ssd_data
 
 def _records(trainer, parse):
     """(the first validation shard, its records' encoded images in order)."""
-    first = record_files(trainer.task, "validation")[:1]
+    first = trainer.task.records.files("validation")[:1]
     return first, [parse(r).numpy() for r in tf.data.TFRecordDataset(first)]
 
 

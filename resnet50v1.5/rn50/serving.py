@@ -22,7 +22,6 @@ from common import graph
 from common.data.images import read_image
 from common.export.serving import ExportSpec, Serving, image_input_info, prepare_each
 from common.models import MODELS
-from common.task import record_files
 from rn50 import tfdata_pipeline
 
 
@@ -79,7 +78,7 @@ class ResNetServing(Serving):
     def calibration_dataset(self):
         f = self.flags
         return graph.dataset_map(tfdata_pipeline.dataset(
-            record_files(self.task, "train"), f.batch_size, f.image_size, False,
+            self.task.records.files("train"), f.batch_size, f.image_size, False,
             num_classes=f.num_classes, prep=self.task.eval_prep), lambda x, _: x)
 
     # --- what inference is --------------------------------------------------------------

@@ -14,10 +14,9 @@ import tensorflow as tf
 
 from common.checkpoint.settings import CheckpointSpec
 from common.core import schedules
-from common.data import dali
 from common.data.input_errors import DeviceRangeCheck
 from common.errors import UsageError
-from common.task import RecordTask, Repeated, l2_regularization
+from common.task import Repeated, Task, l2_regularization, record_data
 from rn50 import config, eval_preprocessing, tfdata_pipeline
 from rn50.model import build_resnet, decayed_kernels
 from rn50.serving import ResNetServing
@@ -46,13 +45,11 @@ def eval_recipe(text: str | None, size: int) -> eval_preprocessing.EvalPreproces
         raise UsageError(f"--eval_preprocessing {text} at --image_size {size}: {e}") from None
 
 
-class ResNetTask(RecordTask):
+class ResNetTask(Task):
     name = "resnet50v1.5"
     item_unit = "images"
     headline_metric = "top1"
     config = config
-    prepare_script = "resnet50v1.5/prepare_dataset.py"
-    synthetic_epoch = IMAGENET_TRAIN_IMAGES
     serving_class = ResNetServing
 
     # What a checkpoint is (common/checkpoint/settings.py): padding changes what the same
@@ -95,6 +92,12 @@ class ResNetTask(RecordTask):
         # it), parsed once at the run's image size and handed to the pipelines, predict and
         # the exports: a crop that does not fit is refused now, before any checkpoint.
         self.eval_prep = eval_recipe(f.eval_preprocessing, f.image_size)
+        crop = {"min_area": f.crop_area_min, "prep": self.eval_prep}
+        self.records = record_data(
+            ctx, prepare_script="resnet50v1.5/prepare_dataset.py",
+            synthetic_epoch=IMAGENET_TRAIN_IMAGES, dali_pipeline="rn50.dali_pipeline",
+            tfdata_pipeline=tfdata_pipeline, synthetic=self._synthetic, dali_args=crop,
+            tfdata_args={**crop, "num_classes": f.num_classes})
 
     # --- model and optimisation ---------------------------------------------------------
     def build_model(self):
@@ -159,30 +162,11 @@ class ResNetTask(RecordTask):
         return state
 
     # --- data ---------------------------------------------------------------------------
-    def record_check(self):
-        return tfdata_pipeline.record_check(self.flags.num_classes)
-
-    def dali_dataset(self, files, training):
-        from rn50 import dali_pipeline
-        f, dist = self.flags, self.ctx.dist
-        return dali_pipeline.dataset(files, f.data_idx_dir, f.batch_size, f.image_size,
-                                     training, dist.rank, dist.size,
-                                     dali.placement(self.ctx.capabilities, f),
-                                     f.seed, f.dali_threads, f.crop_area_min, prep=self.eval_prep)
-
-    def tfdata_dataset(self, files, training, seed):
-        f, dist = self.flags, self.ctx.dist
-        return tfdata_pipeline.dataset(files, f.batch_size, f.image_size, training, dist.rank,
-                                       dist.size, seed, f.crop_area_min, f.num_classes,
-                                       prep=self.eval_prep)
-
-    def synthetic_dataset(self):
+    def _synthetic(self):
         f = self.flags
         images = tf.random.normal((f.batch_size, f.image_size, f.image_size, 3), seed=f.seed)
         labels = tf.random.uniform((f.batch_size,), 0, f.num_classes, tf.int32, seed=f.seed)
         return Repeated((images, labels))
-
-    # --- inference ----------------------------------------------------------------------
 
 
 def _top1(labels, logits):

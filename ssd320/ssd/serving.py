@@ -26,7 +26,6 @@ from common import graph
 from common.data.images import read_image
 from common.export.serving import ExportSpec, Serving, image_input_info, prepare_each
 from common.models import MODELS
-from common.task import record_files
 from ssd import postprocess, tfdata_pipeline
 
 # postprocess.nms's keys -> TF Object Detection API's output names.
@@ -103,7 +102,7 @@ class SSDServing(Serving):
     def calibration_dataset(self):
         f, task = self.flags, self.task
         return graph.dataset_map(tfdata_pipeline.dataset(
-            record_files(task, "train"), f.batch_size, f.image_size, False, task.anchors,
+            task.records.files("train"), f.batch_size, f.image_size, False, task.anchors,
             f.num_classes), lambda b: b["images"])
 
     _detect = None  # predict's compiled detection, made at its first file

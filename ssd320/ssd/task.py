@@ -17,10 +17,9 @@ from common.checkpoint import settings as checkpoint_settings
 from common.checkpoint import start, store
 from common.checkpoint.settings import CheckpointSpec
 from common.core import schedules
-from common.data import dali
 from common.data.input_errors import DeviceRangeCheck
 from common.errors import DataError, UsageError
-from common.task import RecordTask, Repeated, l2_regularization
+from common.task import Repeated, Task, l2_regularization, record_data
 from ssd import anchors as anchor_gen
 from ssd import coco_eval, coco_json, config, losses, postprocess, targets, tfdata_pipeline
 from ssd.model import ARCHS, build_ssd, decayed_kernels
@@ -39,14 +38,12 @@ def _label_map(data_dir):
     return coco_json.label_map(path)
 
 
-class SSDTask(RecordTask):
+class SSDTask(Task):
     name = "ssd320"
     serving_class = SSDServing
     item_unit = "images"
     headline_metric = "AP50"
     config = config
-    prepare_script = "ssd320/prepare_dataset.py"
-    synthetic_epoch = COCO_TRAIN_IMAGES
     gathers_eval_outputs = True
 
     # What a checkpoint is (common/checkpoint/settings.py).
@@ -92,6 +89,11 @@ class SSDTask(RecordTask):
                              "(or TF_ENABLE_AUTO_MIXED_PRECISION=1) the whole network is float32")
         self.label_map = _label_map(f.data_dir)
         self.anchors = anchor_gen.generate(f.image_size)  # (A, 4) normalised
+        self.records = record_data(
+            ctx, prepare_script="ssd320/prepare_dataset.py", synthetic_epoch=COCO_TRAIN_IMAGES,
+            dali_pipeline="ssd.dali_pipeline", tfdata_pipeline=tfdata_pipeline,
+            synthetic=self._synthetic,
+            tfdata_args={"anchors": self.anchors, "num_classes": f.num_classes})
         # Class ids of batches DALI leaves on the device, checked there (the tf.data pipeline
         # checks its own as it parses them).
         self.class_check = DeviceRangeCheck("class", 1, f.num_classes)
@@ -202,23 +204,7 @@ class SSDTask(RecordTask):
                                      self._ground_truth_path())
 
     # --- data ---------------------------------------------------------------------------
-    def record_check(self):
-        return tfdata_pipeline.record_check(self.flags.num_classes)
-
-    def dali_dataset(self, files, training):
-        from ssd import dali_pipeline
-        f, dist = self.flags, self.ctx.dist
-        return dali_pipeline.dataset(files, f.data_idx_dir, f.batch_size, f.image_size,
-                                     training, dist.rank, dist.size,
-                                     dali.placement(self.ctx.capabilities, f),
-                                     f.seed, f.dali_threads)
-
-    def tfdata_dataset(self, files, training, seed):
-        f, dist = self.flags, self.ctx.dist
-        return tfdata_pipeline.dataset(files, f.batch_size, f.image_size, training, self.anchors,
-                                       f.num_classes, dist.rank, dist.size, seed)
-
-    def synthetic_dataset(self):
+    def _synthetic(self):
         f, a = self.flags, len(self.anchors)
         batch = {"images": tf.random.normal((f.batch_size, f.image_size, f.image_size, 3)),
                  "cls": tf.cast(tf.where(tf.random.uniform((f.batch_size, a)) < 0.01,
@@ -233,5 +219,3 @@ class SSDTask(RecordTask):
 
     def items_in(self, batch):
         return int(batch["images"].shape[0])
-
-    # --- inference ----------------------------------------------------------------------
