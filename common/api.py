@@ -335,7 +335,7 @@ class Checkpoint(_Text):
     def __init__(self, path: str, **flags):
         from common import models, runner
         from common.checkpoint import settings as checkpoint_settings
-        from common.export import serving as serving_lib
+        from common.export import module as export_module
         directory = checkpoint_settings.directory_of(path)
         record = checkpoint_settings.read(path) if os.path.isdir(directory) else None
         # A checkpoint's prefix (DIR/ckpt-N) loads that step; a directory its newest readable.
@@ -360,15 +360,15 @@ class Checkpoint(_Text):
             if line.startswith("skipped "):
                 warnings.warn(f"{path}: {line}", stacklevel=3)
         self.task, self.model = self._trainer.task, self._trainer.model
-        self.serving = self._trainer.serving
-        self._signatures = serving_lib.traced(self.serving, self.model)[0]  # export reuses them
+        self.exports = self._trainer.serving
+        self._signatures = export_module.traced(self.exports, self.model)[0]  # export reuses them
         from common.checkpoint import scores
         # What evaluation scored at this checkpoint's step: the card's, and its exports'.
         self._scored = scores.at(self.task.flags.model_dir, self._trainer.step)
-        self.card = serving_lib.model_card(self.serving, self.model, self._scored)
+        self.card = export_module.model_card(self.exports, self.model, self._scored)
         self.recipe = self.card["evaluation_preprocessing"]
         # What its export's client.json would say (signatures, vocab_size, max_segment...).
-        self._limits = serving_lib.describe(self.serving, self._signatures)
+        self._limits = export_module.describe(self.exports, self._signatures)
 
     def _described(self) -> dict:
         return self._limits
@@ -395,8 +395,8 @@ class Checkpoint(_Text):
         from common import export
         asked = types.SimpleNamespace(export_onnx=onnx, export_onnx_int8=False,
                                       export_triton=triton)
-        export.export(self.serving, self.model, export_dir,
-                      export.writes_onnx(self.serving, asked), self._trainer.log,
+        export.export(self.exports, self.model, export_dir,
+                      export.writes_onnx(self.exports, asked), self._trainer.log,
                       triton_dir=triton, scored=self._scored)
         return export_dir
 
@@ -409,9 +409,9 @@ class Export(_Text):
     def __init__(self, path: str):
         import tensorflow as tf
 
-        from common.export import serving as serving_lib
+        from common.export import module as export_module
         try:
-            self.info = serving_lib.read_client_info(path)
+            self.info = export_module.read_client_info(path)
         except (OSError, ValueError) as e:
             raise DataError(f"{path} has no readable assets/client.json ({e}): give what "
                             "--export_dir wrote") from None

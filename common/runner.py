@@ -82,11 +82,11 @@ def _parse(task_cls: type[Task], argv: Sequence[str], loading: bool):
     would leave no timed step. Each stops here with one line."""
     fv = flags.parse(flags.build(task_cls.config.define_flags, task_cls.config.FLAG_DEFAULTS), argv,
                      task_cls.name,
-                     task_cls.serving_class is not None and task_cls.serving_class.export.int8,
+                     task_cls.exports_class is not None and task_cls.exports_class.export.int8,
                      loading)
     if fv.use_tftrt:
         tftrt.require(fv.use_tftrt, fv.mode)
-    if task_cls.serving_class is not None and writes_onnx(task_cls.serving_class, fv):
+    if task_cls.exports_class is not None and writes_onnx(task_cls.exports_class, fv):
         onnx_convert.require()
     if fv.export_onnx_int8:
         onnx_int8.require()

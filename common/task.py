@@ -231,9 +231,9 @@ class Task(abc.ABC):
         return int(tf.nest.flatten(batch)[0].shape[0])
 
     # --- export and inference -------------------------------------------------------------
-    # The model's serving object (common/export/serving.py): what its exports hold, and what
+    # The model's exports object (common/export/module.py): what its exports hold, and what
     # inference is (predict, the inference benchmark).
-    serving_class: type = None
+    exports_class: type = None
     # What to check when the evaluation data gave no batch, for the error line.
     empty_eval_hint = "the evaluation split holds no examples"
     # The split evaluation reads, as a model card names it (Hugging Face's split names).

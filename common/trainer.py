@@ -53,8 +53,8 @@ class Trainer:
             self.flags.model_dir, {"model": self.model, "optimizer": self.inner_optimizer,
                                    "global_step": self.global_step},
             loss_scale, keep=self.flags.keep_checkpoints, log=self.log.print)
-        # The model's serving object: what its exports hold and what inference is.
-        self.serving = task.serving_class(task) if task.serving_class else None
+        # The model's exports object: what its exports hold and what inference is.
+        self.exports = task.exports_class(task) if task.exports_class else None
         self.scored: dict | None = None  # what evaluate() scored, for the model card
         self._check_output_dirs()
         self._compiled_step = None
@@ -78,7 +78,7 @@ class Trainer:
                 files.check_output_dir(f.model_dir, "--model_dir", need, "a checkpoint needs"),
                 self.checkpoints.clean_leftovers()), "checking --model_dir")
         if f.export_dir:  # its room measured by a trial export
-            self.dist.on_chief(lambda: export.check_export_dir(self.serving, self.model,
+            self.dist.on_chief(lambda: export.check_export_dir(self.exports, self.model,
                                                                f, self.log.print),
                                "checking --export_dir")
 
@@ -267,7 +267,7 @@ class Trainer:
     def benchmark_inference(self) -> dict:
         """``--mode inference_benchmark``: the serving computation (TF-TRT's with
         ``--use_tftrt``) on the inference data, every step timed."""
-        f, task, serving = self.flags, self.task, self.serving
+        f, task, serving = self.flags, self.task, self.exports
         data = read_batches(self.ctx.capabilities.on_device(
             inference.inference_dataset(serving)))
         infer, state = inference.benchmarked_function(serving, self.model, self.inference_model,
@@ -283,7 +283,7 @@ class Trainer:
 
     def predict(self, paths) -> dict:
         self.restore(required=True)
-        return inference.predict(self.serving, self.inference_model(), paths, self.dist, self.log,
+        return inference.predict(self.exports, self.inference_model(), paths, self.dist, self.log,
                                  self.flags.results_dir,
                                  loop.epoch_of(self.step, self.steps_per_epoch))
 
@@ -293,7 +293,7 @@ class Trainer:
             # What these weights scored: this run's evaluation, else one that an earlier run
             # recorded for this checkpoint's step in --model_dir.
             scored = self.scored or scores.at(f.model_dir, self.step)
-            export.export(self.serving, self.model, export_dir,
-                          export.writes_onnx(self.serving, f), self.log, scored=scored,
+            export.export(self.exports, self.model, export_dir,
+                          export.writes_onnx(self.exports, f), self.log, scored=scored,
                           int8=f.export_onnx_int8, triton_dir=f.export_triton,
                           triton_replace=f.triton_replace)

@@ -285,10 +285,10 @@ def test_the_card_names_the_canonical_dataset_only_for_its_own_files(tmp_path):
     WikiText-103 for its 267,735 words; anything else by what it holds; no data: synthetic."""
     import types
 
-    from common.export.serving import data_read
-    from rn50 import serving as rn50_serving
-    from ssd import serving as ssd_serving
-    from txl import serving as txl_serving
+    from common.export.module import data_read
+    from rn50 import exports as rn50_exports
+    from ssd import exports as ssd_exports
+    from txl import exports as txl_exports
 
     def read(module, name, files):
         folder = tmp_path / name
@@ -301,21 +301,21 @@ def test_the_card_names_the_canonical_dataset_only_for_its_own_files(tmp_path):
         serving.client_info = lambda: {"data": module._data_read(serving)}
         return data_read(serving)
     synsets = "".join(f"n{i:08d}\n" for i in range(1000))
-    assert read(rn50_serving, "resnet50v1.5", {"labels.txt": synsets}) == {
+    assert read(rn50_exports, "resnet50v1.5", {"labels.txt": synsets}) == {
         "dataset": "ILSVRC/imagenet-1k", "description": "ImageNet-1k (ILSVRC2012)"}
-    assert read(rn50_serving, "a", {"labels.txt": synsets.replace("n00000007", "cat")}) == {
+    assert read(rn50_exports, "a", {"labels.txt": synsets.replace("n00000007", "cat")}) == {
         "dataset": None, "description": "an image dataset of 1000 classes (n00000000, "
                                         "n00000001, n00000002, ...)"}
-    assert read(rn50_serving, "b", {}) == {"dataset": None, "description": "synthetic data"}
+    assert read(rn50_exports, "b", {}) == {"dataset": None, "description": "synthetic data"}
     coco = [{"id": i, "name": "person" if i == 1 else "toothbrush" if i == 90 else f"c{i}"}
             for i in [*range(1, 80), 90]]
-    assert read(ssd_serving, "ssd320", {"label_map.json": json.dumps({"categories": coco})}) == {
+    assert read(ssd_exports, "ssd320", {"label_map.json": json.dumps({"categories": coco})}) == {
         "dataset": "detection-datasets/coco", "description": "COCO 2017"}
-    assert read(ssd_serving, "c", {"label_map.json": json.dumps({"categories": coco[:2]})}) == {
+    assert read(ssd_exports, "c", {"label_map.json": json.dumps({"categories": coco[:2]})}) == {
         "dataset": None, "description": "a detection dataset of 2 categories (person, c2)"}
-    assert read(txl_serving, "transformerxl", {"corpus-info.json": json.dumps({
+    assert read(txl_exports, "transformerxl", {"corpus-info.json": json.dumps({
         "vocab_size": 267735, "tokens": {"train": 103227021}})}) == {
         "dataset": "Salesforce/wikitext", "description": "WikiText-103"}
-    assert read(txl_serving, "d", {"corpus-info.json": json.dumps({
+    assert read(txl_exports, "d", {"corpus-info.json": json.dumps({
         "vocab_size": 29, "tokens": {"train": 9043}})}) == {
         "dataset": None, "description": "a text corpus of 29 words (9,043 training tokens)"}

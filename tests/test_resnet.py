@@ -147,10 +147,10 @@ def test_the_trial_export_and_the_export_share_one_trace_and_the_trained_weights
     it saves the same traced signatures (made once), with the trained weights: its answers are
     the final checkpoint's, not the untrained network's of the trial."""
     from common import api
-    from rn50.serving import ResNetServing
+    from rn50.exports import ResNetExports
     made = []  # the weights each time the signatures are made
-    signatures = ResNetServing.signatures
-    monkeypatch.setattr(ResNetServing, "signatures", lambda self, model: made.append(
+    signatures = ResNetExports.signatures
+    monkeypatch.setattr(ResNetExports, "signatures", lambda self, model: made.append(
         model.get_weights()) or signatures(self, model))
     runner.run(ResNetTask, ["main.py", *TINY, "--data_dir", digits_records, "--results_dir",
                             str(tmp_path), "--mode", "train", "--num_iter", "3",

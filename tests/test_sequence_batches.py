@@ -150,7 +150,7 @@ def test_the_served_limits_fit_the_memory_the_docs_give_at_base_size():
     probe measured for it."""
     from common.export.triton.config import BATCH_MEMORY, max_sequences
     from txl.config import TXLConfig
-    from txl.serving import WIKITEXT_103_WORDS, segment_bytes
+    from txl.exports import WIKITEXT_103_WORDS, segment_bytes
     cfg = TXLConfig(vocab_size=WIKITEXT_103_WORDS)
     state = cfg.n_layer * 640 * cfg.d_model * 4
     row = segment_bytes(cfg)

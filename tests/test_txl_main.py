@@ -302,7 +302,7 @@ def test_two_processes_train_and_evaluate_as_one(tmp_path, corpus):
 def test_export_memory_chooses_the_served_memory_lengths():
     from types import SimpleNamespace
 
-    from txl.serving import served_memory
+    from txl.exports import served_memory
     f = SimpleNamespace(mem_len=192, clamp_len=-1, same_length=False, eval_mem_len=640,
                         eval_clamp_len=400, eval_same_length=True, export_memory="eval")
     assert served_memory(f) == {"mem_len": 640, "clamp_len": 400, "same_length": True}

@@ -107,7 +107,7 @@ def benchmark_infer(serving, model, results_dir: str, precision: str, inputs, st
     """``infer(x, state) -> (outputs, state)`` through the model's SavedModel (of the model in
     float32) converted by TF-TRT at ``precision``, with engines built for the shapes of
     ``inputs``: exported, converted and loaded here, before any step is timed."""
-    from common.export.serving import float32_saved_model
+    from common.export.module import float32_saved_model
     saved, converted = paths(results_dir)
     key, example = serving.serving_call(inputs, state)
     # TF-TRT converts what it is given: an AMP graph's float16 casts would make "FP32" mean

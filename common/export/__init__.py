@@ -1,13 +1,13 @@
 """Exports of a trained model, the same for every model: ``--export_dir`` (a SavedModel whose
 signatures a client calls, with ``assets/``), ``--export_onnx`` and ``--export_onnx_int8`` (its
 ONNX files for TensorRT and ONNX Runtime), ``--export_triton`` (Triton model repositories, one
-per kind of server). What each holds is the model's serving object's
-(``common.export.serving.Serving``); this package writes it. TF-TRT's conversion for the
+per kind of server). What each holds is the model's exports object's
+(``common.export.module.Exports``); this package writes it. TF-TRT's conversion for the
 inference benchmark (``--use_tftrt``) is ``common.core.tftrt``, beside that benchmark.
 
 * ``writer``: the export and the Triton repository written whole, and the checks before
   training.
-* ``serving``: the base of each model's serving object, ``client.json``, and the float32
+* ``module``: the base of each model's exports object, ``client.json``, and the float32
   SavedModel that ONNX and TF-TRT convert.
 * ``onnx_convert``: SavedModel signatures to ONNX (tf2onnx, in a process of its own).
 * ``onnx_int8``: INT8 ONNX in Q/DQ form, calibrated on training images.

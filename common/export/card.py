@@ -95,7 +95,7 @@ def packages() -> dict:
 def build(*, model: str, pipeline_tag: str, data: dict, weights: dict, recipe: str | None,
           scored: dict | None, parameter_count: int, exported_weights_sha256: str,
           triton_model: str) -> dict:
-    """The card's dict (module docstring). ``data`` is what the run read (``Serving.data_read``:
+    """The card's dict (module docstring). ``data`` is what the run read (``Exports.data_read``:
     the Hub's dataset id only when it is that set, and a description), ``weights`` what the
     checkpoint recorded of its source (``common/checkpoint/start.py``) with the licence given
     to trained weights; ``scored`` the evaluation of these weights, or None."""

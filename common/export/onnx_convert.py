@@ -71,7 +71,7 @@ def export_serving(serving, model, export_dir: str) -> list[str]:
     float32 with the trained weights (AMP keeps float32 weights), so the graph holds no casts
     and TensorRT picks the engine's precision (``trtexec --fp16``), as NVIDIA's ONNX exports
     do. The ONNX files' inputs and outputs are named as the signatures name theirs."""
-    from common.export.serving import float32_saved_model
+    from common.export.module import float32_saved_model
     with tempfile.TemporaryDirectory(dir=export_dir) as tmp:
         source = export_dir
         if precision.float32_model(serving.task.build_model, model) is not model:

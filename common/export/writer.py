@@ -1,4 +1,4 @@
-"""Writing an export: ``--export_dir`` (the SavedModel of the model's serving object, with its
+"""Writing an export: ``--export_dir`` (the SavedModel of the model's exports object, with its
 ONNX and INT8 files), ``--export_triton`` after it, all swapped into place whole
 (``common.files.staged_dir``); and what is checked before training (``check_export_dir``)."""
 from __future__ import annotations
@@ -12,8 +12,8 @@ import tensorflow as tf
 from common import files
 from common.errors import DataError, one_line
 from common.export import card as cards
+from common.export import module as export_module
 from common.export import onnx_convert, onnx_int8
-from common.export import serving as serving_lib
 from common.export.triton.repository import write_repository
 
 
@@ -29,11 +29,11 @@ def export(serving, model: keras.Model, export_dir: str, with_onnx: bool, log,
     into each repository."""
     with files.staged_dir(export_dir, "the export", replaces=export_names(serving),
                           log=log.print) as stage:
-        serving_lib.save(serving, model, stage, serving_lib.model_card(serving, model, scored))
+        export_module.save(serving, model, stage, export_module.model_card(serving, model, scored))
         onnx = onnx_convert.export_serving(serving, model, stage) if with_onnx else []
         if int8:
             onnx += onnx_int8.export_serving(serving, stage, log.print)
-        serving_lib.record_served_files(stage, [os.path.basename(p) for p in onnx])
+        export_module.record_served_files(stage, [os.path.basename(p) for p in onnx])
     log.print(f"exported a SavedModel to {export_dir} (signatures and client.json: "
               f"{os.path.join(export_dir, 'assets')})")
     for path in onnx:
@@ -102,7 +102,7 @@ def export_names(serving) -> set[str]:
     names = serving.export.onnx_files
     onnx = set(names) | {onnx_int8.int8_name(n) for n in names}
     return {"saved_model.pb", "fingerprint.pb", "variables", "assets", "assets.extra",
-            serving_lib.PREPROCESS, cards.CARD_JSON, cards.CARD_README, *onnx}
+            export_module.PREPROCESS, cards.CARD_JSON, cards.CARD_README, *onnx}
 
 
 def export_bytes(serving, model: keras.Model, export_dir: str, with_onnx: bool,
@@ -119,7 +119,7 @@ def export_bytes(serving, model: keras.Model, export_dir: str, with_onnx: bool,
         with files.one_writer(export_dir, log=log):
             files.clear_stale(export_dir, log)
             with tempfile.TemporaryDirectory(prefix=files.PROBE, dir=export_dir) as tmp:
-                serving_lib.save(serving, model, tmp)
+                export_module.save(serving, model, tmp)
                 size = files.tree_bytes(tmp)
     except (OSError, tf.errors.OpError) as e:
         why = one_line(getattr(e, "message", None) or e.strerror or str(e))

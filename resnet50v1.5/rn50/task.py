@@ -18,8 +18,8 @@ from common.data.input_errors import DeviceRangeCheck
 from common.errors import UsageError
 from common.task import Repeated, Task, l2_regularization, record_data
 from rn50 import config, eval_preprocessing, tfdata_pipeline
+from rn50.exports import ResNetExports
 from rn50.model import build_resnet, decayed_kernels
-from rn50.serving import ResNetServing
 
 IMAGENET_TRAIN_IMAGES = 1_281_167  # the nominal epoch of synthetic data
 IMAGENET_CLASSES = 1000
@@ -50,7 +50,7 @@ class ResNetTask(Task):
     item_unit = "images"
     headline_metric = "top1"
     config = config
-    serving_class = ResNetServing
+    exports_class = ResNetExports
 
     # What a checkpoint is (common/checkpoint/settings.py): padding changes what the same
     # weights compute, so it is recorded with the shapes' settings.

@@ -85,7 +85,7 @@ def int8_accuracy(run, files: dict, batches, records: str) -> dict:
     """COCO AP, AP50 and AP75 of each ONNX file (``run(file, images)`` gives its outputs by
     name: the NMS inside ``model.onnx``), by pycocotools."""
     from ssd import coco_eval
-    from ssd.serving import TF_OD_NAMES
+    from ssd.exports import TF_OD_NAMES
     gt = coco_eval.ground_truth(os.path.join(records, "validation_annotations.json"))
     out = {}
     for name, f in files.items():

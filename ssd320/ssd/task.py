@@ -22,8 +22,8 @@ from common.errors import DataError, UsageError
 from common.task import Repeated, Task, l2_regularization, record_data
 from ssd import anchors as anchor_gen
 from ssd import coco_eval, coco_json, config, losses, postprocess, targets, tfdata_pipeline
+from ssd.exports import SSDExports
 from ssd.model import ARCHS, build_ssd, decayed_kernels
-from ssd.serving import SSDServing
 
 COCO_TRAIN_IMAGES = 118_287  # the nominal epoch of synthetic data
 REFERENCE_BATCH = 256  # NVIDIA's 8 x 32: the batch the learning rate and warm-up are given for
@@ -40,7 +40,7 @@ def _label_map(data_dir):
 
 class SSDTask(Task):
     name = "ssd320"
-    serving_class = SSDServing
+    exports_class = SSDExports
     item_unit = "images"
     headline_metric = "AP50"
     config = config

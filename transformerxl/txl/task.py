@@ -27,11 +27,11 @@ from common.errors import DataError, UsageError
 from common.task import Task
 from txl import config, streams, tfdata_pipeline
 from txl.config import WT103_TRAIN_TOKENS
+from txl.exports import TXLExports
 from txl.lamb import NvidiaLamb
 from txl.metrics import PerplexityMetric
 from txl.model import TransformerXL
 from txl.prepare import utf8_lines, vocab_hash
-from txl.serving import TXLServing
 
 
 def _vocab_lines(path: str) -> list[str]:
@@ -49,7 +49,7 @@ class TransformerXLTask(Task):
     # The last segment is shorter in time: segments are padded to --eval_tgt_len, the padded
     # positions after the real ones, which causal attention keeps unseen.
     eval_padding = (1, "eval_tgt_len")
-    serving_class = TXLServing
+    exports_class = TXLExports
     item_unit = "tokens"
     headline_metric = "ppl"
     config = config

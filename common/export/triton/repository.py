@@ -56,7 +56,7 @@ import tempfile
 
 from common import files
 from common.export import card as cards
-from common.export import serving as serving_lib
+from common.export import module as export_module
 from common.export.triton import tensorrt
 from common.export.triton.config import (
     BATCH_MEMORY,
@@ -97,7 +97,7 @@ FLAT = ("", "_cpu", "_savedmodel", "_onnx", "_preprocess", "_python", "_tensorrt
 def _saved_model_tensors(export_dir: str, signature: str = "serving_default"):
     """(inputs, outputs) of a SavedModel signature as its ``client.json`` describes them:
     name -> (dtype name, shape, None = any)."""
-    described = serving_lib.read_client_info(export_dir)["signatures"][signature]
+    described = export_module.read_client_info(export_dir)["signatures"][signature]
 
     def read(tensors):
         return {k: (v["dtype"], [None if d == -1 else d for d in v["shape"]])
@@ -181,13 +181,13 @@ def write_repository(serving, export_dir: str, triton_dir: str, replace: bool = 
     TensorRT models that wait for their engines in ``triton_dir.tensorrt``), written beside
     and swapped in whole; the lines that say what was written and how to serve it."""
     name, batch = serving.export.triton_name, serving.export.triton_max_batch_size
-    info = serving_lib.read_client_info(export_dir)
+    info = export_module.read_client_info(export_dir)
     labels_file = os.path.join(export_dir, "assets", info.get("labels") or "-")
     labels = {"probabilities": "labels.txt"} if os.path.isfile(labels_file) else None
     label_files = {"labels.txt": labels_file} if labels else {}
     onnx_path = os.path.join(export_dir, "model.onnx")
     net = onnx_tensors(onnx_path) if os.path.exists(onnx_path) else None
-    preprocess = os.path.join(export_dir, serving_lib.PREPROCESS)
+    preprocess = os.path.join(export_dir, export_module.PREPROCESS)
     image = os.path.isdir(preprocess)
     # The export's model card, beside the model a client calls in each repository, naming that
     # model and the files the repository serves (``_Repository.served``).
@@ -263,7 +263,7 @@ def _link_saved_model(export_dir: str, version: str) -> None:
     """The export's SavedModel (its ONNX files and preprocessing left out) as
     ``version/model.savedmodel``, by hard links."""
     _link_tree(export_dir, os.path.join(version, "model.savedmodel"),
-               ignore=shutil.ignore_patterns("*.onnx", serving_lib.PREPROCESS))
+               ignore=shutil.ignore_patterns("*.onnx", export_module.PREPROCESS))
 
 
 def _image_models(repos, serving, net, preprocess: str, labels, label_files, warm, exported):
@@ -302,7 +302,7 @@ def _sequence_config(serving, export_dir: str) -> dict:
     """Transformer-XL's sequence model: the inputs and outputs of its signatures that carry
     the state, the state aside."""
     state_in, state_out, axis = serving.export.triton_state
-    described = serving_lib.read_client_info(export_dir)
+    described = export_module.read_client_info(export_dir)
     info = described["signatures"]
     inputs, outputs, each = {}, {}, []
     for signature in info:

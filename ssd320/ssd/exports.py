@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from common import graph
 from common.data.images import read_image
-from common.export.serving import ExportSpec, Serving, image_input_info, prepare_each
+from common.export.module import Exports, ExportSpec, image_input_info, prepare_each
 from common.models import MODELS
 from ssd import postprocess, tfdata_pipeline
 
@@ -46,7 +46,7 @@ def tensorrt_onnx(serving, export_dir, int8, out_path):
     return True
 
 
-class SSDServing(Serving):
+class SSDExports(Exports):
     export = ExportSpec(onnx_files={"model.onnx": "preprocessed",
                                     "model_before_nms.onnx": "decoded"},
                         onnx_for_triton=True, int8=True, triton_name="ssd320",

@@ -20,12 +20,12 @@ import tensorflow as tf
 
 from common import graph
 from common.data.images import read_image
-from common.export.serving import ExportSpec, Serving, image_input_info, prepare_each
+from common.export.module import Exports, ExportSpec, image_input_info, prepare_each
 from common.models import MODELS
 from rn50 import tfdata_pipeline
 
 
-class ResNetServing(Serving):
+class ResNetExports(Exports):
     export = ExportSpec(onnx_files={"model.onnx": "preprocessed"}, onnx_for_triton=True,
                         int8=True, triton_name="resnet50")
 

@@ -1,7 +1,7 @@
-"""What a model's export is: the base of each model's serving object.
+"""What a model's export is: the base of each model's exports object.
 
-A model's serving object (``Task.serving_class``: ``rn50/serving.py``, ``ssd/serving.py``,
-``txl/serving.py``) says what a client of its export calls and needs; ``common.export`` writes
+A model's exports object (``Task.exports_class``: ``rn50/exports.py``, ``ssd/exports.py``,
+``txl/exports.py``) says what a client of its export calls and needs; ``common.export`` writes
 it (the SavedModel, its ONNX and INT8 forms, a Triton model repository) the same way for every
 model. Kept apart from the Task, as TF Model Garden keeps ``official/vision/serving/`` apart
 from its tasks: training does not need it, and what an export holds is decided in one place.
@@ -68,7 +68,7 @@ class ExportSpec:
     # Whether --export_triton needs model.onnx (the image models' networks in Triton: it then
     # implies --export_onnx).
     onnx_for_triton: bool = False
-    # Whether --export_onnx_int8 calibrates this model's ONNX (``Serving.calibration_dataset``).
+    # Whether --export_onnx_int8 calibrates this model's ONNX (``Exports.calibration_dataset``).
     int8: bool = False
     # --export_triton: the models' names in the repository (``<triton_name>_savedmodel``, ...)
     # and the most requests Triton batches into one (where the model's tensors are batched).
@@ -94,7 +94,7 @@ class ExportSpec:
     engine_shapes: Callable = batch_rows
 
 
-class Serving:
+class Exports:
     """A model's export, and what inference is for it: what each model declares (its class
     attributes; what it exports beside the SavedModel: ``export``, an ``ExportSpec``) and the
     hooks it overrides, at most eight methods (a test holds the count; the rest of the export is
@@ -243,7 +243,7 @@ def model_card(serving, model: keras.Model, scored: dict | None) -> dict:
 
 def traced(serving, model: keras.Model) -> tuple[dict, tf.types.experimental.Function | None]:
     """``serving``'s signatures over ``model`` and its preprocessing alone
-    (``preprocess_function``), made once for this serving object and model: the trial export
+    (``preprocess_function``), made once for this exports object and model: the trial export
     before training (``writer.check_export_dir``) and the export after it save the same
     functions, traced once (the trace is most of a save's work); their variables hold the
     trained values by the time of the second save."""

@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from common import graph
 from common.errors import DataError
-from common.export.serving import ExportSpec, Serving
+from common.export.module import Exports, ExportSpec
 from common.models import MODELS
 from txl.generate import generate
 from txl.prepare import utf8_lines
@@ -56,7 +56,7 @@ def segment_bytes(cfg) -> dict:
             "token": 4 * (3 * (head + clusters) + 2 * cfg.d_inner + 8 * cfg.d_model)}
 
 
-class TXLServing(Serving):
+class TXLExports(Exports):
     # Triton keeps the memory per sequence; 16 sequences run together. On the Python backend
     # (cpu/) the model keeps the SavedModel's growing memory (``mems``); on the GPU backends
     # (triton/: ONNX Runtime, TensorRT) the server keeps ``step``'s fixed-length memory and
