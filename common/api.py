@@ -35,10 +35,7 @@ import io
 import json
 import os
 import re
-import shutil
-import tempfile
 import warnings
-import weakref
 
 from common.errors import DataError, one_line
 
@@ -333,9 +330,11 @@ class Checkpoint(_Text):
     (what main.py would have printed as it loaded the checkpoint)."""
 
     def __init__(self, path: str, **flags):
-        from common import models, runner
+        from common import export, models, runner
+        from common.checkpoint import scores
         from common.checkpoint import settings as checkpoint_settings
         from common.export import module as export_module
+        from common.runtime.dllogger import Logger
         directory = checkpoint_settings.directory_of(path)
         record = checkpoint_settings.read(path) if os.path.isdir(directory) else None
         # A checkpoint's prefix (DIR/ckpt-N) loads that step; a directory its newest readable.
@@ -345,30 +344,29 @@ class Checkpoint(_Text):
                             "naming one of its models): give a --model_dir a run wrote, or an "
                             "import_weights.py output")
         self.settings = record
-        self._logs = tempfile.mkdtemp(prefix="tf-model-scripts-api-")
-        weakref.finalize(self, shutil.rmtree, self._logs, True)
-        argv = ["main.py", "--mode", "evaluate", "--model_dir", directory if prefix else path,
-                "--results_dir", self._logs]
-        for k, v in flags.items():
-            argv += [f"--{k}"] if v is True else [f"--no{k}"] if v is False else [f"--{k}", str(v)]
-        said = io.StringIO()  # what main.py would print as it starts: kept, not printed
-        with runner.process_state_restored(), contextlib.redirect_stdout(said):
-            self._trainer = runner.setup(models.task_class(record["model"]), argv, loading=True)
+        # main.py --mode evaluate --model_dir PATH with ``flags`` over the recorded settings,
+        # built from values; its lines (what main.py prints as it loads) go to ``messages``.
+        said = io.StringIO()
+        with runner.process_state_restored():
+            settled = runner.settle(models.task_class(record["model"]), {
+                "mode": "evaluate", "model_dir": directory if prefix else path, **flags})
+            self._trainer = runner.build(settled, Logger(settled.dist.is_chief, stream=said))
             self._trainer.restore(required=True, prefix=prefix)
         self.messages = said.getvalue().splitlines()
         for line in self.messages:  # an older checkpoint than the newest: the caller is told
             if line.startswith("skipped "):
                 warnings.warn(f"{path}: {line}", stacklevel=3)
         self.task, self.model = self._trainer.task, self._trainer.model
-        self.exports = self._trainer.serving
-        self._signatures = export_module.traced(self.exports, self.model)[0]  # export reuses them
-        from common.checkpoint import scores
+        self.exports = self._trainer.exports
+        # The model as its export holds it (traced once: export() saves these functions).
+        self.module = export.build(self.exports, self.model)
+        self._signatures = self.module.signatures
         # What evaluation scored at this checkpoint's step: the card's, and its exports'.
         self._scored = scores.at(self.task.flags.model_dir, self._trainer.step)
-        self.card = export_module.model_card(self.exports, self.model, self._scored)
+        self.card = export_module.model_card(self.module, self._scored)
         self.recipe = self.card["evaluation_preprocessing"]
         # What its export's client.json would say (signatures, vocab_size, max_segment...).
-        self._limits = export_module.describe(self.exports, self._signatures)
+        self._limits = self.module.described
 
     def _described(self) -> dict:
         return self._limits
@@ -390,14 +388,11 @@ class Checkpoint(_Text):
     def export(self, export_dir: str, onnx: bool = False, triton: str | None = None) -> str:
         """What ``main.py --export_dir`` (``--export_onnx``, ``--export_triton``) writes, for this
         checkpoint; returns ``export_dir``."""
-        import types
-
         from common import export
-        asked = types.SimpleNamespace(export_onnx=onnx, export_onnx_int8=False,
-                                      export_triton=triton)
-        export.export(self.exports, self.model, export_dir,
-                      export.writes_onnx(self.exports, asked), self._trainer.log,
-                      triton_dir=triton, scored=self._scored)
+        from common.runtime.dllogger import Logger
+        export.export(self.module, export_dir, export.writes_onnx(self.module.spec, onnx,
+                                                                  triton=triton),
+                      Logger(), triton_dir=triton, scored=self._scored)
         return export_dir
 
 

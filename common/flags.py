@@ -232,11 +232,11 @@ class Settings:
 
 
 def parse(fv: flags.FlagValues, argv: Sequence[str], model: str = "the model",
-          int8_export: bool = True, loading: bool = False) -> Settings:
+          int8_export: bool = True) -> Settings:
     """Parses ``argv`` (program name first); raises ``UsageError`` with one line on any problem
-    (``model`` and whether it has an INT8 export, for that flag's). ``loading``: for the Python
-    API, which loads a checkpoint to evaluate later, if at all (no --data_dir needed yet).
-    ``--help`` (``-h``, ``--helpfull``) prints every flag with its default and exits 0."""
+    (``model`` and whether it has an INT8 export, for that flag's), and for a mode that the
+    command line's run would find no input for. ``--help`` (``-h``, ``--helpfull``) prints
+    every flag with its default and exits 0."""
     if any(a in ("-h", "--help", "--helpfull") for a in argv[1:]):
         prog = os.path.basename(argv[0]) if argv else "main.py"
         print(f"usage: {prog} [--flag=value ...]\n\n{fv.get_help(include_special_flags=False)}")
@@ -254,13 +254,45 @@ def parse(fv: flags.FlagValues, argv: Sequence[str], model: str = "the model",
                          "line)") from None
     if len(rest) > 1:
         raise UsageError(f"unexpected positional arguments: {' '.join(rest[1:])}")
+    # What the run's mode reads (the Python API builds with --mode evaluate and runs no mode).
+    if fv.mode == "evaluate" and fv.data_dir is None:
+        raise UsageError("--mode evaluate needs --data_dir (accuracy on synthetic data means "
+                         "nothing; use --mode inference_benchmark for speed)")
+    return _checked(fv, model, int8_export)
+
+
+def from_values(fv: flags.FlagValues, values: Mapping, model: str = "the model",
+                int8_export: bool = True) -> Settings:
+    """``values`` by flag name over ``fv``'s defaults, as the command line gives them: each
+    parsed by its flag (a Python value, or a list for a list flag) and checked by its own
+    validators, then by ``validate``; one ``UsageError`` line for a name no flag has or a
+    value a flag refuses (the Python API's settings: ``api.load(path, amp=True)``)."""
+    fv.mark_as_parsed()
+    for name, value in values.items():
+        if name not in fv:
+            raise UsageError(f"{name}: no such flag (main.py --help lists them)")
+        given = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
+        try:
+            fv[name].parse(given)
+        except (ValueError, TypeError, flags.Error) as e:
+            raise UsageError(f"{name}={value!r}: "
+                             f"{str(e).splitlines()[0] if str(e) else type(e).__name__}"
+                             ) from None
+    try:
+        fv.validate_all_flags()
+    except flags.Error as e:
+        raise UsageError(str(e).splitlines()[0]) from None
+    return _checked(fv, model, int8_export)
+
+
+def _checked(fv: flags.FlagValues, model: str, int8_export: bool) -> Settings:
     if fv.export_onnx_int8 and not int8_export:  # before what it would need
         raise UsageError(f"--export_onnx_int8: {model}'s ONNX is not calibrated for INT8 (the "
                          "image models are: ResNet-50, SSD320)")
-    return Settings(fv, validate(fv, loading))
+    return Settings(fv, validate(fv))
 
 
-def validate(f: flags.FlagValues, loading: bool = False) -> dict:
+def validate(f: flags.FlagValues) -> dict:
     """Refuses what cannot work, with one line; returns the defaults that follow from other
     flags (``--no_tf32``, ``--model_dir``, ``--data_idx_dir``)."""
     derived = {}
@@ -286,9 +318,6 @@ def validate(f: flags.FlagValues, loading: bool = False) -> dict:
                          "--dali_cpu decodes on the CPU: give one of them")
     if f.dali and f.data_dir is None:
         raise UsageError("--dali needs --data_dir: synthetic data does not go through DALI")
-    if f.mode == "evaluate" and f.data_dir is None and not loading:
-        raise UsageError("--mode evaluate needs --data_dir (accuracy on synthetic data means "
-                         "nothing; use --mode inference_benchmark for speed)")
     if f.export_onnx and not f.export_dir:
         raise UsageError("--export_onnx writes model.onnx into --export_dir: give --export_dir")
     if f.export_triton and not f.export_dir:

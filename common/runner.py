@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import glob
 import os
 import random
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import keras
 import numpy as np
@@ -52,17 +54,40 @@ def run_settings(trainer: Trainer) -> dict:
     return {**out, **trainer.task.effective_settings()}
 
 
-def setup(task_cls: type[Task], argv: Sequence[str], loading: bool = False) -> Trainer:
-    """Flags, Horovod, precision, logs and the model: everything before the mode runs
-    (``loading``: for the Python API, ``common/api.py``)."""
-    fv = _parse(task_cls, argv, loading)
+@dataclasses.dataclass(frozen=True)
+class Settled:
+    """A run's settings, settled before anything is built: the flags as the run uses them (the
+    checkpoint's recorded settings, the preset's and the task's derived ones in), the processes
+    and what was taken from a checkpoint ((settings, whose), or None)."""
+    task_cls: type[Task]
+    flags: flags.Settings
+    dist: distributed.Distributed
+    adopted: tuple | None
+
+
+def settle(task_cls: type[Task], values: Mapping[str, Any] | None = None,
+           argv: Sequence[str] | None = None) -> Settled:
+    """The settings of a run of ``task_cls``: the command line's (``argv``, program name first:
+    main.py's) or ``values`` by flag name over the flags' defaults (the Python API's:
+    ``amp=True``), then a checkpoint's recorded settings where neither gives one, the preset's
+    values and the task's derived ones; the tools they need are checked. What cannot work is
+    one line (``UsageError``, ``DataError``). Nothing is written."""
+    fv = _parse(task_cls, argv, values)
     dist = distributed.init()
     fv, adopted = _settle(task_cls, fv, dist)
+    return Settled(task_cls, fv, dist, adopted)
+
+
+def build(settled: Settled, logger: Logger | None = None) -> Trainer:
+    """The run of ``settled``: its precision (set for the process), its logger (``logger``,
+    else the run's logs in --results_dir), the task and the trainer with its model, and the
+    start's lines in the log."""
+    task_cls, fv, dist = settled.task_cls, settled.flags, settled.dist
     prec = precision.resolve(
         amp=fv.amp, amp_dtype=fv.amp_dtype, static_loss_scale=fv.static_loss_scale, tf32=fv.tf32,
         xla=fv.xla, has_gpu=dist.devices.gpu)
     precision.apply(prec)
-    logger = _logger(task_cls, fv, dist)
+    logger = logger or _logger(task_cls, fv, dist)
     if fv.seed is not None:
         keras.utils.set_random_seed(fv.seed)  # same on every rank: rank 0's weights win anyway
     ctx = RunContext(flags=fv, dist=dist, precision=prec, logger=logger,
@@ -72,21 +97,29 @@ def setup(task_cls: type[Task], argv: Sequence[str], loading: bool = False) -> T
     except BaseException:
         logger.close()
         raise
-    _say_settings(trainer, adopted)
+    _say_settings(trainer, settled.adopted)
     return trainer
 
 
-def _parse(task_cls: type[Task], argv: Sequence[str], loading: bool):
-    """The command line's flags, and what they need checked before anything starts: the tools
-    an export or a benchmark runs (TF-TRT, tf2onnx, Model Optimizer), a profiled range that
-    would leave no timed step. Each stops here with one line."""
-    fv = flags.parse(flags.build(task_cls.config.define_flags, task_cls.config.FLAG_DEFAULTS), argv,
-                     task_cls.name,
-                     task_cls.exports_class is not None and task_cls.exports_class.export.int8,
-                     loading)
+def setup(task_cls: type[Task], argv: Sequence[str]) -> Trainer:
+    """Flags, Horovod, precision, logs and the model of a command line: everything before the
+    mode runs (``settle``, then ``build``)."""
+    return build(settle(task_cls, argv=argv))
+
+
+def _parse(task_cls: type[Task], argv: Sequence[str] | None, values: Mapping | None):
+    """The command line's flags (or ``values``'), and what they need checked before anything
+    starts: the tools an export or a benchmark runs (TF-TRT, tf2onnx, Model Optimizer), a
+    profiled range that would leave no timed step. Each stops here with one line."""
+    exports = task_cls.exports_class
+    int8 = exports is not None and exports.export.int8
+    fv = flags.build(task_cls.config.define_flags, task_cls.config.FLAG_DEFAULTS)
+    fv = (flags.parse(fv, argv, task_cls.name, int8) if values is None
+          else flags.from_values(fv, values, task_cls.name, int8))
     if fv.use_tftrt:
         tftrt.require(fv.use_tftrt, fv.mode)
-    if task_cls.exports_class is not None and writes_onnx(task_cls.exports_class, fv):
+    if exports is not None and writes_onnx(exports.export, fv.export_onnx, fv.export_onnx_int8,
+                                           fv.export_triton):
         onnx_convert.require()
     if fv.export_onnx_int8:
         onnx_int8.require()
@@ -216,7 +249,7 @@ def _run(task_cls: type[Task], argv: Sequence[str]) -> dict:
             summary["gpu_memory_peak_mib"] = round(peak / 2**20)
         summary.update(precision=trainer.ctx.precision.policy, world_size=trainer.dist.size)
         if fv.mode in INFERENCE_MODES:
-            summary["inference_weights"] = trainer.inference_weights()
+            summary["inference_weights"] = trainer.inference_model.weights_dtype
         summary.update(_where(fv))
         logger.summary(summary)
         return summary

@@ -284,10 +284,11 @@ def record_data(ctx: RunContext, *, prepare_script: str, synthetic_epoch: int,
                               where=dali.placement(ctx.capabilities, f), seed=f.seed,
                               num_threads=f.dali_threads, **shared, **(dali_args or {}))
 
-    def tfdata_read(files, training):
+    def tfdata_read(files, training, whole=False):
+        share = {"rank": 0, "world": 1} if whole else {}
         return tfdata_pipeline.dataset(files, training=training,
-                                       seed=rank_seed(f.seed, dist.rank), **shared,
-                                       **(tfdata_args or {}))
+                                       seed=rank_seed(f.seed, dist.rank),
+                                       **{**shared, **share}, **(tfdata_args or {}))
     return RecordData(prepare_script=prepare_script, synthetic_epoch=synthetic_epoch,
                       check=tfdata_pipeline.record_check(f.num_classes), dali=dali_read,
                       tfdata=tfdata_read, synthetic=synthetic, data_dir=f.data_dir,

@@ -78,9 +78,14 @@ class Trainer:
                 files.check_output_dir(f.model_dir, "--model_dir", need, "a checkpoint needs"),
                 self.checkpoints.clean_leftovers()), "checking --model_dir")
         if f.export_dir:  # its room measured by a trial export
-            self.dist.on_chief(lambda: export.check_export_dir(self.exports, self.model,
-                                                               f, self.log.print),
+            self.dist.on_chief(lambda: export.check_export_dir(self.export_module, f,
+                                                               self.log.print),
                                "checking --export_dir")
+
+    @functools.cached_property
+    def export_module(self):  # made once: the trial export and the export save one trace
+        """The model as its exports hold it (``common.export.module.ExportModule``)."""
+        return export.build(self.exports, self.model)
 
     # --- state ----------------------------------------------------------------------------
     @property
@@ -267,19 +272,16 @@ class Trainer:
     def benchmark_inference(self) -> dict:
         """``--mode inference_benchmark``: the serving computation (TF-TRT's with
         ``--use_tftrt``) on the inference data, every step timed."""
-        f, task, serving = self.flags, self.task, self.exports
-        data = read_batches(self.ctx.capabilities.on_device(
-            inference.inference_dataset(serving)))
-        infer, state = inference.benchmarked_function(serving, self.model, self.inference_model,
-                                                      data, f, self.dist.size,
-                                                      self.ctx.precision.xla, self.log)
-        stepper = InferStepper(infer, data, lambda b: inference.inference_inputs(serving, b),
+        f, task, exports = self.flags, self.task, self.exports
+        data = read_batches(self.ctx.capabilities.on_device(inference.inference_dataset(
+            task, exports.inference_streams, f.data_dir, f.batch_size)))
+        infer, state = inference.benchmarked_function(
+            task, exports, self.model, self.inference_model, data, f, self.dist.size,
+            self.ctx.precision.xla, self.log, self.export_module if f.use_tftrt else None)
+        stepper = InferStepper(infer, data, lambda b: inference.inference_inputs(exports, b),
                                task.items_in, state)
         return benchmark.inference(stepper, f, self.profiler, self.log, task.config.LOG_NAMES,
                                    self.steps_per_epoch)
-
-    def inference_weights(self) -> str:
-        return self.inference_model.weights_dtype
 
     def predict(self, paths) -> dict:
         self.restore(required=True)
@@ -288,12 +290,9 @@ class Trainer:
                                  loop.epoch_of(self.step, self.steps_per_epoch))
 
     def export(self, export_dir: str) -> None:
-        if self.dist.is_chief:
+        if self.dist.is_chief:  # what the weights scored: this run's evaluation, else the step's
             f = self.flags
-            # What these weights scored: this run's evaluation, else one that an earlier run
-            # recorded for this checkpoint's step in --model_dir.
-            scored = self.scored or scores.at(f.model_dir, self.step)
-            export.export(self.exports, self.model, export_dir,
-                          export.writes_onnx(self.exports, f), self.log, scored=scored,
-                          int8=f.export_onnx_int8, triton_dir=f.export_triton,
-                          triton_replace=f.triton_replace)
+            export.export(self.export_module, export_dir, export.writes_onnx(
+                self.exports.export, f.export_onnx, f.export_onnx_int8, f.export_triton),
+                self.log, f.export_onnx_int8, f.export_triton, f.triton_replace,
+                self.scored or scores.at(f.model_dir, self.step))

@@ -46,6 +46,38 @@ def test_the_readmes_python_example_runs(tmp_path, digits_records):
     assert "'source': 'trained'" in last and "'split': 'validation'" in last
 
 
+def test_load_with_amp_is_what_main_py_amp_runs_with(tmp_path, digits_records, monkeypatch):
+    """``api.load(checkpoint, amp=True)`` builds from values what ``main.py --amp`` builds from
+    its command line: every setting of main.py's PARAMETER record and its precision the same,
+    without an argv, a captured stdout or a results directory (``./results``, the default,
+    is not made by the load)."""
+    from common import flags
+    from common.runtime.dllogger import read_records
+    main_py = os.path.join(ROOT, "resnet50v1.5", "main.py")
+    trained, ran, loaded = (tmp_path / d for d in ("trained", "ran", "loaded"))
+    for d in (ran, loaded):
+        d.mkdir()
+    ck = str(trained / "checkpoints")
+    subprocess.run([sys.executable, main_py, *TINY, "--data_dir", digits_records, "--mode",
+                    "train", "--iter_unit", "batch", "--num_iter", "1", "--results_dir",
+                    str(trained)], check=True, capture_output=True, timeout=600)
+    subprocess.run([sys.executable, main_py, "--mode", "evaluate", "--model_dir", ck,
+                    "--data_dir", digits_records, "--amp"], cwd=ran, check=True,
+                   capture_output=True, timeout=600)
+    logged = next(r["data"] for r in read_records(str(ran / "results" / "log.json"))
+                  if r.get("step") == "PARAMETER")
+    monkeypatch.chdir(loaded)
+    model = api.load(ck, amp=True, data_dir=digits_records)
+    assert os.listdir(loaded) == []  # no ./results for a load
+    ctx = model._trainer.ctx
+    mine = json.loads(json.dumps({**flags.as_dict(model.task.flags),
+                                  **ctx.precision.describe()}, default=str))
+    assert {k: logged.get(k) for k in mine} == mine
+    policy = ctx.precision.policy
+    assert mine["amp"] is True and policy.startswith("mixed_") and logged["dtype_policy"] == policy
+    assert any(line.startswith(f"precision: policy {policy}") for line in model.messages)
+
+
 @pytest.mark.one_stack("pip", "the API's own calls; the SavedModel's scores on each stack are "
                         "test_txl_main's")
 def test_a_transformerxl_checkpoint_scores_as_its_export(tmp_path, corpus):
@@ -63,7 +95,7 @@ def test_a_transformerxl_checkpoint_scores_as_its_export(tmp_path, corpus):
     assert api.load(str(results / "ck"), data_dir=corpus, weights_license="Apache-2.0"
                     ).card["license"] == "apache-2.0"
     tokens = np.load(os.path.join(corpus, "test.npy"))[:20].reshape(2, 10).astype(np.int32)
-    info = model.serving.client_info()  # the start memory: none, (layers, batch, 0, d_model)
+    info = model.exports.client_info()  # the start memory: none, (layers, batch, 0, d_model)
     inputs = {"tokens": tokens[:, :-1], "targets": tokens[:, 1:],
               "mems": np.zeros((info["n_layer"], 2, 0, info["d_model"]), np.float32)}
     assert "score" in model.signatures
@@ -283,8 +315,6 @@ def test_the_cards_model_index_publishes_no_cocos_minus_one(tmp_path):
 def test_the_card_names_the_canonical_dataset_only_for_its_own_files(tmp_path):
     """ImageNet-1k for a labels.txt of 1,000 WordNet ids, COCO 2017 for COCO's 80 categories,
     WikiText-103 for its 267,735 words; anything else by what it holds; no data: synthetic."""
-    import types
-
     from common.export.module import data_read
     from rn50 import exports as rn50_exports
     from ssd import exports as ssd_exports
@@ -295,11 +325,8 @@ def test_the_card_names_the_canonical_dataset_only_for_its_own_files(tmp_path):
         folder.mkdir()
         for file, text in files.items():
             (folder / file).write_text(text)
-        serving = types.SimpleNamespace(task=types.SimpleNamespace(name=name),
-                                        flags=types.SimpleNamespace(
-                                            data_dir=str(folder) if files else None))
-        serving.client_info = lambda: {"data": module._data_read(serving)}
-        return data_read(serving)
+        data_dir = str(folder) if files else None
+        return data_read({"data": module._data_read(data_dir, name)}, data_dir)
     synsets = "".join(f"n{i:08d}\n" for i in range(1000))
     assert read(rn50_exports, "resnet50v1.5", {"labels.txt": synsets}) == {
         "dataset": "ILSVRC/imagenet-1k", "description": "ImageNet-1k (ILSVRC2012)"}

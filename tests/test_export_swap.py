@@ -218,8 +218,7 @@ def test_a_trial_export_waits_for_the_writer_and_sweeps_no_live_trial(tmp_path):
     other.start()
     assert held.wait(60)
     threading.Timer(2, release.set).start()
-    need = export.export_bytes(trainer.serving, trainer.model, str(target), False,
-                               log=said.append)
+    need = export.export_bytes(trainer.export_module, str(target), False, log=said.append)
     other.join(60)
     assert need > 1 << 20 and not other.is_alive()
     assert said == [f"waiting for another process writing {target} to finish"], said

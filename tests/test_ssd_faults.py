@@ -469,11 +469,11 @@ def test_a_failed_export_leaves_the_previous_one_whole(tmp_path, capsys, monkeyp
     before = digests(target)
     assert any(name.endswith("saved_model.pb") for name in before)
 
-    def fails_half_way(serving, model, export_dir):
+    def fails_half_way(module, export_dir):
         with open(os.path.join(export_dir, "model.onnx"), "wb") as f:
             f.write(b"\x08\x07" * 100)  # a cut file, as a full disk leaves
         raise TrainingError("tf2onnx could not convert (a stand-in failure)")
-    monkeypatch.setattr(onnx_convert, "export_serving", fails_half_way)
+    monkeypatch.setattr(onnx_convert, "export_module", fails_half_way)
     code, last = _main(capsys, *[a if a != "1" else "2" for a in args], "--export_onnx")
     assert code == 1 and "tf2onnx could not convert" in last
     assert digests(target) == before  # the earlier export, whole

@@ -320,7 +320,7 @@ def test_re_exporting_into_a_repository_adds_a_version_or_replaces(exported_resn
     (again / "README.txt").write_text("notes\n")
     shutil.copytree(again / "cpu" / "resnet50_python", again / "cpu" / "other_model")
     inode = (again / "cpu" / "resnet50_python" / "1" / "model.onnx").stat().st_ino
-    repository.write_repository(trainer.serving, str(export), str(again))
+    repository.write_repository(trainer.export_module, str(export), str(again))
     assert sorted(os.listdir(again / "cpu" / "resnet50_python")) == [
         "1", "2", "config.pbtxt", "labels.txt"]
     first, second = (again / "cpu" / "resnet50_python" / v / "model.onnx" for v in ("1", "2"))
@@ -333,17 +333,17 @@ def test_re_exporting_into_a_repository_adds_a_version_or_replaces(exported_resn
     # Two exports more: versions 2, 3 and 4 kept (repository.KEPT_VERSIONS), 1 removed (every
     # export added one, each holding its export's files, for ever).
     for _ in range(2):
-        repository.write_repository(trainer.serving, str(export), str(again))
+        repository.write_repository(trainer.export_module, str(export), str(again))
     assert repository.KEPT_VERSIONS == 3 and sorted(os.listdir(
         again / "cpu" / "resnet50_python")) == ["2", "3", "4", "config.pbtxt", "labels.txt"]
-    repository.write_repository(trainer.serving, str(export), str(again), replace=True)
+    repository.write_repository(trainer.export_module, str(export), str(again), replace=True)
     assert sorted(os.listdir(again / "triton" / "resnet50_onnx")) == [
         "1", "config.pbtxt", "labels.txt"]
     assert (tmp_path / "triton.tensorrt" / "build_engines.sh").exists()
     flat = tmp_path / "flat"
     shutil.copytree(repo / "cpu", flat)  # resnet50, resnet50_python... at the top
     (flat / "mine.txt").write_text("kept\n")
-    repository.write_repository(trainer.serving, str(export), str(flat))
+    repository.write_repository(trainer.export_module, str(export), str(flat))
     assert sorted(os.listdir(flat)) == ["cpu", "mine.txt", "tensorflow", "triton"]
 
 
@@ -356,7 +356,7 @@ def test_the_engine_script_builds_fp16_and_int8_and_installs_them(exported_resne
     with_int8 = tmp_path / "export"
     shutil.copytree(export, with_int8)
     shutil.copy(with_int8 / "model.onnx", with_int8 / "model_int8.onnx")  # stands for INT8's
-    lines = repository.write_repository(trainer.serving, str(with_int8), str(tmp_path / "triton"))
+    lines = repository.write_repository(trainer.export_module, str(with_int8), str(tmp_path / "triton"))
     script = tmp_path / "triton.tensorrt" / "build_engines.sh"
     assert lines[-1] == (f"TensorRT: bash {script} on the serving GPU, in "
                          "nvcr.io/nvidia/tensorrt:25.02-py3 (the release of the Triton image "
@@ -418,7 +418,7 @@ def test_without_model_onnx_triton_holds_the_cpu_sequence_and_says_so(exported_t
     bare = tmp_path / "export"
     shutil.copytree(export, bare)
     (bare / "model.onnx").unlink()
-    lines = repository.write_repository(trainer.serving, str(bare), str(tmp_path / "triton"))
+    lines = repository.write_repository(trainer.export_module, str(bare), str(tmp_path / "triton"))
     assert lines[1:] == ["note: triton/transformerxl is cpu/'s model, run on the CPU: the export "
                          "has no model.onnx, which triton/ runs on the GPU (--export_onnx writes "
                          "it)"]
@@ -434,7 +434,7 @@ def test_transformer_xls_engines_take_its_memory_length(exported_txl):
     --eval_mem_len), not every unknown dimension at the batch size."""
     from common.export.triton import tensorrt
     trainer, _, _ = exported_txl
-    serving, cfg, f = trainer.serving, trainer.task.cfg, trainer.flags
+    module, cfg, f = trainer.export_module, trainer.task.cfg, trainer.flags
     inputs = {"tokens": ("int32", [None, None]), "targets": ("int32", [None, None]),
               "memory": ("float32", [None, cfg.n_layer, f.eval_mem_len, cfg.d_model]),
               "memory_length": ("int32", [None, 1])}
@@ -442,7 +442,7 @@ def test_transformer_xls_engines_take_its_memory_length(exported_txl):
     def shapes(rows, q):
         return (f"memory:{rows}x{cfg.n_layer}x{f.eval_mem_len}x{cfg.d_model},"
                 f"memory_length:{rows}x1,targets:{rows}x{q},tokens:{rows}x{q}")
-    assert tensorrt.profile(serving, inputs, 16) == (
+    assert tensorrt.profile(module, inputs, 16) == (
         shapes(1, 1), shapes(16, f.tgt_len), shapes(16, f.tgt_len))
 
 

@@ -43,16 +43,16 @@ class InferenceModel:
         return self.ctx.precision.compute_dtype if self._copy is not None else "float32"
 
 
-def predict(serving, model: keras.Model, paths, dist, log, results_dir: str,
+def predict(exports, model: keras.Model, paths, dist, log, results_dir: str,
             epoch: int = 0) -> dict:
-    """Every file's predictions (``serving.predict_file``), in order, into ``predictions.json``
+    """Every file's predictions (``exports.predict_file``), in order, into ``predictions.json``
     (written whole or not at all), logged under the checkpoint's ``epoch``. A file that cannot
     be read is reported, recorded with its error and skipped; the run fails only when no file
     can be read."""
     records, failed = [], []
     for n, path in enumerate(paths, 1):
         try:
-            found = serving.predict_file(model, path)
+            found = exports.predict_file(model, path)
         except (DataError, OSError, tf.errors.OpError) as e:
             why = str(e) if isinstance(e, DataError) else f"{path}: {one_line(str(e))}"
             failed.append(why)
@@ -72,42 +72,40 @@ def predict(serving, model: keras.Model, paths, dist, log, results_dir: str,
     return {"predictions": len(records) - len(failed), "skipped_files": len(failed)}
 
 
-def benchmarked_function(serving, model, inference_model, data, flags, world: int, xla: bool,
-                         log):
+def benchmarked_function(task, exports, model, inference_model, data, flags, world: int,
+                         xla: bool, log, module=None):
     """(the function an inference benchmark times, its first state): the serving computation
-    (``serving.infer``) of ``inference_model()``, or with --use_tftrt the model converted by
-    TF-TRT (one GPU)."""
-    task = serving.task
+    (``exports.infer``) of ``inference_model()``, or with --use_tftrt the ``ExportModule``'s
+    (``module``'s) float32 SavedModel converted by TF-TRT (one GPU)."""
     if flags.use_tftrt:
         if world > 1:
             raise UsageError("--use_tftrt benchmarks one GPU: run it without mpirun/horovodrun")
         state = task.initial_state(model, "infer")
-        return tftrt.benchmark_infer(serving, model, flags.results_dir, flags.use_tftrt,
-                                     inference_inputs(serving, next(data)), state,
-                                     log=log.print), state
+        return tftrt.benchmark_infer(module, exports.serving_call, flags.results_dir,
+                                     flags.use_tftrt, inference_inputs(exports, next(data)),
+                                     state, log=log.print), state
     served = inference_model()
     state = task.initial_state(served, "infer")
-    return graph.function(lambda x, state: serving.infer(served, x, state), jit_compile=xla), state
+    return graph.function(lambda x, state: exports.infer(served, x, state), jit_compile=xla), state
 
 
-def inference_inputs(serving, batch):
-    """The model inputs of a data batch (``serving.inference_input``: an index, a key, or None
+def inference_inputs(exports, batch):
+    """The model inputs of a data batch (``exports.inference_input``: an index, a key, or None
     for the whole batch)."""
-    return batch if serving.inference_input is None else batch[serving.inference_input]
+    return batch if exports.inference_input is None else batch[exports.inference_input]
 
 
-def inference_dataset(serving):
+def inference_dataset(task, streams: bool, data_dir: str | None, batch_size: int):
     """Batches for the inference benchmark, endless and all of one size (a smaller last batch
     would be compiled anew inside the timed steps): evaluation data if any, else synthetic;
-    streams that carry a state (``serving.inference_streams``: the task's evaluation streams,
-    real or synthetic) in order, the short last ones dropped."""
-    task = serving.task
-    if serving.inference_streams:  # synthetic or not, the task's evaluation streams
+    streams that carry a state (``streams``: the task's evaluation streams, real or synthetic)
+    in order, the short last ones dropped."""
+    if streams:  # synthetic or not, the task's evaluation streams
         return task.eval_dataset(drop_short=True).repeat()
-    if not serving.flags.data_dir:
+    if not data_dir:
         return task.train_dataset()
     data = task.eval_dataset()
     from common.data import dali
     if isinstance(data, dali.EvalPass):
         return data.served  # the padded last batch kept: its rows are as costly
-    return data.unbatch().repeat().batch(serving.flags.batch_size, drop_remainder=True)
+    return data.unbatch().repeat().batch(batch_size, drop_remainder=True)

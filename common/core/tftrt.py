@@ -102,22 +102,24 @@ def paths(results_dir: str) -> tuple[str, str]:
     return os.path.join(root, "saved_model"), os.path.join(root, "converted")
 
 
-def benchmark_infer(serving, model, results_dir: str, precision: str, inputs, state,
+def benchmark_infer(module, serving_call, results_dir: str, precision: str, inputs, state,
                     log=print):
-    """``infer(x, state) -> (outputs, state)`` through the model's SavedModel (of the model in
-    float32) converted by TF-TRT at ``precision``, with engines built for the shapes of
-    ``inputs``: exported, converted and loaded here, before any step is timed."""
+    """``infer(x, state) -> (outputs, state)`` through the ``ExportModule``'s SavedModel (of the
+    model in float32) converted by TF-TRT at ``precision``, with engines built for the shapes
+    of ``inputs``: exported, converted and loaded here, before any step is timed.
+    ``serving_call(inputs, state)``: the signature to call and its arguments
+    (``Exports.serving_call``)."""
     from common.export.module import float32_saved_model
     saved, converted = paths(results_dir)
-    key, example = serving.serving_call(inputs, state)
+    key, example = serving_call(inputs, state)
     # TF-TRT converts what it is given: an AMP graph's float16 casts would make "FP32" mean
     # float16 in places. The model is exported in float32 and TF-TRT sets the precision.
     with files.staged_dir(saved, "the SavedModel for TF-TRT") as stage:
-        float32_saved_model(serving, model, stage)
+        float32_saved_model(module, stage)
     convert(saved, converted, precision, key,
             serving_arguments(load_serving(saved, key), example), log=log)
     fn = load_serving(converted, key)
 
     def infer(x, state):
-        return fn(**serving_arguments(fn, serving.serving_call(x, state)[1])), state
+        return fn(**serving_arguments(fn, serving_call(x, state)[1])), state
     return infer

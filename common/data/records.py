@@ -23,9 +23,10 @@ class RecordData:
     # What a serialized record must pass (parse, label range, decode): raises if bad.
     check: Callable[[tf.Tensor], tf.Tensor]
     # (files, training) -> this rank's batches of ``files``: the model's DALI pipeline (the
-    # files' index files checked first), its tf.data pipeline (this rank's seed).
+    # files' index files checked first), its tf.data pipeline (this rank's seed; with
+    # ``whole=True`` every file's, whatever this rank's share: an INT8 export's calibration).
     dali: Callable[[list[str], bool], Any]
-    tfdata: Callable[[list[str], bool], Any]
+    tfdata: Callable[..., Any]
     synthetic: Callable[[], Any]  # synthetic batches (``common.task.Repeated``)
     data_dir: str | None  # --data_dir (None: synthetic data)
     index_dir: str | None  # --data_idx_dir

@@ -15,6 +15,7 @@ inference benchmark (``--use_tftrt``) is ``common.core.tftrt``, beside that benc
   configs, TensorRT's engines and the Python-backend models the repositories copy.
 * ``tools``: the external tools' runs, their logs kept only on failure.
 """
+from common.export.module import ExportModule, build
 from common.export.writer import (
     check_export_dir,
     export,
@@ -24,5 +25,5 @@ from common.export.writer import (
     writes_onnx,
 )
 
-__all__ = ["check_export_dir", "export", "export_bytes", "export_names", "onnx_opset",
-           "writes_onnx"]
+__all__ = ["ExportModule", "build", "check_export_dir", "export", "export_bytes",
+           "export_names", "onnx_opset", "writes_onnx"]

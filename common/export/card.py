@@ -58,13 +58,13 @@ def _files_sha256(base: str, members) -> str:
     return hashlib.sha256(lines.encode()).hexdigest()
 
 
-def weights_sha256(model) -> str:
+def weights_sha256(variables) -> str:
     """The SHA-256 of the exported weights' values (float32, little-endian, in the model's
-    variable order): the same for the same weights whatever file holds them, so that a reader
-    can check that an export holds the weights its card names."""
+    variable order: ``model.variables``): the same for the same weights whatever file holds
+    them, so that a reader can check that an export holds the weights its card names."""
     import numpy as np
     digest = hashlib.sha256()
-    for v in model.variables:
+    for v in variables:
         digest.update(np.ascontiguousarray(v.numpy(), dtype="<f4").tobytes())
     return digest.hexdigest()
 

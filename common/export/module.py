@@ -1,10 +1,16 @@
-"""What a model's export is: the base of each model's exports object.
+"""What a model's export is: the base of each model's exports object, and the trained model as
+one frozen value, the ``ExportModule``, which every writer takes.
 
 A model's exports object (``Task.exports_class``: ``rn50/exports.py``, ``ssd/exports.py``,
-``txl/exports.py``) says what a client of its export calls and needs; ``common.export`` writes
-it (the SavedModel, its ONNX and INT8 forms, a Triton model repository) the same way for every
-model. Kept apart from the Task, as TF Model Garden keeps ``official/vision/serving/`` apart
-from its tasks: training does not need it, and what an export holds is decided in one place.
+``txl/exports.py``) declares what a client of its export calls and needs: its signatures,
+assets and client information, and what it exports beside the SavedModel (``ExportSpec``).
+Once the model exists, ``build`` makes one ``ExportModule`` of it (as TF Model Garden builds an
+``ExportModule`` from a config and a model): the signatures and preprocessing traced once, the
+assets, ``client.json``'s fields, the card's facts, the engine profile and the calibration
+batches. ``common.export`` writes it (the SavedModel, its ONNX and INT8 forms, Triton model
+repositories) the same way for every model, from that value and nothing of the run. Kept apart
+from the Task, as TF Model Garden keeps ``official/vision/serving/`` apart from its tasks:
+training does not need it, and what an export holds is decided in one place.
 
 Every export holds, besides its signatures, ``assets/`` with the files a client reads (class
 names, label map or vocabulary) and ``assets/client.json``: the signatures' inputs and outputs,
@@ -13,6 +19,7 @@ how to prepare an input, the precision it was trained in and the checkpoint's se
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import tempfile
@@ -21,7 +28,7 @@ from collections.abc import Callable, Mapping
 import keras
 import tensorflow as tf
 
-from common import files, graph, precision
+from common import graph, precision
 from common.checkpoint.settings import settings_of
 from common.data.images import MEAN, STD
 from common.errors import UsageError
@@ -31,28 +38,6 @@ CLIENT_INFO = "client.json"  # in the SavedModel's assets/
 # The image models' preprocessing alone, a SavedModel of its own (no weights) in the export:
 # Triton's <name>_preprocess runs it, and a client that prepares images for the networks.
 PREPROCESS = "preprocess"
-
-
-def tensorrt_from(onnx_name: str):
-    """An ``ExportSpec.tensorrt_onnx``: the engine is built from the export's ``onnx_name``
-    (its INT8 form for the INT8 engine), linked or copied as it is, or without the defaults
-    of its inputs (``onnx_defaults``: TensorRT's parser would take them for constants)."""
-    def put(serving, export_dir: str, int8: bool, out_path: str) -> bool:
-        from common.export import onnx_defaults, onnx_int8
-        src = os.path.join(export_dir, onnx_int8.int8_name(onnx_name) if int8 else onnx_name)
-        if not os.path.exists(src):
-            return False
-        if serving.export.onnx_defaults:
-            onnx_defaults.without_defaults(src, out_path)
-        else:
-            files.link_or_copy(src, out_path)
-        return True
-    return put
-
-
-def batch_rows(serving, inputs, rows: int, least: bool) -> dict[str, list[int]]:
-    """An ``ExportSpec.engine_shapes``: every dimension of unknown size is the batch's."""
-    return {n: [rows if d is None else d for d in shape] for n, (_, shape) in inputs.items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +53,8 @@ class ExportSpec:
     # Whether --export_triton needs model.onnx (the image models' networks in Triton: it then
     # implies --export_onnx).
     onnx_for_triton: bool = False
-    # Whether --export_onnx_int8 calibrates this model's ONNX (``Exports.calibration_dataset``).
+    # Whether --export_onnx_int8 calibrates this model's ONNX (on its training records' images,
+    # ``ExportModule.calibration``).
     int8: bool = False
     # --export_triton: the models' names in the repository (``<triton_name>_savedmodel``, ...)
     # and the most requests Triton batches into one (where the model's tensors are batched).
@@ -85,22 +71,22 @@ class ExportSpec:
     # ONNX inputs that may be left out (a default of zeros of this shape in the graph, and
     # ``optional`` in Triton's config), except in TensorRT's engines, which take them all.
     onnx_defaults: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
-    # (serving, export_dir, int8, out_path) -> bool: puts the ONNX graph that Triton's
-    # ``<name>_tensorrt`` engine is built from (``int8``: ``<name>_tensorrt_int8``'s) at
-    # ``out_path``; False when the export has no such file.
-    tensorrt_onnx: Callable = tensorrt_from("model.onnx")
-    # (serving, ONNX inputs (name -> (dtype, shape with None)), rows, least) -> the inputs'
-    # shapes in a TensorRT optimisation profile at ``rows`` rows (``least``: its smallest).
-    engine_shapes: Callable = batch_rows
+    # The ONNX file (of ``onnx_files``) that Triton's ``<name>_tensorrt`` engine is built from
+    # (its INT8 form for ``<name>_tensorrt_int8``), without its inputs' defaults (TensorRT's
+    # parser would take them for constants); ``tensorrt_rewrite``, where the engine needs the
+    # graph changed first, names the function that does it by ``module:function``
+    # (``function(source, out_path)``), imported only where the engines' graphs are written.
+    tensorrt_onnx: str = "model.onnx"
+    tensorrt_rewrite: str | None = None
 
 
 class Exports:
     """A model's export, and what inference is for it: what each model declares (its class
     attributes; what it exports beside the SavedModel: ``export``, an ``ExportSpec``) and the
     hooks it overrides, at most eight methods (a test holds the count; the rest of the export is
-    this module's functions and ``common.export``'s). Subclasses give ``signatures`` and, where
-    they have them, ``assets``, ``client_info``, the calibration data of an INT8 export and
-    ``predict_file``."""
+    this module's functions and ``common.export``'s, which read the ``ExportModule`` that
+    ``build`` makes of it). Subclasses give ``signatures`` and, where they have them,
+    ``assets``, ``client_info``, ``predict_file`` and their engines' profile."""
 
     export: ExportSpec = ExportSpec()
     # The image models' evaluation preprocessing of one encoded image, (encoded, size) ->
@@ -153,21 +139,105 @@ class Exports:
         benchmark (--use_tftrt) times."""
         return "serving_default", inputs
 
-    # --- INT8 -------------------------------------------------------------------------------
-    def calibration_dataset(self) -> tf.data.Dataset:
-        """Batches of the ONNX files' float32 input from the training split, preprocessed as
-        for evaluation: what an INT8 export's activation ranges are calibrated on. Read by
-        tf.data on the host, whatever the run's pipeline."""
-        raise NotImplementedError(f"{self.task.name} has no INT8 calibration data")
+    # --- TensorRT ---------------------------------------------------------------------------
+    def engine_shapes(self) -> dict[str, tuple[list[int], list[int]]]:
+        """The ONNX inputs whose dimensions past the batch's differ in a TensorRT optimisation
+        profile from one row's to the most rows': name -> (the least, the most). Inputs not
+        named: every dimension of unknown size is the batch's."""
+        return {}
 
-def preprocess_function(serving):
-    """The image models' preprocessing alone, encoded images (N,) string -> ``images``
-    (N, size, size, 3) float32 and ``valid`` (N,) bool (``prepare_each``), as a
-    ``tf.function``: Triton's ``<name>_preprocess`` runs it before the ONNX network. None
-    for a model whose input is no image."""
-    if serving.prepare_image is None:
+
+@dataclasses.dataclass(frozen=True)
+class ExportModule:
+    """The trained model as its exports hold it, made once by ``build`` after the model exists:
+    what the writer, ONNX, INT8, Triton, TensorRT and TF-TRT take, and nothing of the run. The
+    variables are the model's own: an export written after training holds the trained values
+    of the functions traced before it (the trial export's)."""
+    name: str  # the model's (``common.models``' key)
+    spec: ExportSpec  # what it exports beside the SavedModel
+    variables: tuple  # the model's variables, which the SavedModel keeps
+    signatures: Mapping[str, tf.types.experimental.Function]  # traced once
+    preprocess: tf.types.experimental.Function | None  # the image models' preprocessing alone
+    assets: Mapping[str, str]  # assets/ by name -> text
+    described: Mapping  # client.json without the model card (``describe``)
+    image_size: int | None  # the image models' input size
+    # The model card's facts (``card.build``'s arguments) but what it scored and the weights'
+    # hash, which the writer takes when it writes (the weights are trained by then).
+    card: Mapping
+    # ``Exports.engine_shapes``: the ONNX inputs' TensorRT profile past the batch dimension.
+    engine_shapes: Mapping[str, tuple[list[int], list[int]]]
+    log_dir: str | None  # where a failed tool's log is kept (--results_dir)
+    # --export_onnx_int8's calibration: () -> batches (numpy) of the ONNX input from the
+    # training records, a bad record named in one line; how many images it asks for.
+    calibration: Callable | None = None
+    calibration_images: int = 0
+    # () -> this value over the model rebuilt in float32 with its weights (AMP), what ONNX and
+    # TF-TRT convert; None where the model computes in float32.
+    float32: Callable[[], ExportModule] | None = None
+
+
+def build(exports: Exports, model: keras.Model) -> ExportModule:
+    """The ``ExportModule`` of ``model``: ``exports``' declarations read and its signatures
+    traced, once. A licence the flags give over the weights' source's is refused here, in one
+    line."""
+    from common.checkpoint.start import weights_source
+    from common.models import MODELS
+    task, f = exports.task, exports.flags
+    signatures, info = exports.signatures(model), exports.client_info()
+    size = f.image_size if exports.prepare_image is not None else None
+    weights, given = weights_source(task), getattr(f, "weights_license", None)
+    if given and weights.get("license") and weights["license"].lower() != given.lower():
+        raise UsageError(f"--weights_license {given}: these weights are under their source's "
+                         f"licence ({weights['license']}); leave the flag out")
+    card = {"model": task.name, "pipeline_tag": MODELS[task.name].pipeline_tag,
+            "data": data_read(info, f.data_dir),
+            "weights": {**weights, "license": given} if given else weights,
+            "recipe": info.get("recipe"), "parameter_count": model.count_params(),
+            "triton_model": exports.export.triton_name}
+    value = ExportModule(
+        name=task.name, spec=exports.export, variables=tuple(model.variables),
+        signatures=signatures, preprocess=preprocess_function(exports.prepare_image, size),
+        assets=exports.assets(), image_size=size, card=card,
+        described=describe(exports, signatures, info, settings_of(task)),
+        engine_shapes=exports.engine_shapes(), log_dir=f.results_dir,
+        calibration=_calibration(exports) if exports.export.int8 else None,
+        calibration_images=getattr(f, "calibration_images", 0) or 0)
+    if model.dtype_policy.name == "float32":
+        return value
+
+    def in_float32() -> ExportModule:
+        copy = precision.float32_model(task.build_model, model)
+        return dataclasses.replace(value, variables=tuple(copy.variables),
+                                   signatures=exports.signatures(copy), float32=None)
+    return dataclasses.replace(value, float32=in_float32)
+
+
+def _calibration(exports: Exports):
+    """() -> the calibration batches of an INT8 export (``onnx_int8.calibration_batches``):
+    the ONNX input part (``inference_input``) of the training records' batches through the
+    model's tf.data pipeline as evaluation prepares them, all of the records (whatever this
+    process's share); None without records."""
+    from common.export import onnx_int8
+    records = exports.task.records
+    if records is None or records.data_dir is None:
         return None
-    prepare, size = serving.prepare_image, serving.flags.image_size
+    part = exports.inference_input
+
+    def dataset():
+        return graph.dataset_map(records.tfdata(records.files("train"), False, whole=True),
+                                 lambda *b: (b if len(b) > 1 else b[0])[part])
+    return functools.partial(onnx_int8.calibration_batches, dataset,
+                             exports.flags.calibration_images,
+                             functools.partial(records.locate_bad_record, "train"))
+
+
+def preprocess_function(prepare, size: int | None):
+    """The image models' preprocessing alone, encoded images (N,) string -> ``images``
+    (N, size, size, 3) float32 and ``valid`` (N,) bool (``prepare_each`` of ``prepare``), as
+    a ``tf.function``: Triton's ``<name>_preprocess`` runs it before the ONNX network. None
+    for a model whose input is no image (``prepare`` None)."""
+    if prepare is None:
+        return None
 
     @graph.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")])
     def preprocess(images):
@@ -176,10 +246,10 @@ def preprocess_function(serving):
     return preprocess
 
 
-def describe(serving, signatures: Mapping, card: dict | None = None) -> dict:
-    """``client.json``: each signature's inputs and outputs (dtype, shape; -1 where any
-    size goes), the model's own fields, the precision it was trained in, its checkpoint's
-    settings and its model card."""
+def describe(exports: Exports, signatures: Mapping, info: Mapping, settings: Mapping) -> dict:
+    """``client.json`` but its model card: each signature's inputs and outputs (dtype, shape;
+    -1 where any size goes), the model's own fields (``info``), the precision it was trained
+    in and its checkpoint's ``settings``."""
     def spec(t):
         return {"dtype": t.dtype.name, "shape": [-1 if d is None else int(d)
                                                  for d in t.shape]}
@@ -189,97 +259,70 @@ def describe(serving, signatures: Mapping, card: dict | None = None) -> dict:
         described[name] = {
             "inputs": {s.name: spec(s) for s in fn.input_signature},
             "outputs": {k: spec(v) for k, v in concrete.structured_outputs.items()}}
-    p, spec = serving.precision, serving.export
-    pre = {"preprocess": PREPROCESS} if serving.prepare_image is not None else {}
+    p, spec = exports.precision, exports.export
+    pre = {"preprocess": PREPROCESS} if exports.prepare_image is not None else {}
     if spec.triton_state:  # the repositories' model that keeps the state in the server
         pre["sequence_model"] = spec.triton_name
         # The state a signature carries from one call to the next (common.api's sequences).
         pre["state"] = dict(zip(("input", "output", "batch_axis"), spec.triton_state))
-    return {"model": serving.task.name, "signatures": described, **serving.client_info(), **pre,
+    return {"model": exports.task.name, "signatures": described, **info, **pre,
             # The model a client of the Triton repositories calls (the ensemble, the sequence),
             # and the SavedModel's own (tensorflow/; what pytriton_server.py serves).
             "triton_model": spec.triton_name,
             "savedmodel_model": f"{spec.triton_name}_savedmodel",
             "trained_precision": p.policy, "exported_weights": "float32"
             if not p.amp else f"float32 (computed in {p.compute_dtype})",
-            "checkpoint_settings": settings_of(serving.task), "model_card": card}
+            "checkpoint_settings": dict(settings)}
 
 
-def data_read(serving, info: dict | None = None) -> dict:
+def data_read(info: Mapping, data_dir: str | None) -> dict:
     """The data the model card says these weights were trained and scored on, from the files
     the run read: ``dataset``, the model table's Hub id only when they are that set (each model
     tells by its prepared files, its ``client_info``'s ``data``: a tiny model trained on digits
     is no ImageNet model), else None; ``description``, what the data is (no path of this
-    machine). ``info``: the ``client_info`` already made, if any."""
-    found = (serving.client_info() if info is None else info).get("data")
+    machine)."""
+    found = info.get("data")
     if found:
         return found
-    if not getattr(serving.flags, "data_dir", None):
+    if not data_dir:
         return {"dataset": None, "description": "synthetic data"}
     return {"dataset": None, "description": "the prepared data of --data_dir"}
 
 
-def model_card(serving, model: keras.Model, scored: dict | None) -> dict:
+def model_card(module: ExportModule, scored: dict | None) -> dict:
     """The export's model card (``common/export/card.py``): the weights' source as their
     checkpoint recorded it, the evaluation recipe, what they scored (``scored``: the exporting
-    run's evaluation, or one recorded for this step), the network's size and the packages."""
-    from common.checkpoint.start import weights_source
-    from common.models import MODELS
-    task, info = serving.task, serving.client_info()
-    weights, given = weights_source(task), getattr(serving.flags, "weights_license", None)
-    if given and weights.get("license") and weights["license"].lower() != given.lower():
-        raise UsageError(f"--weights_license {given}: these weights are under their source's "
-                         f"licence ({weights['license']}); leave the flag out")
-    if given:
-        weights = {**weights, "license": given}
-    return cards.build(
-        model=task.name, pipeline_tag=MODELS[task.name].pipeline_tag,
-        data=data_read(serving, info), weights=weights,
-        recipe=info.get("recipe"),  # as client.json says it
-        scored=scored, parameter_count=model.count_params(),
-        exported_weights_sha256=cards.weights_sha256(model),
-        triton_model=serving.export.triton_name)
+    run's evaluation, or one recorded for this step), the network's size and the packages, and
+    the hash of the weights' values now."""
+    return cards.build(**module.card, scored=scored,
+                       exported_weights_sha256=cards.weights_sha256(module.variables))
 
 
-def traced(serving, model: keras.Model) -> tuple[dict, tf.types.experimental.Function | None]:
-    """``serving``'s signatures over ``model`` and its preprocessing alone
-    (``preprocess_function``), made once for this exports object and model: the trial export
-    before training (``writer.check_export_dir``) and the export after it save the same
-    functions, traced once (the trace is most of a save's work); their variables hold the
-    trained values by the time of the second save."""
-    memo = vars(serving).setdefault("_traced", {})  # the functions keep ``model`` alive
-    if id(model) not in memo:
-        memo[id(model)] = (serving.signatures(model), preprocess_function(serving))
-    return memo[id(model)]
-
-
-def save(serving, model: keras.Model, export_dir: str, model_card: dict | None = None
-         ) -> None:
-    """The SavedModel of ``model`` in ``export_dir``: ``signatures``, and ``assets`` with
+def save(module: ExportModule, export_dir: str, model_card: dict | None = None) -> None:
+    """The SavedModel of ``module`` in ``export_dir``: its signatures, and its assets with
     ``client.json`` in its ``assets/``; an image model's preprocessing alone beside them
     (``preprocess/``, the same function as ``serving_default``'s); with ``model_card``, the
     card beside them (``README.md``, ``model_card.json``)."""
-    module = tf.Module()
+    saved = tf.Module()
     # The variables, not the Keras model: tracking the model would have the SavedModel
     # trace its own call, which not every model's call can be (memories, targets).
-    module.weights = [v.value for v in model.variables]
-    signatures, preprocess = traced(serving, model)
-    module.functions = dict(signatures)
-    texts = {**serving.assets(), CLIENT_INFO: json.dumps(
-        describe(serving, signatures, model_card), indent=1) + "\n"}
+    saved.weights = [v.value for v in module.variables]
+    saved.functions = dict(module.signatures)
+    texts = {**module.assets, CLIENT_INFO: json.dumps(
+        {**module.described, "model_card": model_card}, indent=1) + "\n"}
     with tempfile.TemporaryDirectory() as tmp:
-        module.assets = []
+        saved.assets = []
         for name, text in texts.items():
             path = os.path.join(tmp, name)
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(text)
-            module.assets.append(tf.saved_model.Asset(path))
-        tf.saved_model.save(module, export_dir, signatures=signatures)
-    if preprocess is not None:
+            saved.assets.append(tf.saved_model.Asset(path))
+        tf.saved_model.save(saved, export_dir, signatures=dict(module.signatures))
+    if module.preprocess is not None:
         alone = tf.Module()
-        alone.preprocess = preprocess
+        alone.preprocess = module.preprocess
         tf.saved_model.save(alone, os.path.join(export_dir, PREPROCESS),
-                            signatures={"serving_default": preprocess})
+                            signatures={"serving_default": module.preprocess})
     if model_card is not None:
         cards.write(export_dir, model_card)
 
@@ -342,9 +385,9 @@ def read_client_info(export_dir: str) -> dict:
         return json.load(fh)
 
 
-def float32_saved_model(serving, model: keras.Model, directory: str) -> str:
-    """A SavedModel of ``model`` in float32 in ``directory`` (AMP keeps float32 weights; the
-    model is rebuilt in float32 with them): what ONNX and TF-TRT convert, so that the graph
-    holds no casts and TensorRT picks the engine's precision (``trtexec --fp16``)."""
-    save(serving, precision.float32_model(serving.task.build_model, model), directory)
+def float32_saved_model(module: ExportModule, directory: str) -> str:
+    """A SavedModel of ``module`` in float32 in ``directory`` (``ExportModule.float32``: under
+    AMP the model rebuilt in float32 with its weights): what ONNX and TF-TRT convert, so that
+    the graph holds no casts and TensorRT picks the engine's precision (``trtexec --fp16``)."""
+    save(module.float32() if module.float32 is not None else module, directory)
     return directory

@@ -13,7 +13,6 @@ import os
 import sys
 import tempfile
 
-from common import precision
 from common.errors import TrainingError, UsageError
 from common.export import onnx_defaults
 from common.export.tools import run_with_log
@@ -65,23 +64,22 @@ def name_batch_dimension(path: str, signature: str = "serving_default") -> None:
     onnx.save(model, path)
 
 
-def export_serving(serving, model, export_dir: str) -> list[str]:
-    """The model's ONNX files (``ExportSpec.onnx_files``) in ``export_dir`` (which holds its
-    SavedModel): its signatures, of the model in float32. Under AMP the model is rebuilt in
-    float32 with the trained weights (AMP keeps float32 weights), so the graph holds no casts
-    and TensorRT picks the engine's precision (``trtexec --fp16``), as NVIDIA's ONNX exports
-    do. The ONNX files' inputs and outputs are named as the signatures name theirs."""
+def export_module(module, export_dir: str) -> list[str]:
+    """The ``ExportModule``'s ONNX files (``ExportSpec.onnx_files``) in ``export_dir`` (which
+    holds its SavedModel): its signatures, of the model in float32. Under AMP the model is
+    rebuilt in float32 with the trained weights (``ExportModule.float32``; AMP keeps float32
+    weights), so the graph holds no casts and TensorRT picks the engine's precision
+    (``trtexec --fp16``), as NVIDIA's ONNX exports do. The ONNX files' inputs and outputs are
+    named as the signatures name theirs."""
     from common.export.module import float32_saved_model
     with tempfile.TemporaryDirectory(dir=export_dir) as tmp:
-        source = export_dir
-        if precision.float32_model(serving.task.build_model, model) is not model:
-            source = float32_saved_model(serving, model, tmp)
+        source = export_dir if module.float32 is None else float32_saved_model(module, tmp)
         try:
             written = [export(source, os.path.join(export_dir, name), signature,
-                              log_dir=serving.flags.results_dir)
-                       for name, signature in serving.export.onnx_files.items()]
+                              log_dir=module.log_dir)
+                       for name, signature in module.spec.onnx_files.items()]
         except RuntimeError as e:
             raise TrainingError(f"{e}; the SavedModel in {export_dir} is complete") from None
     for path in written:
-        onnx_defaults.with_defaults(path, serving.export.onnx_defaults)
+        onnx_defaults.with_defaults(path, module.spec.onnx_defaults)
     return written

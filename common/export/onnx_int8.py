@@ -130,37 +130,40 @@ def quantize(float_path: str, int8_path: str, images: np.ndarray, python: str,
     return int8_path
 
 
-def calibration_batches(serving):
-    """``--calibration_images`` images of ``serving.calibration_dataset``, as numpy batches. A
-    record that cannot be read stops with one line naming its file and number."""
+def calibration_batches(dataset, images: int, locate):
+    """``images`` images of ``dataset()`` (batches of the ONNX input), as numpy batches. A
+    record that cannot be read stops with one line naming its file and number (``locate()``:
+    the first bad record, or None)."""
     import tensorflow as tf
 
     from common.errors import DataError, one_line
-    from common.task import locate_bad_record
-    left = serving.flags.calibration_images
+    left = images
     try:
-        for batch in serving.calibration_dataset():
+        for batch in dataset():
             if left <= 0:
                 return
             batch = batch.numpy()[:left]
             left -= len(batch)
             yield batch
     except tf.errors.OpError as e:
-        where = locate_bad_record(serving.task, "train") or one_line(e.message)
+        where = locate() or one_line(e.message)
         raise DataError(f"--export_onnx_int8: a calibration image cannot be read ({where})"
                         ) from None
 
 
-def export_serving(serving, export_dir: str, log) -> list[str]:
-    """An INT8 file beside each of the model's ONNX files in ``export_dir``, all calibrated on
-    the same ``calibration_batches`` (read once); returns their paths. Model Optimizer's
-    environment was checked at start-up (``require``)."""
+def export_module(module, export_dir: str, log) -> list[str]:
+    """An INT8 file beside each of the ``ExportModule``'s ONNX files in ``export_dir``, all
+    calibrated on the same batches (``module.calibration``, read once); returns their paths.
+    Model Optimizer's environment was checked at start-up (``require``)."""
+    if module.calibration is None:
+        raise UsageError(f"--export_onnx_int8: {module.name} has no training records to "
+                         "calibrate on")
     python = modelopt_python() or require()
-    images = np.concatenate([np.asarray(b, np.float32) for b in calibration_batches(serving)])
+    images = np.concatenate([np.asarray(b, np.float32) for b in module.calibration()])
     out = [quantize(os.path.join(export_dir, name), os.path.join(export_dir, int8_name(name)),
-                    images, python, serving.flags.results_dir)
-           for name in serving.export.onnx_files]
-    asked = serving.flags.calibration_images
+                    images, python, module.log_dir)
+           for name in module.spec.onnx_files]
+    asked = module.calibration_images
     log(f"INT8 by NVIDIA Model Optimizer, calibrated on {len(images)} training images (max)"
         + (f": the training split holds fewer than --calibration_images {asked}"
            if len(images) < asked else ""))

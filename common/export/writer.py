@@ -1,4 +1,4 @@
-"""Writing an export: ``--export_dir`` (the SavedModel of the model's exports object, with its
+"""Writing an export: ``--export_dir`` (the SavedModel of the model's ``ExportModule``, with its
 ONNX and INT8 files), ``--export_triton`` after it, all swapped into place whole
 (``common.files.staged_dir``); and what is checked before training (``check_export_dir``)."""
 from __future__ import annotations
@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import tempfile
 
-import keras
 import tensorflow as tf
 
 from common import files
@@ -17,22 +16,22 @@ from common.export import onnx_convert, onnx_int8
 from common.export.triton.repository import write_repository
 
 
-def export(serving, model: keras.Model, export_dir: str, with_onnx: bool, log,
-           int8: bool = False, triton_dir: str | None = None, triton_replace: bool = False,
+def export(module, export_dir: str, with_onnx: bool, log, int8: bool = False,
+           triton_dir: str | None = None, triton_replace: bool = False,
            scored: dict | None = None) -> None:
-    """``serving``'s SavedModel of ``model`` in ``export_dir``, and its ONNX files beside it
-    (rank 0 only), with ``int8`` their INT8 forms too, swapped in only once all of them are
-    written (``files.staged_dir``): a full disk or a failed conversion leaves no half-written
-    export. With ``triton_dir``, a Triton model repository of what was written, after it (a
-    new version of each model, or with ``triton_replace`` its only one). The model card
+    """The ``ExportModule``'s SavedModel in ``export_dir``, and its ONNX files beside it (rank
+    0 only), with ``int8`` their INT8 forms too, swapped in only once all of them are written
+    (``files.staged_dir``): a full disk or a failed conversion leaves no half-written export.
+    With ``triton_dir``, a Triton model repository of what was written, after it (a new
+    version of each model, or with ``triton_replace`` its only one). The model card
     (``common/export/card.py``; ``scored``: what the weights scored) goes beside the export and
     into each repository."""
-    with files.staged_dir(export_dir, "the export", replaces=export_names(serving),
+    with files.staged_dir(export_dir, "the export", replaces=export_names(module.spec),
                           log=log.print) as stage:
-        export_module.save(serving, model, stage, export_module.model_card(serving, model, scored))
-        onnx = onnx_convert.export_serving(serving, model, stage) if with_onnx else []
+        export_module.save(module, stage, export_module.model_card(module, scored))
+        onnx = onnx_convert.export_module(module, stage) if with_onnx else []
         if int8:
-            onnx += onnx_int8.export_serving(serving, stage, log.print)
+            onnx += onnx_int8.export_module(module, stage, log.print)
         export_module.record_served_files(stage, [os.path.basename(p) for p in onnx])
     log.print(f"exported a SavedModel to {export_dir} (signatures and client.json: "
               f"{os.path.join(export_dir, 'assets')})")
@@ -40,16 +39,15 @@ def export(serving, model: keras.Model, export_dir: str, with_onnx: bool, log,
         final = os.path.join(export_dir, os.path.basename(path))
         log.print(f"exported ONNX (opset {onnx_opset(final)}) to {final}")
     if triton_dir:
-        for line in write_repository(serving, export_dir, triton_dir,
-                                             triton_replace, log.print):
+        for line in write_repository(module, export_dir, triton_dir, triton_replace, log.print):
             log.print(line)
 
 
-def writes_onnx(serving, f) -> bool:
-    """Whether the export writes ``model.onnx``: --export_onnx, or what needs it
-    (--export_onnx_int8; --export_triton for a model whose repositories run it)."""
-    return bool(f.export_onnx or f.export_onnx_int8
-                or (f.export_triton and serving.export.onnx_for_triton))
+def writes_onnx(spec, onnx: bool, int8: bool = False, triton: str | None = None) -> bool:
+    """Whether the export of a model of ``spec`` (an ``ExportSpec``) writes ``model.onnx``:
+    --export_onnx (``onnx``), or what needs it (--export_onnx_int8; --export_triton for a
+    model whose repositories run it)."""
+    return bool(onnx or int8 or (triton and spec.onnx_for_triton))
 
 
 def onnx_opset(path: str) -> int | str:
@@ -60,12 +58,13 @@ def onnx_opset(path: str) -> int | str:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), "?")
 
 
-def check_export_dir(serving, model: keras.Model, flags, log) -> None:
+def check_export_dir(module, flags, log) -> None:
     """--export_dir (and --export_triton) that is a file, read-only or too small for the
-    export (measured by a trial export) stops the run before training; so does a calibration
-    record that cannot be read (``--export_onnx_int8``), not after the training. A mount point
-    (which the swap cannot replace) stops it too, and what a stopped swap left aside is put
-    back first (``files.recover``), before the check makes an empty directory there."""
+    ``ExportModule``'s export (measured by a trial export) stops the run before training; so
+    does a calibration record that cannot be read (``--export_onnx_int8``), not after the
+    training. A mount point (which the swap cannot replace) stops it too, and what a stopped
+    swap left aside is put back first (``files.recover``), before the check makes an empty
+    directory there."""
     for path in (flags.export_dir, flags.export_triton):
         if path:
             files.recover(path, log)
@@ -85,29 +84,31 @@ def check_export_dir(serving, model: keras.Model, flags, log) -> None:
         if parent and os.path.isdir(parent) and not os.access(parent, os.W_OK | os.X_OK):
             raise DataError(f"{flag} {path}: its folder {parent} is not writable; the export is "
                             "written beside it and then swapped in whole")
-    with_onnx = writes_onnx(serving, flags)
-    need = export_bytes(serving, model, flags.export_dir, with_onnx, flags.export_onnx_int8, log)
+    with_onnx = writes_onnx(module.spec, flags.export_onnx, flags.export_onnx_int8,
+                            flags.export_triton)
+    need = export_bytes(module, flags.export_dir, with_onnx, flags.export_onnx_int8, log)
     files.check_output_dir(flags.export_dir, "--export_dir", need, "the export needs")
     if flags.export_triton:
         files.check_output_dir(flags.export_triton, "--export_triton", need,
                                "the model repository needs")
-    if flags.export_onnx_int8:
-        for _ in onnx_int8.calibration_batches(serving):
+    if flags.export_onnx_int8 and module.calibration is not None:
+        for _ in module.calibration():
             pass
 
 
-def export_names(serving) -> set[str]:
-    """Every entry an export may write in its directory: a new export replaces them all (an
-    INT8 file left from an earlier export would be taken for this one's)."""
-    names = serving.export.onnx_files
+def export_names(spec) -> set[str]:
+    """Every entry an export of a model of ``spec`` (an ``ExportSpec``) may write in its
+    directory: a new export replaces them all (an INT8 file left from an earlier export would
+    be taken for this one's)."""
+    names = spec.onnx_files
     onnx = set(names) | {onnx_int8.int8_name(n) for n in names}
     return {"saved_model.pb", "fingerprint.pb", "variables", "assets", "assets.extra",
             export_module.PREPROCESS, cards.CARD_JSON, cards.CARD_README, *onnx}
 
 
-def export_bytes(serving, model: keras.Model, export_dir: str, with_onnx: bool,
-                 with_int8: bool = False, log=None) -> int:
-    """What the export will take in ``export_dir``, from a real SavedModel of ``model`` written
+def export_bytes(module, export_dir: str, with_onnx: bool, with_int8: bool = False,
+                 log=None) -> int:
+    """What the export will take in ``export_dir``, from a real SavedModel of ``module`` written
     there now and removed (before training: the same graph and weights' size), once more for
     each ONNX file (each holds the float32 weights and the graph, about a SavedModel's size),
     with a tenth to spare. A directory too small for even the trial stops the run with one
@@ -119,11 +120,11 @@ def export_bytes(serving, model: keras.Model, export_dir: str, with_onnx: bool,
         with files.one_writer(export_dir, log=log):
             files.clear_stale(export_dir, log)
             with tempfile.TemporaryDirectory(prefix=files.PROBE, dir=export_dir) as tmp:
-                export_module.save(serving, model, tmp)
+                export_module.save(module, tmp)
                 size = files.tree_bytes(tmp)
     except (OSError, tf.errors.OpError) as e:
         why = one_line(getattr(e, "message", None) or e.strerror or str(e))
         raise DataError(f"--export_dir {export_dir} cannot hold the export: a trial export "
                         f"failed ({why})") from None
-    copies = 1 + (len(serving.export.onnx_files) if with_onnx else 0) * (2 if with_int8 else 1)
+    copies = 1 + (len(module.spec.onnx_files) if with_onnx else 0) * (2 if with_int8 else 1)
     return int(1.1 * size * copies) + (1 << 20)

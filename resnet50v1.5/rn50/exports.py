@@ -70,16 +70,10 @@ class ResNetExports(Exports):
         described["resize_shorter_side"] = prep.resize_for(f.image_size)
         return {**image_input_info(f.image_size), **described, "num_classes": f.num_classes,
                 "labels": "labels.txt" if self.task.class_names else None,
-                "data": _data_read(self)}
+                "data": _data_read(f.data_dir, self.task.name)}
 
     def serving_call(self, inputs, state):
         return "preprocessed", inputs
-
-    def calibration_dataset(self):
-        f = self.flags
-        return graph.dataset_map(tfdata_pipeline.dataset(
-            self.task.records.files("train"), f.batch_size, f.image_size, False,
-            num_classes=f.num_classes, prep=self.task.eval_prep), lambda x, _: x)
 
     # --- what inference is --------------------------------------------------------------
     def predict_file(self, model, path):
@@ -98,15 +92,15 @@ class ResNetExports(Exports):
                                               zip(names, rec["top5_probs"])))]
 
 
-def _data_read(serving):
+def _data_read(data_dir, model):
     """ImageNet-1k when the data's ``labels.txt`` (prepare_dataset.py's, the class
     folders' names) holds its 1,000 WordNet ids; else the classes it holds."""
-    if not serving.flags.data_dir:
+    if not data_dir:
         return None
-    path = os.path.join(serving.flags.data_dir, "labels.txt")
+    path = os.path.join(data_dir, "labels.txt")
     names = open(path, encoding="utf-8").read().split() if os.path.isfile(path) else []
     if len(names) == 1000 and all(re.fullmatch(r"n\d{8}", n) for n in names):
-        return {"dataset": MODELS[serving.task.name].dataset,
+        return {"dataset": MODELS[model].dataset,
                 "description": "ImageNet-1k (ILSVRC2012)"}
     if names:
         shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")

@@ -33,24 +33,16 @@ TF_OD_NAMES = {"boxes": "detection_boxes", "scores": "detection_scores",
                "classes": "detection_classes", "num_detections": "num_detections"}
 
 
-def tensorrt_onnx(serving, export_dir, int8, out_path):
-    """TensorRT builds ``ssd320_tensorrt`` from the graph before NMS with TensorRT's
-    EfficientNMS on it (``efficient_nms.attach``), not from ``model.onnx``'s ONNX
-    NonMaxSuppression."""
-    from ssd.efficient_nms import attach
-    src = os.path.join(export_dir, "model_before_nms_int8.onnx" if int8 else
-                       "model_before_nms.onnx")
-    if not os.path.exists(src):
-        return False
-    attach(src, out_path)
-    return True
-
-
 class SSDExports(Exports):
     export = ExportSpec(onnx_files={"model.onnx": "preprocessed",
                                     "model_before_nms.onnx": "decoded"},
                         onnx_for_triton=True, int8=True, triton_name="ssd320",
-                        triton_max_batch_size=32, tensorrt_onnx=tensorrt_onnx)
+                        triton_max_batch_size=32,
+                        # TensorRT builds ssd320_tensorrt from the graph before NMS with
+                        # TensorRT's EfficientNMS on it, not from model.onnx's ONNX
+                        # NonMaxSuppression.
+                        tensorrt_onnx="model_before_nms.onnx",
+                        tensorrt_rewrite="ssd.efficient_nms:attach")
     inference_input = "images"
     prepare_image = staticmethod(tfdata_pipeline.eval_image)
 
@@ -94,16 +86,10 @@ class SSDExports(Exports):
                 "num_classes": f.num_classes,
                 "score_threshold": f.score_threshold,
                 "label_map": "label_map.json" if self.task.names else None,
-                "data": _data_read(self)}
+                "data": _data_read(f.data_dir, self.task.name)}
 
     def serving_call(self, inputs, state):
         return "preprocessed", inputs
-
-    def calibration_dataset(self):
-        f, task = self.flags, self.task
-        return graph.dataset_map(tfdata_pipeline.dataset(
-            task.records.files("train"), f.batch_size, f.image_size, False, task.anchors,
-            f.num_classes), lambda b: b["images"])
 
     _detect = None  # predict's compiled detection, made at its first file
 
@@ -142,17 +128,17 @@ class SSDExports(Exports):
                       f"{': ' + found if found else ''} (drawn: {rec['drawn']})")]
 
 
-def _data_read(serving):
+def _data_read(data_dir, model):
     """COCO 2017 when the data's ``label_map.json`` (prepare_dataset.py's, from the
     annotations) holds COCO's 80 categories, ``person`` 1 to ``toothbrush`` 90; else the
     categories it holds."""
-    path = os.path.join(serving.flags.data_dir or "", "label_map.json")
-    if not serving.flags.data_dir or not os.path.isfile(path):
+    path = os.path.join(data_dir or "", "label_map.json")
+    if not data_dir or not os.path.isfile(path):
         return None
     with open(path, encoding="utf-8") as f:
         found = {int(c["id"]): c["name"] for c in json.load(f).get("categories", [])}
     if len(found) == 80 and found.get(1) == "person" and found.get(90) == "toothbrush":
-        return {"dataset": MODELS[serving.task.name].dataset, "description": "COCO 2017"}
+        return {"dataset": MODELS[model].dataset, "description": "COCO 2017"}
     names = [found[k] for k in sorted(found)]
     shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
     return {"dataset": None,

@@ -32,16 +32,6 @@ from txl.prepare import utf8_lines
 WIKITEXT_103_WORDS = 267735
 
 
-def engine_shapes(serving, inputs, rows, least):
-    """``model.onnx``'s (``step``'s) inputs in a TensorRT profile: segments of one token up to
-    --tgt_len tokens, one row up to ``rows``, the memory of its one served length."""
-    cfg = serving.task.cfg
-    q, m = 1 if least else serving.flags.tgt_len, served_memory(serving.flags)["mem_len"]
-    shapes = {"tokens": [rows, q], "targets": [rows, q],
-              "memory": [rows, cfg.n_layer, m, cfg.d_model], "memory_length": [rows, 1]}
-    return {n: shapes[n] for n in inputs}
-
-
 def segment_bytes(cfg) -> dict:
     """The peak bytes one row of a segment of ``q`` tokens over ``m`` positions of memory
     takes while the model runs it, as ``score_pair * q * (q + m) + token * q``: a layer's
@@ -65,7 +55,7 @@ class TXLExports(Exports):
     # base model (it was killed at 17.9 GiB on a 24 GiB machine; docs/tools.md), which a
     # --export_triton for the CPU host should not need; without it triton/ holds cpu/'s model.
     export = ExportSpec(triton_name="transformerxl", triton_state=("mems", "new_mems", 1),
-                        triton_max_batch_size=16, engine_shapes=engine_shapes,
+                        triton_max_batch_size=16,
                         onnx_files={"model.onnx": "step"},
                         implicit_state={"memory": "new_memory",
                                         "memory_length": "new_memory_length"},
@@ -143,7 +133,7 @@ class TXLExports(Exports):
                 # What one request of a segment takes while it runs (the served sequence model
                 # runs rows together up to a bound on their sum): ``segment_bytes``.
                 "row_bytes": segment_bytes(cfg),
-                "data": _data_read(self),
+                "data": _data_read(f.data_dir, self.task.name),
                 "start_memory": f"zeros of shape ({cfg.n_layer}, batch, 0, {cfg.d_model})"}
 
     def serving_call(self, inputs, state):
@@ -152,6 +142,12 @@ class TXLExports(Exports):
         tokens, targets = inputs
         mems = tf.cast(tf.stack(state), tf.float32)  # the signature's dtype
         return "score", {"tokens": tokens, "targets": targets, "mems": mems}
+
+    def engine_shapes(self):
+        """``model.onnx``'s (``step``'s) segments in a TensorRT profile: one token up to
+        --tgt_len tokens (the memory: its one served length)."""
+        q = self.flags.tgt_len
+        return {"tokens": ([1], [q]), "targets": ([1], [q])}
 
     # --- what inference is --------------------------------------------------------------
     def infer(self, model, inputs, state=None):
@@ -199,16 +195,16 @@ def served_memory(f) -> dict:
             "same_length": f.eval_same_length}
 
 
-def _data_read(serving):
+def _data_read(data_dir, model):
     """WikiText-103 when the corpus' ``corpus-info.json`` (prepare_dataset.py's) counts its
     267,735 words; else the corpus' size."""
-    path = os.path.join(serving.flags.data_dir or "", "corpus-info.json")
-    if not serving.flags.data_dir or not os.path.isfile(path):
+    path = os.path.join(data_dir or "", "corpus-info.json")
+    if not data_dir or not os.path.isfile(path):
         return None
     with open(path, encoding="utf-8") as f:
         info = json.load(f)
     if info.get("vocab_size") == WIKITEXT_103_WORDS:
-        return {"dataset": MODELS[serving.task.name].dataset, "description": "WikiText-103"}
+        return {"dataset": MODELS[model].dataset, "description": "WikiText-103"}
     train = info.get("tokens", {}).get("train")
     return {"dataset": None, "description": f"a text corpus of {info.get('vocab_size'):,} "
             f"words" + (f" ({train:,} training tokens)" if train else "")}

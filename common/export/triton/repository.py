@@ -82,7 +82,7 @@ TARGETS = {
 # The triton/ repository is for a GPU host: its networks (``<name>_onnx``, the TensorRT
 # engines) run on each GPU (``KIND_AUTO``, one instance a GPU; dynamic batching fills a batch
 # from what queued), and its TensorFlow preprocessing on the host. One preprocessing instance
-# decodes a batch's images side by side on every core (``serving.prepare_each``); two let a
+# decodes a batch's images side by side on every core (``module.prepare_each``); two let a
 # batch be prepared while the previous one is handed to the network. cpu/ keeps one: on a
 # CPU host a second only splits the cores the network needs (config.QUEUE_DELAY_US).
 GPU_HOST_PREPROCESS_INSTANCES = 2
@@ -161,26 +161,26 @@ def _link_tree(src: str, dst: str, ignore=None) -> None:
     shutil.copytree(src, dst, ignore=ignore, copy_function=files.link_or_copy)
 
 
-def model_names(serving) -> set[str]:
-    """Every model an export of ``serving`` may write in one of its repositories, and the
-    TensorRT ones ``build_engines.sh`` adds: a new export drops those (their engines are of
-    the earlier weights; the script builds them anew)."""
-    n = serving.export.triton_name
+def model_names(spec) -> set[str]:
+    """Every model an export of a model of ``spec`` (an ``ExportSpec``) may write in one of its
+    repositories, and the TensorRT ones ``build_engines.sh`` adds: a new export drops those
+    (their engines are of the earlier weights; the script builds them anew)."""
+    n = spec.triton_name
     return {f"{n}{s}" for s in FLAT}
 
 
-def names(serving) -> set[str]:
+def names(spec) -> set[str]:
     """The entries of ``DIR`` an export replaces: the repositories, and the models of a flat
     repository an earlier version of this code wrote."""
-    return set(TARGETS) | model_names(serving)
+    return set(TARGETS) | model_names(spec)
 
 
-def write_repository(serving, export_dir: str, triton_dir: str, replace: bool = False,
+def write_repository(module, export_dir: str, triton_dir: str, replace: bool = False,
                      log=None) -> list[str]:
     """The model repositories of the export in ``export_dir`` under ``triton_dir`` (and the
     TensorRT models that wait for their engines in ``triton_dir.tensorrt``), written beside
     and swapped in whole; the lines that say what was written and how to serve it."""
-    name, batch = serving.export.triton_name, serving.export.triton_max_batch_size
+    name, batch = module.spec.triton_name, module.spec.triton_max_batch_size
     info = export_module.read_client_info(export_dir)
     labels_file = os.path.join(export_dir, "assets", info.get("labels") or "-")
     labels = {"probabilities": "labels.txt"} if os.path.isfile(labels_file) else None
@@ -198,14 +198,14 @@ def write_repository(serving, export_dir: str, triton_dir: str, replace: bool = 
                          "run it (--export_onnx)")
     notes: list[str] = []
     with files.staged_dir(triton_dir, "the Triton model repositories",
-                          replaces=names(serving), log=log) as stage:
+                          replaces=names(module.spec), log=log) as stage:
         repos = {t: _Repository(os.path.join(stage, t), os.path.join(triton_dir, t), replace,
-                                model_names(serving)) for t in TARGETS}
+                                model_names(module.spec)) for t in TARGETS}
         with tempfile.TemporaryDirectory(dir=stage) as tmp:
             inputs, outputs = _saved_model_tensors(export_dir)
             warm = {}
             if "string" in {d for d, _ in inputs.values()}:
-                warm = {"warmup/images": _warmup_image(tmp, serving.flags.image_size)}
+                warm = {"warmup/images": _warmup_image(tmp, module.image_size)}
             version = repos["tensorflow"].add(config(
                 f"{name}_savedmodel", {"platform": "tensorflow_savedmodel"}, inputs, outputs,
                 batch, labels=labels, warmup=warmup(inputs, batched(inputs, outputs),
@@ -214,20 +214,20 @@ def write_repository(serving, export_dir: str, triton_dir: str, replace: bool = 
             repos["tensorflow"].serves(version, "model.savedmodel", exported.get("saved_model"))
             calls = {"tensorflow": f"{name}_savedmodel"}
             if image:
-                pre = _image_models(repos, serving, net, preprocess, labels, label_files, warm,
+                pre = _image_models(repos, module, net, preprocess, labels, label_files, warm,
                                     exported)
                 for target, network in (("cpu", f"{name}_python"), ("triton", f"{name}_onnx")):
                     repos[target].add(ensemble(name, f"{name}_preprocess", pre, network, net,
                                                batch, labels), label_files)
                     calls[target] = name
-            elif serving.export.triton_state:
-                python_sequence = _sequence_config(serving, export_dir)
+            elif module.spec.triton_state:
+                python_sequence = _sequence_config(module.spec, export_dir)
                 _add_python_sequence(repos["cpu"], python_sequence, export_dir, exported)
                 calls["cpu"] = name
-                if serving.export.implicit_state and net:  # its ONNX, the state the server's
+                if module.spec.implicit_state and net:  # its ONNX, the state the server's
                     version = repos["triton"].add(tensorrt.stateful_config(
-                        serving, info, name, {"platform": "onnxruntime_onnx"}, net,
-                        optional=tuple(serving.export.onnx_defaults)))
+                        module.spec, info, name, {"platform": "onnxruntime_onnx"}, net,
+                        optional=tuple(module.spec.onnx_defaults)))
                     files.link_or_copy(onnx_path, os.path.join(version, "model.onnx"))
                     repos["triton"].serves(version, "model.onnx", exported.get("model.onnx"))
                 else:  # no model.onnx: cpu/'s model, on the CPU, and a line that says so
@@ -244,7 +244,7 @@ def write_repository(serving, export_dir: str, triton_dir: str, replace: bool = 
     lines = [f"wrote Triton model repositories to {triton_dir}: " + "; ".join(
         f"{t}/ ({', '.join(m)}) {TARGETS[t]}" for t, m in written.items() if m)] + notes
     if net:
-        lines += tensorrt.write(serving, export_dir, triton_dir, labels_file if labels else None,
+        lines += tensorrt.write(module, export_dir, triton_dir, labels_file if labels else None,
                                 image, log, info)
     return lines
 
@@ -266,11 +266,11 @@ def _link_saved_model(export_dir: str, version: str) -> None:
                ignore=shutil.ignore_patterns("*.onnx", export_module.PREPROCESS))
 
 
-def _image_models(repos, serving, net, preprocess: str, labels, label_files, warm, exported):
+def _image_models(repos, module, net, preprocess: str, labels, label_files, warm, exported):
     """``<name>_preprocess`` in ``cpu`` and ``triton``, ``<name>_python`` in ``cpu``,
     ``<name>_onnx`` in ``triton``; returns the preprocessing's (inputs, outputs)."""
-    name, batch, size = serving.export.triton_name, serving.export.triton_max_batch_size, \
-        serving.flags.image_size
+    name, batch, size = module.spec.triton_name, module.spec.triton_max_batch_size, \
+        module.image_size
     inputs = {"images": ("string", [None])}
     outputs = {"images": ("float32", [None, size, size, 3]), "valid": ("bool", [None])}
     net_batched = batched(*net)
@@ -298,10 +298,10 @@ def _image_models(repos, serving, net, preprocess: str, labels, label_files, war
     return inputs, outputs
 
 
-def _sequence_config(serving, export_dir: str) -> dict:
+def _sequence_config(spec, export_dir: str) -> dict:
     """Transformer-XL's sequence model: the inputs and outputs of its signatures that carry
     the state, the state aside."""
-    state_in, state_out, axis = serving.export.triton_state
+    state_in, state_out, axis = spec.triton_state
     described = export_module.read_client_info(export_dir)
     info = described["signatures"]
     inputs, outputs, each = {}, {}, []
@@ -314,8 +314,8 @@ def _sequence_config(serving, export_dir: str) -> dict:
             outputs.update(o)
             each.append(set(i))
     optional = set(inputs) - set.intersection(*each)
-    c = sequence(serving.export.triton_name, inputs, outputs, (state_in, state_out), optional,
-                 serving.export.triton_max_batch_size,
+    c = sequence(spec.triton_name, inputs, outputs, (state_in, state_out), optional,
+                 spec.triton_max_batch_size,
                  {**{k: described.get(k) for k in ("vocab_size", "vocab_sha256", "max_segment")},
                   "max_sequences": max_sequences(described.get("state_bytes")),
                   **({"row_bytes_per_pair": described["row_bytes"]["score_pair"],
