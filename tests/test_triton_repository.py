@@ -356,7 +356,8 @@ def test_the_engine_script_builds_fp16_and_int8_and_installs_them(exported_resne
     with_int8 = tmp_path / "export"
     shutil.copytree(export, with_int8)
     shutil.copy(with_int8 / "model.onnx", with_int8 / "model_int8.onnx")  # stands for INT8's
-    lines = repository.write_repository(trainer.export_module, str(with_int8), str(tmp_path / "triton"))
+    lines = repository.write_repository(trainer.export_module, str(with_int8),
+                                        str(tmp_path / "triton"))
     script = tmp_path / "triton.tensorrt" / "build_engines.sh"
     assert lines[-1] == (f"TensorRT: bash {script} on the serving GPU, in "
                          "nvcr.io/nvidia/tensorrt:25.02-py3 (the release of the Triton image "
