@@ -33,7 +33,6 @@ import time
 import numpy as np
 
 from common import main_py, models
-from common.runtime import machine
 from common.runtime.dllogger import read_records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -167,8 +166,9 @@ def main(argv=None) -> int:
     records, export_dir, recipe = export(args.model, workdir, args.smoke)
     evaluated = _records(os.path.join(workdir, "evaluate"))
     calibrated = next((r["data"] for r in evaluated if r.get("step") == "PARAMETER"), {})
+    from common.runtime.devices import cpu_name
     res = {"model": args.model, "onnxruntime": ort.__version__,
-           "machine": machine.cpu_name() + f", {platform.machine()}",
+           "machine": cpu_name() + f", {platform.machine()}",
            "calibrated_on": f"{calibrated.get('calibration_images', '?')} training images",
            "accuracy": accuracy(args.model, records, export_dir, recipe),
            "latency": latency(export_dir, _image_size(recipe),

@@ -112,7 +112,7 @@ def table(model: str, rates: dict, ceilings: dict, flops: dict, our_batch: int,
     precision's matmul ceiling, AMP's speed-up and ours against the peer in FLOP/s; the machine
     as this process sees it heads it. ``rates``: (who, precision) -> per-round rates."""
     from common.runtime import devices
-    from common.runtime.machine import describe
+    from common.runtime.devices import describe
     name, unit = models.benchmarks(model).PEER, models.MODELS[model].item_unit
     precisions = list(ceilings)
     rounds = len(next(iter(rates.values())))

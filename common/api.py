@@ -333,8 +333,6 @@ class Checkpoint(_Text):
         from common import export, models, runner
         from common.checkpoint import scores
         from common.checkpoint import settings as checkpoint_settings
-        from common.export import module as export_module
-        from common.runtime.dllogger import Logger
         directory = checkpoint_settings.directory_of(path)
         record = checkpoint_settings.read(path) if os.path.isdir(directory) else None
         # A checkpoint's prefix (DIR/ckpt-N) loads that step; a directory its newest readable.
@@ -350,7 +348,7 @@ class Checkpoint(_Text):
         with runner.process_state_restored():
             settled = runner.settle(models.task_class(record["model"]), {
                 "mode": "evaluate", "model_dir": directory if prefix else path, **flags})
-            self._trainer = runner.build(settled, Logger(settled.dist.is_chief, stream=said))
+            self._trainer = runner.build(settled, messages=said)
             self._trainer.restore(required=True, prefix=prefix)
         self.messages = said.getvalue().splitlines()
         for line in self.messages:  # an older checkpoint than the newest: the caller is told
@@ -363,7 +361,7 @@ class Checkpoint(_Text):
         self._signatures = self.module.signatures
         # What evaluation scored at this checkpoint's step: the card's, and its exports'.
         self._scored = scores.at(self.task.flags.model_dir, self._trainer.step)
-        self.card = export_module.model_card(self.module, self._scored)
+        self.card = export.model_card(self.module, self._scored)
         self.recipe = self.card["evaluation_preprocessing"]
         # What its export's client.json would say (signatures, vocab_size, max_segment...).
         self._limits = self.module.described
@@ -389,10 +387,9 @@ class Checkpoint(_Text):
         """What ``main.py --export_dir`` (``--export_onnx``, ``--export_triton``) writes, for this
         checkpoint; returns ``export_dir``."""
         from common import export
-        from common.runtime.dllogger import Logger
         export.export(self.module, export_dir, export.writes_onnx(self.module.spec, onnx,
                                                                   triton=triton),
-                      Logger(), triton_dir=triton, scored=self._scored)
+                      print, triton_dir=triton, scored=self._scored)
         return export_dir
 
 
@@ -404,9 +401,9 @@ class Export(_Text):
     def __init__(self, path: str):
         import tensorflow as tf
 
-        from common.export import module as export_module
+        from common import export
         try:
-            self.info = export_module.read_client_info(path)
+            self.info = export.read_client_info(path)
         except (OSError, ValueError) as e:
             raise DataError(f"{path} has no readable assets/client.json ({e}): give what "
                             "--export_dir wrote") from None

@@ -9,7 +9,7 @@ import os
 import random
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TextIO
 
 import keras
 import numpy as np
@@ -20,8 +20,8 @@ from common.checkpoint import settings as checkpoint_settings
 from common.core import tftrt
 from common.core.inference import INFERENCE_MODES
 from common.errors import DataError, TrainingError, UsageError, say
-from common.export import onnx_convert, onnx_int8, writes_onnx
-from common.runtime import devices, distributed, graceful_stop, machine
+from common.export import require_tools
+from common.runtime import devices, distributed, graceful_stop
 from common.runtime.dllogger import Logger
 from common.task import RunContext, Task
 from common.tools import profiling
@@ -78,16 +78,17 @@ def settle(task_cls: type[Task], values: Mapping[str, Any] | None = None,
     return Settled(task_cls, fv, dist, adopted)
 
 
-def build(settled: Settled, logger: Logger | None = None) -> Trainer:
-    """The run of ``settled``: its precision (set for the process), its logger (``logger``,
-    else the run's logs in --results_dir), the task and the trainer with its model, and the
-    start's lines in the log."""
+def build(settled: Settled, messages: TextIO | None = None) -> Trainer:
+    """The run of ``settled``: its precision (set for the process), its logs (the run's in
+    --results_dir; with ``messages``, its lines written there alone, no file), the task and
+    the trainer with its model, and the start's lines."""
     task_cls, fv, dist = settled.task_cls, settled.flags, settled.dist
     prec = precision.resolve(
         amp=fv.amp, amp_dtype=fv.amp_dtype, static_loss_scale=fv.static_loss_scale, tf32=fv.tf32,
         xla=fv.xla, has_gpu=dist.devices.gpu)
     precision.apply(prec)
-    logger = logger or _logger(task_cls, fv, dist)
+    logger = (_logger(task_cls, fv, dist) if messages is None
+              else Logger(enabled=dist.is_chief, stream=messages))
     if fv.seed is not None:
         keras.utils.set_random_seed(fv.seed)  # same on every rank: rank 0's weights win anyway
     ctx = RunContext(flags=fv, dist=dist, precision=prec, logger=logger,
@@ -118,11 +119,8 @@ def _parse(task_cls: type[Task], argv: Sequence[str] | None, values: Mapping | N
           else flags.from_values(fv, values, task_cls.name, int8))
     if fv.use_tftrt:
         tftrt.require(fv.use_tftrt, fv.mode)
-    if exports is not None and writes_onnx(exports.export, fv.export_onnx, fv.export_onnx_int8,
-                                           fv.export_triton):
-        onnx_convert.require()
-    if fv.export_onnx_int8:
-        onnx_int8.require()
+    if exports is not None:
+        require_tools(exports.export, fv)
     profiled = profiling.parse_range(fv.profile)  # a malformed range stops here, with one line
     if (profiled and fv.mode in ("training_benchmark", "inference_benchmark")
             and profiled[0] <= fv.warmup_steps + 1 and profiled[1] >= fv.num_iter):
@@ -173,7 +171,7 @@ def _say_settings(trainer: Trainer, adopted) -> None:
                        "model": task_cls.name, "headline_metric":
                            task_cls.config.LOG_NAMES.metric(task_cls.headline_metric)
                            if task_cls.headline_metric else None,
-                       "machine": machine.describe(dist.devices), "tensorflow": tf.__version__})
+                       "machine": devices.describe(dist.devices), "tensorflow": tf.__version__})
     logger.print(
         f"precision: policy {prec.policy} (amp: {prec.sources['amp']}), loss scale "
         f"{prec.loss_scale or 'none'}, tf32 {'on' if prec.tf32 else 'off'} "
@@ -182,7 +180,7 @@ def _say_settings(trainer: Trainer, adopted) -> None:
         + (f", {precision.CUDNN_BN_ENV}=1" if prec.cudnn_bn_persistent else ""))
     # TensorFlow's own start-up lines about CUDA are not shown (common/runtime/quiet_start.py):
     # this line says what the process computes on.
-    logger.print(f"device: {machine.describe(dist.devices)}")
+    logger.print(f"device: {devices.describe(dist.devices)}")
     if adopted and adopted[0]:
         logger.print(f"from {adopted[1]}: " + ", ".join(
             f"--{k} {','.join(map(str, v)) if isinstance(v, list) else v}"

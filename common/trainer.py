@@ -294,5 +294,5 @@ class Trainer:
             f = self.flags
             export.export(self.export_module, export_dir, export.writes_onnx(
                 self.exports.export, f.export_onnx, f.export_onnx_int8, f.export_triton),
-                self.log, f.export_onnx_int8, f.export_triton, f.triton_replace,
+                self.log.print, f.export_onnx_int8, f.export_triton, f.triton_replace,
                 self.scored or scores.at(f.model_dir, self.step))

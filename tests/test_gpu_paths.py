@@ -276,10 +276,9 @@ def test_launch_detection_takes_srun_steps_not_batch_scripts(environ, world):
 
 
 def test_machine_names_the_gpu_this_process_uses():
-    from common.runtime import machine
-    assert machine.describe(Devices(3, "NVIDIA H100 80GB HBM3", 8)) == \
+    assert devices.describe(Devices(3, "NVIDIA H100 80GB HBM3", 8)) == \
         "NVIDIA H100 80GB HBM3 (GPU 3 of 8)"
-    assert machine.describe(devices.CPU_ONLY).endswith(", no GPU")
+    assert devices.describe(devices.CPU_ONLY).endswith(", no GPU")
 
 
 def test_checksums_are_not_read_again_when_the_index_directory_is_read_only(

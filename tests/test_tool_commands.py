@@ -78,8 +78,8 @@ def test_peers_table_names_the_machine_and_every_rate():
              ("ours", "amp"): [20.0, 22.0], ("peer", "amp"): [12.0, 13.0]}
     table = peers.table("resnet50v1.5", rates, {"fp32": 4e11, "amp": 8e11},
                         {"ours": 4e9, "peer": 4e9}, 16, 16, "auto").splitlines()
-    from common.runtime import devices, machine
-    assert table[0].startswith(machine.describe(devices.current().devices))
+    from common.runtime import devices
+    assert table[0].startswith(devices.describe(devices.current().devices))
     assert table[1].startswith("| model | precision | batch | images/s (median of 2) |")
     assert table[3].startswith("| this repository | fp32 | 16 | 11.00 | 10.00, 12.00 |")
     assert "| 1.91x |" in table[4]  # ours' AMP speed-up: medians 21 / 11

@@ -23,7 +23,6 @@ import numpy as np
 import tensorflow as tf
 
 from common import graph
-from common import task as task_lib
 from common.data import dali
 from common.data.input_errors import read_batches
 from common.errors import DataError
@@ -77,7 +76,8 @@ class Evaluator:
                 self._data = self.ctx.capabilities.on_device(graph.dataset_map(
                     data, lambda *b: pad_batch(b[0] if len(b) == 1 else b, axis, size)))
         data = self._data.padded() if isinstance(self._data, dali.EvalPass) else self._data
-        return read_batches(data, lambda: task_lib.locate_bad_record(self.task, "eval"))
+        records = self.task.records  # the first bad record named, where the data are records
+        return read_batches(data, records and (lambda: records.locate_bad_record("eval")))
 
     def step_function(self):
         """The evaluation step, traced once for the run: ``(batch, valid, state) -> state``,

@@ -13,6 +13,14 @@ from common.data.imagenet_stats import MEAN, STD
 from common.errors import DataError
 
 
+def image_input_info(size: int) -> dict:
+    """The ``client.json`` fields the image models share in their exports: the network's
+    input, RGB in NHWC on the 0..255 scale, less ImageNet's mean and over its standard
+    deviation."""
+    return {"input_size": [size, size], "channels": "RGB", "layout": "NHWC",
+            "mean": list(MEAN), "std": list(STD), "scale": "0..255"}
+
+
 def decode(encoded):
     """Any image format that DALI also decodes (JPEG, PNG, BMP, GIF's first frame), as RGB."""
     image = tf.io.decode_image(encoded, channels=3, expand_animations=False)

@@ -15,15 +15,17 @@ inference benchmark (``--use_tftrt``) is ``common.core.tftrt``, beside that benc
   configs, TensorRT's engines and the Python-backend models the repositories copy.
 * ``tools``: the external tools' runs, their logs kept only on failure.
 """
-from common.export.module import ExportModule, build
+from common.export.module import ExportModule, build, model_card, read_client_info
 from common.export.writer import (
     check_export_dir,
     export,
     export_bytes,
     export_names,
     onnx_opset,
+    require_tools,
     writes_onnx,
 )
 
 __all__ = ["ExportModule", "build", "check_export_dir", "export", "export_bytes",
-           "export_names", "onnx_opset", "writes_onnx"]
+           "export_names", "model_card", "onnx_opset", "read_client_info", "require_tools",
+           "writes_onnx"]

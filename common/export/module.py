@@ -30,8 +30,7 @@ import tensorflow as tf
 
 from common import graph, precision
 from common.checkpoint.settings import settings_of
-from common.data.images import MEAN, STD
-from common.errors import UsageError
+from common.errors import DataError, UsageError, one_line
 from common.export import card as cards
 
 CLIENT_INFO = "client.json"  # in the SavedModel's assets/
@@ -213,11 +212,10 @@ def build(exports: Exports, model: keras.Model) -> ExportModule:
 
 
 def _calibration(exports: Exports):
-    """() -> the calibration batches of an INT8 export (``onnx_int8.calibration_batches``):
+    """() -> the calibration batches of an INT8 export (``calibration_batches``):
     the ONNX input part (``inference_input``) of the training records' batches through the
     model's tf.data pipeline as evaluation prepares them, all of the records (whatever this
     process's share); None without records."""
-    from common.export import onnx_int8
     records = exports.task.records
     if records is None or records.data_dir is None:
         return None
@@ -226,9 +224,27 @@ def _calibration(exports: Exports):
     def dataset():
         return graph.dataset_map(records.tfdata(records.files("train"), False, whole=True),
                                  lambda *b: (b if len(b) > 1 else b[0])[part])
-    return functools.partial(onnx_int8.calibration_batches, dataset,
+    return functools.partial(calibration_batches, dataset,
                              exports.flags.calibration_images,
                              functools.partial(records.locate_bad_record, "train"))
+
+
+def calibration_batches(dataset, images: int, locate):
+    """``images`` images of ``dataset()`` (batches of the ONNX input), as numpy batches. A
+    record that cannot be read stops with one line naming its file and number (``locate()``:
+    the first bad record, or None)."""
+    left = images
+    try:
+        for batch in dataset():
+            if left <= 0:
+                return
+            batch = batch.numpy()[:left]
+            left -= len(batch)
+            yield batch
+    except tf.errors.OpError as e:
+        where = locate() or one_line(e.message)
+        raise DataError(f"--export_onnx_int8: a calibration image cannot be read ({where})"
+                        ) from None
 
 
 def preprocess_function(prepare, size: int | None):
@@ -370,13 +386,6 @@ def prepare_each(images, prepare, size: int):
     batch = tf.scatter_nd(kept, prepared.stack(), tf.stack([n, size, size, 3]))
     valid = tf.scatter_nd(kept, tf.ones_like(kept[:, 0], tf.bool), tf.expand_dims(n, 0))
     return batch, valid
-
-
-def image_input_info(size: int) -> dict:
-    """The ``client.json`` fields the image models share: the network's input, RGB in NHWC on
-    the 0..255 scale, less ImageNet's mean and over its standard deviation."""
-    return {"input_size": [size, size], "channels": "RGB", "layout": "NHWC",
-            "mean": list(MEAN), "std": list(STD), "scale": "0..255"}
 
 
 def read_client_info(export_dir: str) -> dict:

@@ -130,27 +130,6 @@ def quantize(float_path: str, int8_path: str, images: np.ndarray, python: str,
     return int8_path
 
 
-def calibration_batches(dataset, images: int, locate):
-    """``images`` images of ``dataset()`` (batches of the ONNX input), as numpy batches. A
-    record that cannot be read stops with one line naming its file and number (``locate()``:
-    the first bad record, or None)."""
-    import tensorflow as tf
-
-    from common.errors import DataError, one_line
-    left = images
-    try:
-        for batch in dataset():
-            if left <= 0:
-                return
-            batch = batch.numpy()[:left]
-            left -= len(batch)
-            yield batch
-    except tf.errors.OpError as e:
-        where = locate() or one_line(e.message)
-        raise DataError(f"--export_onnx_int8: a calibration image cannot be read ({where})"
-                        ) from None
-
-
 def export_module(module, export_dir: str, log) -> list[str]:
     """An INT8 file beside each of the ``ExportModule``'s ONNX files in ``export_dir``, all
     calibrated on the same batches (``module.calibration``, read once); returns their paths.

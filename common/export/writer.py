@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 
 import tensorflow as tf
 
@@ -16,7 +17,8 @@ from common.export import onnx_convert, onnx_int8
 from common.export.triton.repository import write_repository
 
 
-def export(module, export_dir: str, with_onnx: bool, log, int8: bool = False,
+def export(module, export_dir: str, with_onnx: bool, log: Callable[[str], None],
+           int8: bool = False,
            triton_dir: str | None = None, triton_replace: bool = False,
            scored: dict | None = None) -> None:
     """The ``ExportModule``'s SavedModel in ``export_dir``, and its ONNX files beside it (rank
@@ -25,22 +27,31 @@ def export(module, export_dir: str, with_onnx: bool, log, int8: bool = False,
     With ``triton_dir``, a Triton model repository of what was written, after it (a new
     version of each model, or with ``triton_replace`` its only one). The model card
     (``common/export/card.py``; ``scored``: what the weights scored) goes beside the export and
-    into each repository."""
+    into each repository; ``log`` prints its lines."""
     with files.staged_dir(export_dir, "the export", replaces=export_names(module.spec),
-                          log=log.print) as stage:
+                          log=log) as stage:
         export_module.save(module, stage, export_module.model_card(module, scored))
         onnx = onnx_convert.export_module(module, stage) if with_onnx else []
         if int8:
-            onnx += onnx_int8.export_module(module, stage, log.print)
+            onnx += onnx_int8.export_module(module, stage, log)
         export_module.record_served_files(stage, [os.path.basename(p) for p in onnx])
-    log.print(f"exported a SavedModel to {export_dir} (signatures and client.json: "
-              f"{os.path.join(export_dir, 'assets')})")
+    log(f"exported a SavedModel to {export_dir} (signatures and client.json: "
+        f"{os.path.join(export_dir, 'assets')})")
     for path in onnx:
         final = os.path.join(export_dir, os.path.basename(path))
-        log.print(f"exported ONNX (opset {onnx_opset(final)}) to {final}")
+        log(f"exported ONNX (opset {onnx_opset(final)}) to {final}")
     if triton_dir:
-        for line in write_repository(module, export_dir, triton_dir, triton_replace, log.print):
-            log.print(line)
+        for line in write_repository(module, export_dir, triton_dir, triton_replace, log):
+            log(line)
+
+
+def require_tools(spec, flags) -> None:
+    """One line at start-up for a tool the flags' export needs and this environment lacks
+    (tf2onnx, Model Optimizer's), not after a whole training run."""
+    if writes_onnx(spec, flags.export_onnx, flags.export_onnx_int8, flags.export_triton):
+        onnx_convert.require()
+    if flags.export_onnx_int8:
+        onnx_int8.require()
 
 
 def writes_onnx(spec, onnx: bool, int8: bool = False, triton: str | None = None) -> bool:

@@ -19,8 +19,8 @@ import numpy as np
 import tensorflow as tf
 
 from common import graph
-from common.data.images import read_image
-from common.export.module import Exports, ExportSpec, image_input_info, prepare_each
+from common.data.images import image_input_info, read_image
+from common.export.module import Exports, ExportSpec, prepare_each
 from common.models import MODELS
 from rn50 import tfdata_pipeline
 
