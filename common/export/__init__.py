@@ -7,13 +7,14 @@ inference benchmark (``--use_tftrt``) is ``common.core.tftrt``, beside that benc
 
 * ``writer``: the export and the Triton repository written whole, and the checks before
   training.
-* ``module``: the base of each model's exports object, ``client.json``, and the float32
-  SavedModel that ONNX and TF-TRT convert.
-* ``onnx_convert``: SavedModel signatures to ONNX (tf2onnx, in a process of its own).
+* ``module``: the base of each model's exports object, the ``ExportModule`` value ``build``
+  makes of a model, ``client.json``, and the float32 SavedModel that ONNX and TF-TRT convert.
+* ``onnx_convert``: SavedModel signatures to ONNX (tf2onnx, in a process of its own), the
+  inputs a caller may leave out, and the external tools' runs (their logs kept only on
+  failure).
 * ``onnx_int8``: INT8 ONNX in Q/DQ form, calibrated on training images.
 * ``triton/``: the Triton Inference Server side: the model repositories of the export, their
   configs, TensorRT's engines and the Python-backend models the repositories copy.
-* ``tools``: the external tools' runs, their logs kept only on failure.
 """
 from common.export.module import ExportModule, build, model_card, read_client_info
 from common.export.writer import (

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Sequence
 
-from common.errors import TrainingError, UsageError
-from common.export import onnx_defaults
-from common.export.tools import run_with_log
+from common.errors import TrainingError, UsageError, one_line
 
 OPSET = 17  # TensorRT 8.6 and later, ONNX Runtime 1.14 and later
 
@@ -81,5 +81,74 @@ def export_module(module, export_dir: str) -> list[str]:
         except RuntimeError as e:
             raise TrainingError(f"{e}; the SavedModel in {export_dir} is complete") from None
     for path in written:
-        onnx_defaults.with_defaults(path, module.spec.onnx_defaults)
+        with_defaults(path, module.spec.onnx_defaults)
     return written
+
+
+# --- inputs a caller may leave out (``ExportSpec.onnx_defaults``): ONNX's default value of a
+# graph input is an initializer of the same name, which ONNX Runtime feeds when the input is not
+# given and which TensorRT's parser would take for a constant.
+def with_defaults(path: str, defaults) -> None:
+    """Inputs of the ONNX file at ``path`` that a caller may leave out: each also an
+    initializer of zeros of its ``defaults`` shape (ONNX's default value of a graph input;
+    ONNX Runtime feeds it when the input is not given)."""
+    if not defaults:
+        return
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+    model = onnx.load(path)
+    types = {i.name: i.type.tensor_type.elem_type for i in model.graph.input}
+    for name, shape in defaults.items():
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(types[name])
+        model.graph.initializer.append(numpy_helper.from_array(np.zeros(shape, dtype), name))
+    onnx.save(model, path)
+
+
+def without_defaults(src: str, dst: str) -> None:
+    """The ONNX file at ``src`` written to ``dst`` without its inputs' default values (the
+    initializers named as graph inputs): every input is then the caller's."""
+    import onnx
+    model = onnx.load(src)
+    inputs = {i.name for i in model.graph.input}
+    kept = [t for t in model.graph.initializer if t.name not in inputs]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept)
+    onnx.save(model, dst)
+
+
+# --- the export's external tools (tf2onnx, Model Optimizer), each run in a process of its own:
+# they rewrite graphs with process-wide settings, need another environment, or print many lines
+# that belong in a log of their own, not in the run's or beside what they write.
+def run_with_log(cmd: Sequence[str], prefix: str, output: str, cwd: str | None = None,
+                 check: Callable[[str], str | None] | None = None,
+                 log_dir: str | None = None) -> str | None:
+    """Runs a tool (tf2onnx, Model Optimizer) whose many lines belong in a log of their own,
+    not beside what it writes: a file in ``log_dir`` (the run's results directory; the
+    temporary directory without one), removed when the tool succeeds: exit 0, ``output``
+    written and, with ``check``, ``check(output)`` None (what the tool wrote is what it should
+    be: a tool can exit 0 with a cut or junk file). None then; else "(log: PATH): the reason",
+    for the caller's one line."""
+    if log_dir:
+        os.makedirs(log_dir, exist_ok=True)
+    fd, log_path = tempfile.mkstemp(prefix=prefix, suffix=".log", dir=log_dir)
+    try:
+        with os.fdopen(fd, "w") as log:
+            proc = subprocess.run(list(cmd), stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
+    except OSError as e:  # the tool's python is gone, or not a program
+        os.remove(log_path)
+        return f"({cmd[0]} cannot run: {e.strerror})"
+    except BaseException:  # a stop signal cut the tool short: its half log tells nothing
+        os.remove(log_path)
+        raise
+    if proc.returncode == 0 and os.path.exists(output):
+        wrong = check(output) if check else None
+        if wrong is None:
+            os.remove(log_path)
+            return None
+        return f"(log: {log_path}): it exited 0, but {wrong}"
+    with open(log_path, errors="replace") as f:
+        lines = [ln for ln in f.read().splitlines() if ln.strip()]
+    if proc.returncode == 0:
+        return f"(log: {log_path}): it exited 0 without writing {os.path.basename(output)}"
+    return f"(log: {log_path}): {one_line(lines[-1]) if lines else 'no output'}"

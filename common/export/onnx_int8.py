@@ -32,7 +32,7 @@ import tempfile
 import numpy as np
 
 from common.errors import TrainingError, UsageError
-from common.export.tools import run_with_log
+from common.export.onnx_convert import run_with_log
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENV_SCRIPT = os.path.join(ROOT, "scripts", "modelopt_env.sh")

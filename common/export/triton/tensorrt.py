@@ -82,7 +82,7 @@ def engine_graph(spec, export_dir: str, int8: bool, out_path: str) -> bool:
     ``spec.tensorrt_rewrite`` where it names a function, else without the defaults of its
     inputs (``onnx_defaults``) where it has any, else linked or copied as it is; False when the
     export has no such file."""
-    from common.export import onnx_defaults, onnx_int8
+    from common.export import onnx_convert, onnx_int8
     name = spec.tensorrt_onnx
     src = os.path.join(export_dir, onnx_int8.int8_name(name) if int8 else name)
     if not os.path.exists(src):
@@ -91,7 +91,7 @@ def engine_graph(spec, export_dir: str, int8: bool, out_path: str) -> bool:
         where, function = spec.tensorrt_rewrite.split(":")
         getattr(importlib.import_module(where), function)(src, out_path)
     elif spec.onnx_defaults:
-        onnx_defaults.without_defaults(src, out_path)
+        onnx_convert.without_defaults(src, out_path)
     else:
         files.link_or_copy(src, out_path)
     return True
