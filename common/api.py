@@ -331,7 +331,6 @@ class Checkpoint(_Text):
 
     def __init__(self, path: str, **flags):
         from common import export, models, runner
-        from common.checkpoint import scores
         from common.checkpoint import settings as checkpoint_settings
         directory = checkpoint_settings.directory_of(path)
         record = checkpoint_settings.read(path) if os.path.isdir(directory) else None
@@ -360,7 +359,8 @@ class Checkpoint(_Text):
         self.module = export.build(self.exports, self.model)
         self._signatures = self.module.signatures
         # What evaluation scored at this checkpoint's step: the card's, and its exports'.
-        self._scored = scores.at(self.task.flags.model_dir, self._trainer.step)
+        self._scored = checkpoint_settings.scores_at(self.task.flags.model_dir,
+                                                     self._trainer.step)
         self.card = export.model_card(self.module, self._scored)
         self.recipe = self.card["evaluation_preprocessing"]
         # What its export's client.json would say (signatures, vocab_size, max_segment...).

@@ -17,8 +17,7 @@ import tensorflow as tf
 
 from common import files, flags, precision
 from common.checkpoint import settings as checkpoint_settings
-from common.core import tftrt
-from common.core.inference import INFERENCE_MODES
+from common.core import inference
 from common.errors import DataError, TrainingError, UsageError, say
 from common.export import require_tools
 from common.runtime import devices, distributed, graceful_stop
@@ -117,8 +116,7 @@ def _parse(task_cls: type[Task], argv: Sequence[str] | None, values: Mapping | N
     fv = flags.build(task_cls.config.define_flags, task_cls.config.FLAG_DEFAULTS)
     fv = (flags.parse(fv, argv, task_cls.name, int8) if values is None
           else flags.from_values(fv, values, task_cls.name, int8))
-    if fv.use_tftrt:
-        tftrt.require(fv.use_tftrt, fv.mode)
+    inference.require(fv)
     if exports is not None:
         require_tools(exports.export, fv)
     profiled = profiling.parse_range(fv.profile)  # a malformed range stops here, with one line
@@ -246,7 +244,7 @@ def _run(task_cls: type[Task], argv: Sequence[str]) -> dict:
             peak = tf.config.experimental.get_memory_info("GPU:0")["peak"]
             summary["gpu_memory_peak_mib"] = round(peak / 2**20)
         summary.update(precision=trainer.ctx.precision.policy, world_size=trainer.dist.size)
-        if fv.mode in INFERENCE_MODES:
+        if fv.mode in inference.INFERENCE_MODES:
             summary["inference_weights"] = trainer.inference_model.weights_dtype
         summary.update(_where(fv))
         logger.summary(summary)

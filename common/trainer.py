@@ -12,7 +12,8 @@ import tensorflow as tf
 
 from common import export, files, precision
 from common import task as task_lib
-from common.checkpoint import scores, start, store
+from common.checkpoint import start, store
+from common.checkpoint.settings import dir_name, record_scores, scores_at, scores_of
 from common.core import benchmark, inference, loop, train_step
 from common.core.evaluation import Evaluator
 from common.core.nonfinite import NonFiniteGuard, first_non_finite
@@ -255,10 +256,10 @@ class Trainer:
         results = self.evaluator.evaluate(self.step, epoch)
         f = self.flags
         counts = {f"eval_{self.task.item_unit}", self.task.config.LOG_NAMES.eval_throughput}
-        self.scored = scores.of(results, split=self.task.eval_split, step=self.step,
-                                data=start.dir_name(f.data_dir), counts=counts)
+        self.scored = scores_of(results, split=self.task.eval_split, step=self.step,
+                                data=dir_name(f.data_dir), counts=counts)
         if self.dist.is_chief and f.model_dir:
-            scores.record(f.model_dir, self.scored, self.log.print)
+            record_scores(f.model_dir, self.scored, self.log.print)
         return results
 
     def benchmark_training(self) -> dict:
@@ -295,4 +296,4 @@ class Trainer:
             export.export(self.export_module, export_dir, export.writes_onnx(
                 self.exports.export, f.export_onnx, f.export_onnx_int8, f.export_triton),
                 self.log.print, f.export_onnx_int8, f.export_triton, f.triton_replace,
-                self.scored or scores.at(f.model_dir, self.step))
+                self.scored or scores_at(f.model_dir, self.step))

@@ -115,7 +115,7 @@ def read(path: str) -> dict | None:
 
 
 def record(model: str, settings: Mapping, source: Mapping | None = None) -> dict:
-    """The record; ``source``, where the weights come from (``start.weights_source``;
+    """The record; ``source``, where the weights come from (``weights_source``;
     ``import_weights.py``'s source and its licence), goes into exports' model cards."""
     out = {"format": VERSION, "model": model, "settings": dict(sorted(settings.items()))}
     if source:
@@ -187,3 +187,86 @@ def compare(found: Mapping, values: Mapping, source: str, explain: Mapping[str, 
         if recorded is not None and not _same(recorded, value):
             raise DataError(f"{explain.get(name, name)} ({name} {_show(value)}) is not what "
                             f"{source} was trained on ({name} {_show(recorded)})")
+
+
+# --- where the weights come from, as a model card says it (never a path of this machine) ----
+def dir_name(path: str | None) -> str | None:
+    """A directory's own name: what a card says of it, never a path of this machine."""
+    return path and os.path.basename(os.path.normpath(path))
+
+
+def public(source: dict) -> dict:
+    """A recorded source without this machine's paths: a record written before the cards named
+    files by name keeps its file's name (``file`` -> ``file_name``)."""
+    out = {k: v for k, v in source.items() if k != "file"}
+    if source.get("file") and "file_name" not in out:
+        out["file_name"] = os.path.basename(source["file"])
+    return out
+
+
+def weights_source(task) -> dict:
+    """Where the weights of the run's checkpoints come from: what the checkpoint in
+    --model_dir recorded (a resumed run's, an imported one's), else the --finetune_checkpoint
+    it started from (and that one's source), else this repository's training on --data_dir.
+    Directories by their own names: the record goes into model cards that leave the machine."""
+    f = task.flags
+    for path, fine_tuned in ((f.model_dir, False), (f.finetune_checkpoint, True)):
+        found = read(path) if path and os.path.exists(directory_of(path)) else None
+        if found and found.get("source"):
+            return ({**public(found["source"]), "fine_tuned_from": dir_name(path),
+                     "fine_tuned_on": dir_name(f.data_dir)} if fine_tuned
+                    else public(found["source"]))
+        if fine_tuned and path:
+            return {"source": "fine-tuned", "fine_tuned_from": dir_name(path),
+                    "fine_tuned_on": dir_name(f.data_dir)}
+    return {"source": "trained", "from": f"trained by this repository's {task.name}/main.py",
+            "model": task.name, "dataset": dir_name(f.data_dir)}
+
+
+# --- what evaluation scored at each step, kept beside the checkpoints (``scores.json``): an
+# export of a checkpoint that an earlier run evaluated (evaluate, then predict with
+# --export_dir, as the README's steps go) carries the figures into its model card, as the
+# exporting run's own evaluation would.
+SCORES = "scores.json"
+KEEP_SCORES = 100  # the newest steps' scores; a long run evaluates every epoch
+
+
+def scores_of(results: dict, *, split: str, step: int, data: str | None, counts) -> dict:
+    """What an evaluation scored, as the model card and ``scores.json`` keep it: the model's
+    quality (``metrics``) apart from what the pass counted and its speed on this machine
+    (``counts``: ``evaluated``), the split, the step and the data (its directory's name)."""
+    plain = json.loads(json.dumps(results, default=float))
+    return {"split": split, "step": step, "data": data,
+            "metrics": {k: v for k, v in plain.items() if k not in counts},
+            "evaluated": {k: v for k, v in plain.items() if k in counts}}
+
+
+def read_scores(model_dir: str | None) -> dict:
+    """{step (str): what evaluation scored there}; {} where there is none or it is unreadable."""
+    try:
+        with open(os.path.join(model_dir or "", SCORES), encoding="utf-8") as f:
+            found = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def scores_at(model_dir: str | None, step: int) -> dict | None:
+    """What evaluation scored at ``step`` in ``model_dir``, or None."""
+    found = read_scores(model_dir).get(str(step))
+    return found if isinstance(found, dict) else None
+
+
+def record_scores(model_dir: str, scored: dict, log) -> None:
+    """Adds ``scored`` (at ``scored["step"]``) to ``model_dir``'s ``scores.json``, written whole. A
+    directory that cannot be written (a read-only checkpoint) costs a note, not the run."""
+    from common.files import write_atomically
+    kept = read_scores(model_dir)
+    kept[str(scored["step"])] = scored
+    newest = sorted(kept, key=lambda s: int(s) if s.isdigit() else -1)[-KEEP_SCORES:]
+    try:
+        write_atomically(os.path.join(model_dir, SCORES),
+                         json.dumps({s: kept[s] for s in newest}, indent=1) + "\n")
+    except OSError as e:
+        log(f"note: the scores were not recorded in {model_dir} ({e.strerror or e}): an "
+            "export of this checkpoint by a later run will not carry them")

@@ -11,44 +11,10 @@ from common.checkpoint import settings as checkpoint_settings
 from common.checkpoint import store
 
 
-def dir_name(path: str | None) -> str | None:
-    """A directory's own name: what a card says of it, never a path of this machine."""
-    return path and os.path.basename(os.path.normpath(path))
-
-
-def public(source: dict) -> dict:
-    """A recorded source without this machine's paths: a record written before the cards named
-    files by name keeps its file's name (``file`` -> ``file_name``)."""
-    out = {k: v for k, v in source.items() if k != "file"}
-    if source.get("file") and "file_name" not in out:
-        out["file_name"] = os.path.basename(source["file"])
-    return out
-
-
-def weights_source(task) -> dict:
-    """Where the weights of the run's checkpoints come from: what the checkpoint in
-    --model_dir recorded (a resumed run's, an imported one's), else the --finetune_checkpoint
-    it started from (and that one's source), else this repository's training on --data_dir.
-    Directories by their own names: the record goes into model cards that leave the machine."""
-    f = task.flags
-    for path, fine_tuned in ((f.model_dir, False), (f.finetune_checkpoint, True)):
-        found = checkpoint_settings.read(path) if path and os.path.exists(
-            checkpoint_settings.directory_of(path)) else None
-        if found and found.get("source"):
-            return ({**public(found["source"]), "fine_tuned_from": dir_name(path),
-                     "fine_tuned_on": dir_name(f.data_dir)} if fine_tuned
-                    else public(found["source"]))
-        if fine_tuned and path:
-            return {"source": "fine-tuned", "fine_tuned_from": dir_name(path),
-                    "fine_tuned_on": dir_name(f.data_dir)}
-    return {"source": "trained", "from": f"trained by this repository's {task.name}/main.py",
-            "model": task.name, "dataset": dir_name(f.data_dir)}
-
-
 def record(task, directory: str) -> None:
     """``settings.json`` and the task's assets (its class names) in a checkpoint directory."""
     checkpoint_settings.write(directory, task.name, checkpoint_settings.settings_of(task),
-                              weights_source(task))
+                              checkpoint_settings.weights_source(task))
     data_dir = task.flags.data_dir
     for name in task.checkpoint.assets:
         source = os.path.join(data_dir or "", name)

@@ -72,6 +72,13 @@ def predict(exports, model: keras.Model, paths, dist, log, results_dir: str,
     return {"predictions": len(records) - len(failed), "skipped_files": len(failed)}
 
 
+def require(flags) -> None:
+    """One line at start-up where the inference benchmark's --use_tftrt cannot be honoured
+    (``tftrt.require``: a TensorFlow without TensorRT, another mode)."""
+    if flags.use_tftrt:
+        tftrt.require(flags.use_tftrt, flags.mode)
+
+
 def benchmarked_function(task, exports, model, inference_model, data, flags, world: int,
                          xla: bool, log, module=None):
     """(the function an inference benchmark times, its first state): the serving computation

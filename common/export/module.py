@@ -29,7 +29,7 @@ import keras
 import tensorflow as tf
 
 from common import graph, precision
-from common.checkpoint.settings import settings_of
+from common.checkpoint.settings import settings_of, weights_source
 from common.errors import DataError, UsageError, one_line
 from common.export import card as cards
 
@@ -179,7 +179,6 @@ def build(exports: Exports, model: keras.Model) -> ExportModule:
     """The ``ExportModule`` of ``model``: ``exports``' declarations read and its signatures
     traced, once. A licence the flags give over the weights' source's is refused here, in one
     line."""
-    from common.checkpoint.start import weights_source
     from common.models import MODELS
     task, f = exports.task, exports.flags
     signatures, info = exports.signatures(model), exports.client_info()
