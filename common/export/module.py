@@ -196,7 +196,7 @@ def build(exports: Exports, model: keras.Model) -> ExportModule:
         name=task.name, spec=exports.export, variables=tuple(model.variables),
         signatures=signatures, preprocess=preprocess_function(exports.prepare_image, size),
         assets=exports.assets(), image_size=size, card=card,
-        described=describe(exports, signatures, info, settings_of(task)),
+        described=_describe(exports, signatures, info, settings_of(task)),
         engine_shapes=exports.engine_shapes(), log_dir=f.results_dir,
         calibration=_calibration(exports) if exports.export.int8 else None,
         calibration_images=getattr(f, "calibration_images", 0) or 0)
@@ -261,7 +261,7 @@ def preprocess_function(prepare, size: int | None):
     return preprocess
 
 
-def describe(exports: Exports, signatures: Mapping, info: Mapping, settings: Mapping) -> dict:
+def _describe(exports: Exports, signatures: Mapping, info: Mapping, settings: Mapping) -> dict:
     """``client.json`` but its model card: each signature's inputs and outputs (dtype, shape;
     -1 where any size goes), the model's own fields (``info``), the precision it was trained
     in and its checkpoint's ``settings``."""

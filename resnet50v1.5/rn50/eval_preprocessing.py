@@ -30,6 +30,7 @@ No TensorFlow here: the flag is checked before the model is built.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 
 from common.data.imagenet_stats import MEAN, STD, TORCH_MEAN, UNIT_MEAN, UNIT_STD
@@ -40,7 +41,6 @@ NVIDIA_MEAN, NVIDIA_STD = MEAN, STD  # NVIDIA's recipe's: ImageNet's, defined on
 TORCH_STD = STD  # torchvision's, x 255: the same three numbers
 INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
 LIMIT = 1e6  # the largest mean or std (and 1 / the smallest std) a recipe takes
-KERAS_MODES = ("aspect", "stretch")  # keras.layers.Resizing with crop_to_aspect_ratio or without
 
 
 # How an image becomes the network's input, one mode per recipe:
@@ -51,7 +51,16 @@ KERAS_MODES = ("aspect", "stretch")  # keras.layers.Resizing with crop_to_aspect
 #   squash:  both sides to the input size, no crop (keras.applications' ``load_img``);
 #   aspect:  keras.layers.Resizing in float with ``crop_to_aspect_ratio`` (keras-hub's default);
 #   stretch: keras.layers.Resizing in float, the whole image.
-MODES = ("nvidia", "crop", "squash", *KERAS_MODES)
+class Mode(enum.StrEnum):
+    NVIDIA = "nvidia"
+    CROP = "crop"
+    SQUASH = "squash"
+    ASPECT = "aspect"
+    STRETCH = "stretch"
+
+
+# keras.layers.Resizing with crop_to_aspect_ratio or without
+KERAS_MODES = (Mode.ASPECT, Mode.STRETCH)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +69,7 @@ class EvalPreprocessing:
     task's ``eval_prep``) and handed as this object to evaluation, predict, DALI and the
     exports; each pipeline dispatches on its ``mode`` once. Not the training recipe
     (``--preset``, a model's flag defaults)."""
-    mode: str  # MODES
+    mode: Mode  # a Mode's name is taken too (its value: "crop")
     crop: int
     resize: int | None = None  # the shorter side for a ``crop`` crop (modes nvidia and crop)
     interpolation: str = "bilinear"
@@ -69,8 +78,10 @@ class EvalPreprocessing:
     std: tuple = NVIDIA_STD
 
     def __post_init__(self):
-        if self.mode not in MODES:
-            raise ValueError(f"mode {self.mode}: one of {', '.join(MODES)}")
+        try:
+            object.__setattr__(self, "mode", Mode(self.mode))
+        except ValueError:
+            raise ValueError(f"mode {self.mode}: one of {', '.join(Mode)}") from None
 
     def resize_for(self, size: int) -> int | None:
         """The shorter side for a central crop of ``size`` (None: the whole image to the size)."""
@@ -92,7 +103,8 @@ class EvalPreprocessing:
 
     def describe(self) -> dict:
         """What ``client.json`` says of it."""
-        return {"recipe": self.spec(), "resize_shorter_side": self.resize_for(self.crop),
+        return {"recipe": self.spec(), "mode": self.mode.value,
+                "resize_shorter_side": self.resize_for(self.crop),
                 "interpolation": self.interpolation, "antialias": self.antialias,
                 "crop": {"aspect": "central, of the image's aspect before the resize",
                          "stretch": "none (stretched)", "squash": "none (squashed)"}.get(
@@ -130,7 +142,7 @@ def parse(text: str | None, size: int | None = 224) -> EvalPreprocessing:
                          "interpolation, antialias, mean, std)")
     try:
         mode = fields.get("resize", "squash")
-        mode = mode if mode in ("squash", *KERAS_MODES) else "crop"
+        mode = Mode(mode) if mode in (Mode.SQUASH, *KERAS_MODES) else Mode.CROP
         resize = int(fields["resize"]) if mode == "crop" else None
         crop = int(fields["crop"]) if "crop" in fields else size
         mean = tuple(float(v) for v in fields.get("mean", "/".join(map(str, NVIDIA_MEAN)))

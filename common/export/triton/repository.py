@@ -49,6 +49,7 @@ on disk to roll back to, older ones removed: each holds a whole export's files),
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import struct
@@ -86,6 +87,30 @@ TARGETS = {
 # batch be prepared while the previous one is handed to the network. cpu/ keeps one: on a
 # CPU host a second only splits the cores the network needs (config.QUEUE_DELAY_US).
 GPU_HOST_PREPROCESS_INSTANCES = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Pipeline:
+    """How one repository serves a model past its SavedModel: the image models' network (its
+    model's name suffix and kind, on the CPU or on each GPU) behind a preprocessing of so many
+    instances, and whether a model with a state runs the export's ONNX with the state Triton
+    keeps (else the Python backend's sequence over the SavedModel)."""
+    repository: str
+    network: str
+    kind: dict
+    cpu: bool
+    preprocess_instances: int
+    onnx_sequence: bool
+
+
+# The repositories that hold a pipeline, in the order they are written (tensorflow/ holds the
+# SavedModel alone).
+PIPELINES = (
+    Pipeline("cpu", "_python", {"backend": "python"}, cpu=True, preprocess_instances=1,
+             onnx_sequence=False),
+    Pipeline("triton", "_onnx", {"platform": "onnxruntime_onnx"}, cpu=False,
+             preprocess_instances=GPU_HOST_PREPROCESS_INSTANCES, onnx_sequence=True),
+)
 # Versions of a model a repository keeps, the new one included (docs/deployment.md).
 KEPT_VERSIONS = 3
 # What a repository held before the repositories per server (one flat directory): a new
@@ -216,26 +241,31 @@ def write_repository(module, export_dir: str, triton_dir: str, replace: bool = F
             if image:
                 pre = _image_models(repos, module, net, preprocess, labels, label_files, warm,
                                     exported)
-                for target, network in (("cpu", f"{name}_python"), ("triton", f"{name}_onnx")):
-                    repos[target].add(ensemble(name, f"{name}_preprocess", pre, network, net,
-                                               batch, labels), label_files)
-                    calls[target] = name
+                for p in PIPELINES:
+                    repos[p.repository].add(ensemble(name, f"{name}_preprocess", pre,
+                                                     name + p.network, net, batch, labels),
+                                            label_files)
+                    calls[p.repository] = name
             elif module.spec.triton_state:
                 python_sequence = _sequence_config(module.spec, export_dir)
-                _add_python_sequence(repos["cpu"], python_sequence, export_dir, exported)
-                calls["cpu"] = name
-                if module.spec.implicit_state and net:  # its ONNX, the state the server's
-                    version = repos["triton"].add(tensorrt.stateful_config(
-                        module.spec, info, name, {"platform": "onnxruntime_onnx"}, net,
-                        optional=tuple(module.spec.onnx_defaults)))
-                    files.link_or_copy(onnx_path, os.path.join(version, "model.onnx"))
-                    repos["triton"].serves(version, "model.onnx", exported.get("model.onnx"))
-                else:  # no model.onnx: cpu/'s model, on the CPU, and a line that says so
-                    _add_python_sequence(repos["triton"], python_sequence, export_dir, exported)
-                    notes.append(f"note: triton/{name} is cpu/'s model, run on the CPU: the "
-                                 "export has no model.onnx, which triton/ runs on the GPU "
-                                 "(--export_onnx writes it)")
-                calls["triton"] = name
+                for p in PIPELINES:
+                    repo = repos[p.repository]
+                    if p.onnx_sequence and module.spec.implicit_state and net:
+                        # its ONNX, the state the server's
+                        version = repo.add(tensorrt.stateful_config(
+                            module.spec, info, name, p.kind, net,
+                            optional=tuple(module.spec.onnx_defaults)))
+                        files.link_or_copy(onnx_path, os.path.join(version, "model.onnx"))
+                        repo.serves(version, "model.onnx", exported.get("model.onnx"))
+                    else:
+                        _add_python_sequence(repo, python_sequence, export_dir, exported)
+                        if p.onnx_sequence:  # no model.onnx: the CPU's model, and said
+                            cpu = next(q.repository for q in PIPELINES if not q.onnx_sequence)
+                            notes.append(f"note: {p.repository}/{name} is {cpu}/'s model, run "
+                                         "on the CPU: the export has no model.onnx, which "
+                                         f"{p.repository}/ runs on the GPU (--export_onnx "
+                                         "writes it)")
+                    calls[p.repository] = name
             if card is not None:
                 for target, model in calls.items():
                     cards.write(os.path.join(repos[target].stage, model), {
@@ -274,25 +304,23 @@ def _image_models(repos, module, net, preprocess: str, labels, label_files, warm
     inputs = {"images": ("string", [None])}
     outputs = {"images": ("float32", [None, size, size, 3]), "valid": ("bool", [None])}
     net_batched = batched(*net)
-    for target in ("cpu", "triton"):
-        version = repos[target].add(config(
+    onnx_path = os.path.join(os.path.dirname(preprocess), "model.onnx")
+    for p in PIPELINES:
+        repo = repos[p.repository]
+        version = repo.add(config(
             f"{name}_preprocess", {"backend": "python"}, inputs, outputs, batch,
             reshape=False, cpu=True, warmup=warmup(inputs, True, "images"),
-            count=GPU_HOST_PREPROCESS_INSTANCES if target == "triton" else 1), warm)
+            count=p.preprocess_instances), warm)
         _link_tree(preprocess, os.path.join(version, "model.savedmodel"))
-        repos[target].serves(version, "model.savedmodel", exported.get("preprocess"))
+        repo.serves(version, "model.savedmodel", exported.get("preprocess"))
         shutil.copy2(os.path.join(PYTHON_MODELS, "preprocess.py"),
                      os.path.join(version, "model.py"))
-    onnx_path = os.path.join(os.path.dirname(preprocess), "model.onnx")
-    for target, net_name, kind, cpu in (
-            ("cpu", f"{name}_python", {"backend": "python"}, True),
-            ("triton", f"{name}_onnx", {"platform": "onnxruntime_onnx"}, False)):
-        version = repos[target].add(config(
-            net_name, kind, *net, batch, reshape=not cpu, labels=labels, cpu=cpu,
+        version = repo.add(config(
+            name + p.network, p.kind, *net, batch, reshape=not p.cpu, labels=labels, cpu=p.cpu,
             warmup=warmup(net[0], net_batched)), label_files)
         files.link_or_copy(onnx_path, os.path.join(version, "model.onnx"))
-        repos[target].serves(version, "model.onnx", exported.get("model.onnx"))
-        if cpu:
+        repo.serves(version, "model.onnx", exported.get("model.onnx"))
+        if p.kind.get("backend") == "python":  # ONNX Runtime on the CPU, in Python
             shutil.copy2(os.path.join(PYTHON_MODELS, "onnxruntime_cpu.py"),
                          os.path.join(version, "model.py"))
     return inputs, outputs
