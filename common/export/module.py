@@ -183,7 +183,7 @@ def build(exports: Exports, model: keras.Model) -> ExportModule:
     task, f = exports.task, exports.flags
     signatures, info = exports.signatures(model), exports.client_info()
     size = f.image_size if exports.prepare_image is not None else None
-    weights, given = weights_source(task), getattr(f, "weights_license", None)
+    weights, given = weights_source(task), f.weights_license
     if given and weights.get("license") and weights["license"].lower() != given.lower():
         raise UsageError(f"--weights_license {given}: these weights are under their source's "
                          f"licence ({weights['license']}); leave the flag out")
@@ -199,7 +199,7 @@ def build(exports: Exports, model: keras.Model) -> ExportModule:
         described=_describe(exports, signatures, info, settings_of(task)),
         engine_shapes=exports.engine_shapes(), log_dir=f.results_dir,
         calibration=_calibration(exports) if exports.export.int8 else None,
-        calibration_images=getattr(f, "calibration_images", 0) or 0)
+        calibration_images=f.calibration_images)
     if model.dtype_policy.name == "float32":
         return value
 
