@@ -205,8 +205,7 @@ class Settings:
             return "no such flag"
         flag = self._fv[name]
         try:
-            parsed = flag.parser.parse(",".join(map(str, value)) if isinstance(value, list)
-                                       and not isinstance(value, str) else value)
+            parsed = flag.parser.parse(_flag_text(value))
         except (ValueError, TypeError, flags.Error) as e:
             return str(e).splitlines()[0] if str(e) else type(e).__name__
         for validator in flag.validators:  # the flag's own checks (a recipe that must parse)
@@ -268,21 +267,22 @@ def from_values(fv: flags.FlagValues, values: Mapping, model: str = "the model",
     validators, then by ``validate``; one ``UsageError`` line for a name no flag has or a
     value a flag refuses (the Python API's settings: ``api.load(path, amp=True)``)."""
     fv.mark_as_parsed()
+    checks = Settings(fv)
     for name, value in values.items():
-        if name not in fv:
-            raise UsageError(f"{name}: no such flag (main.py --help lists them)")
-        given = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
-        try:
-            fv[name].parse(given)
-        except (ValueError, TypeError, flags.Error) as e:
-            raise UsageError(f"{name}={value!r}: "
-                             f"{str(e).splitlines()[0] if str(e) else type(e).__name__}"
-                             ) from None
+        refused = checks.refuses(name, value)  # as the command line would refuse it
+        if refused:
+            raise UsageError(f"{name}={value!r}: {refused}")
+        fv[name].parse(_flag_text(value))
     try:
         fv.validate_all_flags()
     except flags.Error as e:
         raise UsageError(str(e).splitlines()[0]) from None
     return _checked(fv, model, int8_export)
+
+
+def _flag_text(value):
+    """A value as a flag parses it: a list (or tuple) as the command line writes one, a,b,c."""
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
 
 
 def _checked(fv: flags.FlagValues, model: str, int8_export: bool) -> Settings:

@@ -234,8 +234,14 @@ class Task(abc.ABC):
     # The model's exports object (common/export/module.py): what its exports hold, and what
     # inference is (predict, the inference benchmark).
     exports_class: type = None
-    # What to check when the evaluation data gave no batch, for the error line.
-    empty_eval_hint = "the evaluation split holds no examples"
+    @property
+    def empty_eval_hint(self) -> str:
+        """What to check when the evaluation data gave no batch, for the error line (the
+        records' preparing script, where the data are records)."""
+        if self.records is not None:
+            return self.records.empty_eval_hint
+        return "the evaluation split holds no examples"
+
     # The split evaluation reads, as a model card names it (Hugging Face's split names).
     eval_split = "validation"
 

@@ -156,9 +156,7 @@ class Evaluator:
         del first
         total = int(self.dist.sum([tf.constant(items, tf.int64)])[0])
         if total == 0:
-            records = self.task.records
-            hint = records.empty_eval_hint if records is not None else self.task.empty_eval_hint
-            raise DataError(f"the evaluation data is empty ({hint})")
+            raise DataError(f"the evaluation data is empty ({self.task.empty_eval_hint})")
         if self.task.gathers_eval_outputs and self.dist.any(items == 0):
             raise DataError("a process got no evaluation examples: there are fewer evaluation "
                             "examples than processes")

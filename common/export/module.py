@@ -44,7 +44,7 @@ class ExportSpec:
     """What a model exports beside its SavedModel, declared once (as ``CheckpointSpec`` declares
     what a checkpoint is) and read by ``common.export``: its ONNX files, INT8, the names and
     batching of its Triton models, the state a sequence keeps, how TensorRT's engines are
-    made. A model's serving class holds one as ``export``."""
+    made. A model's exports class holds one as ``export``."""
     # What --export_onnx writes beside the SavedModel: file name -> the signature it converts
     # (one whose inputs are tensors TensorRT takes: not encoded images).
     onnx_files: Mapping[str, str] = dataclasses.field(
@@ -158,7 +158,7 @@ class ExportModule:
     signatures: Mapping[str, tf.types.experimental.Function]  # traced once
     preprocess: tf.types.experimental.Function | None  # the image models' preprocessing alone
     assets: Mapping[str, str]  # assets/ by name -> text
-    described: Mapping  # client.json without the model card (``describe``)
+    described: Mapping  # client.json without the model card (``_describe``)
     image_size: int | None  # the image models' input size
     # The model card's facts (``card.build``'s arguments) but what it scored and the weights'
     # hash, which the writer takes when it writes (the weights are trained by then).
@@ -166,8 +166,8 @@ class ExportModule:
     # ``Exports.engine_shapes``: the ONNX inputs' TensorRT profile past the batch dimension.
     engine_shapes: Mapping[str, tuple[list[int], list[int]]]
     log_dir: str | None  # where a failed tool's log is kept (--results_dir)
-    # --export_onnx_int8's calibration: () -> batches (numpy) of the ONNX input from the
-    # training records, a bad record named in one line; how many images it asks for.
+    # --export_onnx_int8's calibration: (images) -> batches (numpy) of that many of the ONNX
+    # input from the training records, a bad record named in one line; how many it asks for.
     calibration: Callable | None = None
     calibration_images: int = 0
     # () -> this value over the model rebuilt in float32 with its weights (AMP), what ONNX and
@@ -211,7 +211,7 @@ def build(exports: Exports, model: keras.Model) -> ExportModule:
 
 
 def _calibration(exports: Exports):
-    """() -> the calibration batches of an INT8 export (``calibration_batches``):
+    """(images) -> the calibration batches of an INT8 export (``calibration_batches``):
     the ONNX input part (``inference_input``) of the training records' batches through the
     model's tf.data pipeline as evaluation prepares them, all of the records (whatever this
     process's share); None without records."""
@@ -224,8 +224,7 @@ def _calibration(exports: Exports):
         return graph.dataset_map(records.tfdata(records.files("train"), False, whole=True),
                                  lambda *b: (b if len(b) > 1 else b[0])[part])
     return functools.partial(calibration_batches, dataset,
-                             exports.flags.calibration_images,
-                             functools.partial(records.locate_bad_record, "train"))
+                             locate=functools.partial(records.locate_bad_record, "train"))
 
 
 def calibration_batches(dataset, images: int, locate):

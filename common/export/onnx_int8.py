@@ -138,11 +138,11 @@ def export_module(module, export_dir: str, log) -> list[str]:
         raise UsageError(f"--export_onnx_int8: {module.name} has no training records to "
                          "calibrate on")
     python = modelopt_python() or require()
-    images = np.concatenate([np.asarray(b, np.float32) for b in module.calibration()])
+    asked = module.calibration_images
+    images = np.concatenate([np.asarray(b, np.float32) for b in module.calibration(asked)])
     out = [quantize(os.path.join(export_dir, name), os.path.join(export_dir, int8_name(name)),
                     images, python, module.log_dir)
            for name in module.spec.onnx_files]
-    asked = module.calibration_images
     log(f"INT8 by NVIDIA Model Optimizer, calibrated on {len(images)} training images (max)"
         + (f": the training split holds fewer than --calibration_images {asked}"
            if len(images) < asked else ""))

@@ -103,7 +103,7 @@ def check_export_dir(module, flags, log) -> None:
         files.check_output_dir(flags.export_triton, "--export_triton", need,
                                "the model repository needs")
     if flags.export_onnx_int8 and module.calibration is not None:
-        for _ in module.calibration():
+        for _ in module.calibration(module.calibration_images):
             pass
 
 

@@ -92,24 +92,22 @@ GPU_HOST_PREPROCESS_INSTANCES = 2
 @dataclasses.dataclass(frozen=True)
 class Pipeline:
     """How one repository serves a model past its SavedModel: the image models' network (its
-    model's name suffix and kind, on the CPU or on each GPU) behind a preprocessing of so many
-    instances, and whether a model with a state runs the export's ONNX with the state Triton
-    keeps (else the Python backend's sequence over the SavedModel)."""
+    model's name suffix and kind) behind a preprocessing of so many instances, on the CPU or on
+    each GPU. On a GPU, a model with a state runs the export's ONNX with the state Triton keeps;
+    on the CPU, the Python backend's sequence over the SavedModel."""
     repository: str
     network: str
     kind: dict
     cpu: bool
     preprocess_instances: int
-    onnx_sequence: bool
 
 
 # The repositories that hold a pipeline, in the order they are written (tensorflow/ holds the
 # SavedModel alone).
 PIPELINES = (
-    Pipeline("cpu", "_python", {"backend": "python"}, cpu=True, preprocess_instances=1,
-             onnx_sequence=False),
+    Pipeline("cpu", "_python", {"backend": "python"}, cpu=True, preprocess_instances=1),
     Pipeline("triton", "_onnx", {"platform": "onnxruntime_onnx"}, cpu=False,
-             preprocess_instances=GPU_HOST_PREPROCESS_INSTANCES, onnx_sequence=True),
+             preprocess_instances=GPU_HOST_PREPROCESS_INSTANCES),
 )
 # Versions of a model a repository keeps, the new one included (docs/deployment.md).
 KEPT_VERSIONS = 3
@@ -250,7 +248,7 @@ def write_repository(module, export_dir: str, triton_dir: str, replace: bool = F
                 python_sequence = _sequence_config(module.spec, export_dir)
                 for p in PIPELINES:
                     repo = repos[p.repository]
-                    if p.onnx_sequence and module.spec.implicit_state and net:
+                    if not p.cpu and module.spec.implicit_state and net:
                         # its ONNX, the state the server's
                         version = repo.add(tensorrt.stateful_config(
                             module.spec, info, name, p.kind, net,
@@ -259,8 +257,8 @@ def write_repository(module, export_dir: str, triton_dir: str, replace: bool = F
                         repo.serves(version, "model.onnx", exported.get("model.onnx"))
                     else:
                         _add_python_sequence(repo, python_sequence, export_dir, exported)
-                        if p.onnx_sequence:  # no model.onnx: the CPU's model, and said
-                            cpu = next(q.repository for q in PIPELINES if not q.onnx_sequence)
+                        if not p.cpu:  # no model.onnx: the CPU's model, and said
+                            cpu = next(q.repository for q in PIPELINES if q.cpu)
                             notes.append(f"note: {p.repository}/{name} is {cpu}/'s model, run "
                                          "on the CPU: the export has no model.onnx, which "
                                          f"{p.repository}/ runs on the GPU (--export_onnx "

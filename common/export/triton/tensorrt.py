@@ -1,11 +1,11 @@
 """The TensorRT models of ``--export_triton DIR``, waiting for their engines in
 ``DIR.tensorrt/``: each model's config and the ONNX graph its engine is built from
 (``ExportSpec.tensorrt_onnx``: ``<name>_tensorrt`` FP16 from ``model.onnx``, SSD320's from the
-graph before NMS with EfficientNMS on it, ``ExportSpec.tensorrt_rewrite``; ``<name>_tensorrt_int8``
-from the INT8 form), the image models'
-ensemble over the FP16 one, and ``build_engines.sh``: ``build_engines.sh`` beside this module
-with its values filled in (the engines, their optimisation profiles, the ensemble), which builds
-each plan with ``trtexec`` on the serving GPU and moves the model whole into ``DIR/triton``.
+graph before NMS with EfficientNMS on it, ``ExportSpec.tensorrt_rewrite``;
+``<name>_tensorrt_int8`` from the INT8 form), the image models' ensemble over the FP16 one, and
+``build_engines.sh``: ``build_engines.sh`` beside this module with its values filled in (the
+engines, their optimisation profiles, the ensemble), which builds each plan with ``trtexec`` on
+the serving GPU and moves the model whole into ``DIR/triton``.
 Nothing is in a repository before its plan exists: Triton refuses to start with a model that
 has no version. A model with ``implicit_state`` (Transformer-XL) is a sequence whose state
 Triton keeps on the GPU (``stateful_config``), here and in ``DIR/triton``."""
