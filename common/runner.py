@@ -148,6 +148,7 @@ def _logger(task_cls: type[Task], fv, dist) -> Logger:
         files.check_output_dir(fv.results_dir, "--results_dir")
         files.check_output_dir(tensorboard_dir, "--results_dir's TensorBoard directory")
     dist.on_chief(check_results_dir, "checking --results_dir")
+    distributed.check_shared(dist, fv.results_dir, "--results_dir")
     logger = Logger(
         enabled=dist.is_chief,
         json_path=os.path.join(fv.results_dir, fv.log_filename) if fv.log_filename else None,

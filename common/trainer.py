@@ -179,6 +179,7 @@ class Trainer:
         f, epoch_steps = self.flags, self.steps_per_epoch
         self.restore()
         start = self.step
+        self.log.redo_after(start)  # an earlier job's records of the steps trained again
         if start >= total_steps:
             self.log.print(f"already trained to step {start} (target {total_steps}): nothing to do")
             return {"start_step": start, "final_step": start}
@@ -190,7 +191,7 @@ class Trainer:
         clock = loop.Clock(timed_from=start + (0 if short else f.warmup_steps))
         summary, loss, eval_results, displayed = {"start_step": start}, None, {}, 0
         estimated, began = False, time.monotonic()
-        watch = watchdog.for_run(f.results_dir, self.dist.rank, self.dist.size, f.hang_timeout)
+        watch = watchdog.for_run(f.results_dir, self.dist, f.hang_timeout)
         with GracefulStop() as stop, watch:
             for sp in loop.run(stepper, f, self.profiler, clock, start=start, total=total_steps,
                                steps_per_epoch=epoch_steps, evaluate=evaluate, stop=stop,
@@ -199,10 +200,10 @@ class Trainer:
                 if sp.events.display:
                     self._display(sp, epoch, total_steps, stepper.skipped, clock.rate(displayed))
                     displayed = sp.window_index + 1
-                    if not estimated and clock.timed:  # how many Slurm jobs the run needs
-                        estimated = True
+                    if not estimated:  # how many Slurm jobs the run needs, said once
                         line = job_time.estimate_from(clock.timed, total_steps - sp.step, sp.step)
                         if line:
+                            estimated = True
                             self.log.print(line)
                 saved = self.save() if sp.events.save else None
                 if sp.events.evaluate:

@@ -88,8 +88,11 @@ for cmd in slurmctld slurmd srun sbatch scancel; do
   command -v "$cmd" >/dev/null || { missing+=(slurm-wlm); break; }
 done
 { command -v munged >/dev/null && command -v mungekey >/dev/null; } || missing+=(munge)
+# sshd and ssh for the cluster of namespaces (tests/netns_cluster.py): mpirun -H and horovodrun
+# reach the other nodes through them, as on a cluster.
+{ [ -x /usr/sbin/sshd ] && command -v ssh >/dev/null; } || missing+=(openssh-server openssh-client)
 if [ ${#missing[@]} -eq 0 ]; then
-  log "slurm present: $(slurmd -V); tf-slim, keras-hub and PyTorch's environment ready"
+  log "slurm and sshd present: $(slurmd -V); tf-slim, keras-hub and PyTorch's environment ready"
   exit 0
 fi
 if ! command -v apt-get >/dev/null; then
@@ -98,7 +101,7 @@ if ! command -v apt-get >/dev/null; then
 fi
 sudo_cmd=""
 if [ "$(id -u)" != 0 ]; then sudo_cmd="sudo"; fi
-log "apt-get install ${missing[*]} (a real one-node Slurm for the tests)"
+log "apt-get install ${missing[*]} (a real Slurm and sshd for the tests)"
 # One apt at a time (dpkg allows one): install_deps.sh may be installing OpenMPI beside this
 # (`make deps-all`); its apt_install takes the same lock. Held until this script ends.
 cache=${TF_MODEL_SCRIPTS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tf-model-scripts}
@@ -106,8 +109,8 @@ mkdir -p "$cache"
 exec 9>"$cache/apt.lock"
 flock 9
 $sudo_cmd apt-get update -qq
-# Debian's packages start their daemons (munged, slurmctld, slurmd) where a service manager
-# runs; tests/slurm_cluster.py starts its own, with its own configuration. A policy-rc.d that
+# Debian's packages start their daemons (munged, slurmctld, slurmd, sshd) where a service manager
+# runs; the tests start their own, with their own configuration. A policy-rc.d that
 # answers 101 ("action forbidden", which invoke-rc.d and deb-systemd-invoke obey) keeps them
 # from starting, for this install only (an existing policy is left as it is).
 policy=/usr/sbin/policy-rc.d

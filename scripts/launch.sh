@@ -9,8 +9,12 @@
 # NUMA node (as NVIDIA's bind.sh); the launchers themselves bind nothing.
 # Environment:
 #   LAUNCHER=mpirun (default) | horovodrun | srun
+#   CONTROLLER=gloo|mpi     horovodrun only: Horovod's controller (horovodrun's own choice
+#                           by default: MPI where Horovod has it)
 #   PYTHON=python           the interpreter every process runs
 #   HOSTS=node1:8,node2:8   mpirun/horovodrun across machines (GPUS is then ignored)
+#   NET_IFACE=eth1          the network interface ranks talk over, where nodes have several:
+#                           NCCL_SOCKET_IFNAME, HOROVOD_GLOO_IFACE and Open MPI's TCP transports
 #   SRUN_MPI=pmix           srun's --mpi plugin (pmi2 where the site's Slurm has no PMIx)
 #   CONTAINER=IMAGE         srun only: run in this image (pyxis: --container-image, written
 #                           [USER@][REGISTRY#]IMAGE[:TAG] or a .sqsh path), with
@@ -19,6 +23,8 @@
 #   DRY_RUN=1               print the command line instead of running it
 #   STOP_TIMEOUT=300        seconds ranks left behind by a dead launcher get to stop before
 #                           they are killed
+#   END_GRACE=10            seconds a launcher gets to end the job after a rank's --hang_timeout
+#                           watch ended it (common/runtime/watchdog.py); then it is killed
 set -euo pipefail
 usage="usage: launch.sh MAIN_PY amp|tf32|fp32 GPUS [xla|noxla] [flags]"
 die() { echo "launch.sh: error: $*" >&2; exit 2; }
@@ -43,10 +49,30 @@ case "$XLA" in
   *) die "the xla argument must be xla or noxla, not $XLA" ;;
 esac
 
+# The interface between nodes, where they have several: NCCL's and Gloo's own variables (every
+# launcher passes them on), Open MPI's TCP transports (mpirun's -mca below; srun's tasks read
+# the same from the environment), horovodrun's --network-interface.
+if [ -n "${NET_IFACE:-}" ]; then
+  [[ "$NET_IFACE" =~ ^[A-Za-z0-9_.:@-]+(,[A-Za-z0-9_.:@-]+)*$ ]] ||
+    die "NET_IFACE names network interfaces (eth1, or eth1,eth2), not '$NET_IFACE'"
+  export NCCL_SOCKET_IFNAME=$NET_IFACE HOROVOD_GLOO_IFACE=$NET_IFACE
+  export OMPI_MCA_btl_tcp_if_include=$NET_IFACE OMPI_MCA_oob_tcp_if_include=$NET_IFACE
+fi
+case "${CONTROLLER:-}" in
+  "") ;;
+  gloo|mpi) [ "${LAUNCHER:-mpirun}" = horovodrun ] ||
+    die "CONTROLLER=$CONTROLLER is horovodrun's choice (LAUNCHER=horovodrun); mpirun and srun start Horovod with MPI" ;;
+  *) die "CONTROLLER must be gloo or mpi, not $CONTROLLER" ;;
+esac
+# Every process of this job carries it: launch.sh finds its ranks on this machine by it, and
+# the ranks' heartbeats name it (the ending mark it watches for below).
+export LAUNCH_ID="launch-$$-$RANDOM"
+
 # What every rank on another machine needs from this shell's environment (mpirun -x).
-forward=(-x PATH -x LD_LIBRARY_PATH)
-for v in TF_ENABLE_AUTO_MIXED_PRECISION NVIDIA_TF32_OVERRIDE TF_XLA_FLAGS TF_CPP_MIN_LOG_LEVEL \
-         PYTHONPATH $(compgen -v | grep -E '^(NCCL|HOROVOD)_' || true); do
+forward=(-x PATH -x LAUNCH_ID)
+for v in LD_LIBRARY_PATH TF_ENABLE_AUTO_MIXED_PRECISION NVIDIA_TF32_OVERRIDE TF_XLA_FLAGS \
+         TF_CPP_MIN_LOG_LEVEL PYTHONPATH \
+         $(compgen -v | grep -E '^(NCCL|HOROVOD|OMPI_MCA)_' || true); do
   if [ -n "${!v+x}" ]; then forward+=(-x "$v"); fi
 done
 
@@ -79,6 +105,10 @@ case "${LAUNCHER:-mpirun}" in
       launch=(horovodrun -np "$np" -H "$HOSTS")
     elif [ "$GPUS" -gt 1 ]; then
       launch=(horovodrun -np "$GPUS" -H "localhost:$GPUS")
+    fi
+    if [ ${#launch[@]} -gt 0 ]; then
+      if [ -n "${CONTROLLER:-}" ]; then launch+=("--$CONTROLLER"); fi
+      if [ -n "${NET_IFACE:-}" ]; then launch+=(--network-interface "$NET_IFACE"); fi
     fi ;;
   srun)  # one task per GPU on every node of the allocation; Horovod finds its ranks by PMIx
     [ -n "${SLURM_JOB_ID:-}${DRY_RUN:-}" ] ||
@@ -91,7 +121,13 @@ case "${LAUNCHER:-mpirun}" in
     # rather than leaving the others in their next allreduce until the job's time limit.
     launch=(srun --mpi="${SRUN_MPI:-pmix}" --ntasks-per-node="$GPUS" --kill-on-bad-exit=1)
     if [ -n "$cpus" ]; then
-      launch+=(--cpus-per-task=$(( cpus / GPUS > 0 ? cpus / GPUS : 1 )) --cpu-bind=none)
+      launch+=(--cpus-per-task=$(( cpus / GPUS > 0 ? cpus / GPUS : 1 )))
+      # Unbound: bind.sh binds each task to its GPU's NUMA node. Only where Slurm binds tasks at
+      # all (a task/none cluster warns at every srun that it ignores the option).
+      if [ -n "${DRY_RUN:-}" ] || ! scontrol show config 2>/dev/null |
+          grep -qE '^TaskPlugin +=.*task/none'; then
+        launch+=(--cpu-bind=none)
+      fi
     fi
     if [ -n "${CONTAINER:-}" ]; then
       # pyxis (enroot) reads an image as [USER@][REGISTRY#]IMAGE[:TAG], or a squashfs file's
@@ -140,10 +176,7 @@ if [ -n "${DRY_RUN:-}" ]; then
   echo
   exit 0
 fi
-case "${launch[0]:-}" in
-  mpirun|horovodrun) ;;
-  *) exec "${cmd[@]}" ;;  # one process, or srun (Slurm forwards its signals to every task)
-esac
+[ ${#launch[@]} -gt 0 ] || exec "${cmd[@]}"  # one process
 # mpirun takes SIGTERM as an abort: it signals the ranks, kills them about a second later and
 # exits 1 whatever they did; horovodrun runs mpirun under a shell in a session of its own, so a
 # signal to it or to that shell leaves mpirun and the ranks running unseen. SIGUSR1 mpirun
@@ -152,10 +185,11 @@ esac
 # So the job runs in a session of its own (a terminal's Ctrl-C reaches only this script), and
 # a SIGTERM or Ctrl-C here becomes SIGUSR1 to this job's mpirun (which forwards it to every
 # rank, on every host) and to its ranks on this machine (horovodrun's Gloo has no mpirun);
-# they are found by LAUNCH_ID, which every process of the job inherits. Whatever ends the
-# launcher (horovodrun, its shell, mpirun), ranks still running are asked to stop the same way
-# and waited for: nothing keeps training unseen.
-export LAUNCH_ID="launch-$$-$RANDOM"
+# they are found by LAUNCH_ID, which every process of the job inherits. srun forwards a
+# signal to every task itself: it gets SIGTERM for SIGTERM and Ctrl-C (its first SIGINT only
+# reports), SIGUSR1 for SIGUSR1. Whatever ends the launcher (horovodrun, its shell, mpirun),
+# ranks still running are asked to stop the same way and waited for: nothing keeps training
+# unseen.
 job_pids() {  # this job's processes here: "ranks" (PYTHON MAIN_PY ...) or "mpirun"
   local p words
   for p in /proc/[0-9]*; do
@@ -176,20 +210,74 @@ ask_to_stop() {  # $1: why
   done
 }
 stopping=""
-on_signal() { stopping=$1; ask_to_stop "$1"; }
+on_signal() {  # $1: the signal's name
+  stopping=$1
+  if [ "${launch[0]}" = srun ]; then
+    [ "$1" = SIGUSR1 ] && kill -USR1 "$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  else
+    ask_to_stop "$1"
+  fi
+}
 trap 'on_signal SIGTERM' TERM
 trap 'on_signal SIGINT' INT
 trap 'on_signal SIGUSR1' USR1  # Slurm's warning before a time limit (sbatch --signal=B:USR1@)
+
+# A rank whose --hang_timeout watch ends the job marks its heartbeat (in --results_dir, which
+# every node shares) with this launch's id. A launcher that can reach every node ends the job
+# at that rank's exit; one that cannot (a node cut off, or dead before Slurm's SlurmdTimeout or
+# TCP's retries notice) waits for it for minutes. END_GRACE seconds after the mark, it is killed.
+results=./results  # main.py's default
+prev=""
+for a in "$@"; do
+  case "$prev" in --results_dir) results=$a ;; esac
+  case "$a" in --results_dir=*) results=${a#--results_dir=} ;; esac
+  prev=$a
+done
+end_grace=${END_GRACE:-10}
+[[ "$end_grace" =~ ^[0-9]+$ ]] || die "END_GRACE must be a whole number of seconds, not $end_grace"
+ended_by() {  # the rank whose heartbeat marks this launch as ended, if any
+  local f
+  f=$(grep -lE "\"launch\": \"$LAUNCH_ID\".*\"ending\": " "$results"/.heartbeat/rank-*.json \
+      2>/dev/null | head -n 1)
+  [ -n "$f" ] || return 1
+  f=${f##*/rank-}
+  echo "${f%.json}"
+}
+
+launcher_exit() {  # what the launcher's exit status $1 (over 128) says, for the last line
+  local sig
+  if [ "$1" = 205 ] && [ "${launch[0]}" != srun ]; then  # Open MPI's, not a signal
+    echo "mpirun lost the daemon (orted) of a node it started ranks on (the node cut off, down, or the daemon killed): the job ended without a stop checkpoint; the last checkpoint is whole and the same command resumes from it"
+    return
+  fi
+  sig=$(kill -l $(( $1 - 128 )) 2>/dev/null) || return 0
+  echo "${launch[0]} exited $1: it or a rank was killed (SIG$sig; the lines above say which): the job ended without a stop checkpoint; the steps since the last checkpoint (--save_checkpoint_steps) are lost, and the same command resumes from it"
+}
+
 if command -v setsid >/dev/null; then setsid "${cmd[@]}" & else "${cmd[@]}" & fi
 pid=$!
+ended_rank="" ended_at="" forced=""
+while kill -0 "$pid" 2>/dev/null; do
+  if [ -z "$ended_rank" ] && ended_rank=$(ended_by); then
+    ended_at=$SECONDS
+  fi
+  if [ -n "$ended_rank" ] && [ $(( SECONDS - ended_at )) -ge "$end_grace" ]; then
+    left=$(job_pids ranks)
+    also=""
+    [ -z "$left" ] || also=" and the ranks on this host"
+    echo "launch.sh: rank $ended_rank ended the job (its line above), but ${launch[0]} has not ended $end_grace s later (it waits for a node it cannot reach): killing it$also; the ranks of an unreachable node end by their own watch" >&2
+    kill -KILL "$pid" $left 2>/dev/null || true
+    forced=1
+    break
+  fi
+  sleep 1
+done
 rc=0
 wait "$pid" || rc=$?
-while kill -0 "$pid" 2>/dev/null; do  # woken by the trap: the job is still stopping
-  rc=0
-  wait "$pid" || rc=$?
-done
+[ -z "$forced" ] || rc=1
 left=$(job_pids ranks)
-if [ -n "$left" ]; then  # the launcher ended under its ranks (its shell or mpirun killed)
+if [ -n "$left" ] && [ "${launch[0]}" != srun ]; then
+  # the launcher ended under its ranks (its shell or mpirun killed); srun's tasks are Slurm's
   ask_to_stop "${launch[0]} ended (exit $rc) with $(echo "$left" | wc -w) rank(s) still running"
   waited=0
   while [ -n "$(job_pids ranks)" ] && [ "$waited" -lt "${STOP_TIMEOUT:-300}" ]; do
@@ -206,7 +294,8 @@ if [ -n "$left" ]; then  # the launcher ended under its ranks (its shell or mpir
 fi
 if [ -n "$stopping" ]; then
   echo "launch.sh: $stopping: the job stopped (exit $rc)" >&2
-elif [ "$rc" -gt 128 ] && [ -z "$left" ]; then  # the launcher itself killed (SIGKILL, OOM)
-  echo "launch.sh: ${launch[0]} was killed ($(kill -l $(( rc - 128 )) 2>/dev/null || echo "signal $(( rc - 128 ))")): its ranks ended with it, without a stop checkpoint; the steps since the last checkpoint (--save_checkpoint_steps) are lost, and the same command resumes from it" >&2
+elif [ -z "$forced" ] && [ "$rc" -gt 128 ] && [ -z "$left" ]; then
+  why=$(launcher_exit "$rc")
+  [ -z "$why" ] || echo "launch.sh: $why" >&2
 fi
 exit "$rc"

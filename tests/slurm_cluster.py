@@ -8,6 +8,7 @@ the tests override with ``--gpus-per-node=0``, as the README tells users of a CP
 """
 from __future__ import annotations
 
+import glob
 import os
 import random
 import shutil
@@ -47,14 +48,37 @@ class SlurmCluster:
         env.update(SLURM_CONF=self.conf, PYTHONUNBUFFERED="1", **extra)
         return env
 
+    def command(self, args, node: str | None = None, cwd: str | None = None) -> list[str]:
+        """``args`` as a command run on ``node`` (the controller's host by default): here, on
+        this one machine."""
+        return list(args)
+
     def run(self, args, timeout=300, **kw) -> subprocess.CompletedProcess:
         env = self.env(**kw.pop("env", {}))
-        return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env,
-                              **kw)
+        return subprocess.run(self.command(args, cwd=kw.get("cwd")), capture_output=True,
+                              text=True, timeout=timeout, env=env, **kw)
 
     # --- start and stop ------------------------------------------------------------------
-    def _write_conf(self) -> None:
+    def conf_lines(self) -> list[str]:
+        """Where the controller and the nodes are, and each slurmd's files."""
         ctld_port, d_port = free_ports(2)
+        d = self.root
+        return [
+            f"SlurmctldHost={self.host}(127.0.0.1)",
+            f"SlurmctldPort={ctld_port}",
+            f"SlurmdPort={d_port}",
+            f"SlurmdSpoolDir={d}/spool",
+            f"SlurmdPidFile={d}/slurmd.pid",
+            f"SlurmdLogFile={d}/slurmd.log",
+            f"NodeName={self.host} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory=8000 "
+            "State=UNKNOWN",
+        ]
+
+    def slurmds(self) -> list[tuple[str, list[str]]]:
+        """(node, its slurmd's command line) for each node."""
+        return [(self.host, ["slurmd", "-D", "-f", self.conf, "-N", self.host])]
+
+    def _write_conf(self) -> None:
         d = self.root
         lines = [
             "ClusterName=tests",
@@ -62,9 +86,7 @@ class SlurmCluster:
             # which two clusters on one machine (the suite's workers, two suites side by side)
             # both numbering from 1 would share, and the second job fails to launch.
             f"FirstJobId={random.randrange(1000, 60_000_000)}",
-            f"SlurmctldHost={self.host}(127.0.0.1)",
-            f"SlurmctldPort={ctld_port}",
-            f"SlurmdPort={d_port}",
+            *self.conf_lines(),
             "AuthType=auth/munge",
             "CredType=cred/munge",
             f"AuthInfo=socket={self.munge_socket}",
@@ -82,13 +104,8 @@ class SlurmCluster:
             "PreemptMode=REQUEUE",
             "SwitchType=switch/none",
             f"StateSaveLocation={d}/state",
-            f"SlurmdSpoolDir={d}/spool",
             f"SlurmctldPidFile={d}/slurmctld.pid",
-            f"SlurmdPidFile={d}/slurmd.pid",
             f"SlurmctldLogFile={d}/slurmctld.log",
-            f"SlurmdLogFile={d}/slurmd.log",
-            f"NodeName={self.host} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory=8000 "
-            "State=UNKNOWN",
             # Two tasks of more than one CPU each still fit on a 2-CPU node.
             "PartitionName=cpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP "
             "OverSubscribe=FORCE:4 PriorityTier=1 PreemptMode=REQUEUE GraceTime=60",
@@ -119,14 +136,15 @@ class SlurmCluster:
                      f"--seed-file={self.root}/munge/munged.seed"], "munged.out")
         self._wait(lambda: os.path.exists(self.munge_socket), timeout, "munged")
         self._write_conf()
-        self._start(["slurmctld", "-D", "-i", "-f", self.conf], "slurmctld.out")
-        self._start(["slurmd", "-D", "-f", self.conf, "-N", self.host], "slurmd.out")
-        self._wait(self._idle, timeout, "the node to be idle")
+        self._start(self.command(["slurmctld", "-D", "-i", "-f", self.conf]), "slurmctld.out")
+        for node, args in self.slurmds():
+            self._start(self.command(args, node), f"slurmd-{node}.out")
+        self._wait(self._idle, timeout, "the nodes to be idle")
         return self
 
     def _idle(self) -> bool:
         proc = self.run(["sinfo", "--noheader", "-o", "%t"], timeout=30)
-        return proc.returncode == 0 and proc.stdout.strip() == "idle"
+        return proc.returncode == 0 and set(proc.stdout.split()) == {"idle"}
 
     def _wait(self, ready, timeout, what) -> None:
         deadline = time.time() + timeout
@@ -137,10 +155,9 @@ class SlurmCluster:
                 return
             time.sleep(0.5)
         logs = ""
-        for name in ("munged.out", "slurmctld.out", "slurmd.out", "slurmctld.log", "slurmd.log"):
-            path = os.path.join(self.root, name)
-            if os.path.exists(path):
-                logs += f"\n--- {name}\n" + open(path).read()[-2000:]
+        for path in sorted(glob.glob(os.path.join(self.root, "*.out"))
+                           + glob.glob(os.path.join(self.root, "**", "*.log"), recursive=True)):
+            logs += f"\n--- {path}\n" + open(path).read()[-2000:]
         self.stop()
         raise RuntimeError(f"the test Slurm cluster did not come up (waiting for {what}):{logs}")
 

@@ -4,7 +4,10 @@ rank stopped with SIGSTOP under mpirun, horovodrun and srun, is in test_horovod.
 test_slurm.py."""
 import json
 import os
+import re
+import signal
 import time
+import types
 
 import pytest
 from conftest import OWN_HANDLING
@@ -165,10 +168,88 @@ def test_the_thread_writes_its_heartbeat_fires_once_and_cleans_up(tmp_path):
     assert not os.path.exists(os.path.join(d, "rank-0.json"))
 
 
+def _ranks(size, rank=0):
+    """A stand-in for Distributed's rank facts and rank 0's broadcast (the real one is run by
+    every multi-rank test)."""
+    return types.SimpleNamespace(size=size, rank=rank, is_chief=rank == 0,
+                                 broadcast_object=lambda obj: obj)
+
+
 def test_off_for_one_process_or_a_zero_timeout(tmp_path):
-    assert watchdog.for_run(str(tmp_path), 0, 1, 600) is watchdog.OFF
-    assert watchdog.for_run(str(tmp_path), 0, 2, 0) is watchdog.OFF
-    assert isinstance(watchdog.for_run(str(tmp_path), 0, 2, 600), watchdog.Watchdog)
+    assert watchdog.for_run(str(tmp_path), _ranks(1), 600) is watchdog.OFF
+    assert watchdog.for_run(str(tmp_path), _ranks(2), 0) is watchdog.OFF
+    watch = watchdog.for_run(str(tmp_path), _ranks(2), 600)
+    assert isinstance(watch, watchdog.Watchdog) and len(watch.run) == 16
+
+
+def test_a_record_left_by_another_run_is_not_read(tmp_path):
+    """A killed job's heartbeats outlive it, its "ending" mark included: the next job's ranks
+    must not take it as theirs (one that read it before rank 0 rewrote the file ended without
+    a line)."""
+    d = str(tmp_path)
+    with open(os.path.join(d, "rank-1.json"), "w") as f:
+        json.dump({"rank": 1, "host": "node2", "pid": 7, "beat": 9, "idle": 30, "run": "old",
+                   "ending": "rank 0 stopped answering"}, f)
+    wd = watchdog.Watchdog(d, rank=0, size=2, timeout=10, run="new")
+    assert wd.check(time.monotonic()) is None and wd._read(1) is None
+    _waited(wd, 21)  # and it counts as not seen yet, not as a rank that answers
+    assert "rank(s) 1 cannot be seen from here" in wd.check(time.monotonic())
+
+
+def test_a_stop_that_no_step_follows_ends_the_rank_after_the_grace(wd):
+    """A rank waiting in a collective for a rank that is gone cannot reach the step where a stop
+    signal is taken (Slurm's SIGTERM after a task died elsewhere, then its SIGKILL after
+    KillWait): it ends itself once no step has come for the grace."""
+    for r in (1, 2):
+        _peer(wd.directory, r, 1)
+    now = time.monotonic()
+    wd.beat(3)
+    wd.stop_requested(signal.SIGTERM, now)
+    assert wd.stop_grace() == watchdog.STOP_GRACE_S
+    assert wd.check(now + 4) is None
+    with wd.working():  # a checkpoint or an evaluation at a sync point: no step is expected
+        assert wd.check(now + 60) is None
+    wd._last_beat = now  # as if the work ended then
+    line = wd.check(now + 6)
+    assert line.startswith("SIGTERM came 6 s ago and no training step has finished on rank 0 "
+                           "since: it waits in a collective for a rank that is gone")
+
+
+def test_the_grace_follows_the_longest_step(wd):
+    wd.beat(1)
+    wd._last_beat -= 3.0  # a 3-second step
+    wd.beat(2)
+    assert wd.stop_grace() == pytest.approx(9.0, abs=0.1)
+    wd2 = watchdog.Watchdog(wd.directory, rank=0, size=2, timeout=8)
+    wd2.beat(1)
+    wd2._last_beat -= 4.0
+    wd2.beat(2)
+    assert wd2.stop_grace() == 8  # never more than the hang timeout
+
+
+def test_the_thread_takes_a_stop_signal_that_the_main_thread_never_handles(tmp_path):
+    """The signal reaches the watch through Python's wake-up descriptor, whether or not the main
+    thread ever gets to run its handler: no step follows, so the rank ends with its line."""
+    ended, lines = [], []
+    d = str(tmp_path / "hb")
+    wd = watchdog.Watchdog(d, rank=0, size=2, timeout=30, exit=ended.append,
+                           stream=types.SimpleNamespace(write=lines.append, flush=lambda: None))
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)  # a handler, as GracefulStop's
+    try:
+        with wd:
+            _peer(d, 1, 1)
+            wd.beat(1)
+            os.kill(os.getpid(), signal.SIGTERM)
+            deadline = time.time() + 20
+            while not ended and time.time() < deadline:
+                time.sleep(0.1)
+            assert json.load(open(os.path.join(d, "rank-0.json")))["stopping"] == "SIGTERM"
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert ended == [watchdog.EXIT_STATUS] and wd.stop_signal == "SIGTERM"
+    assert re.match(r"main\.py: error \(rank 0\): SIGTERM came [5-9] s ago and no training step",
+                    "".join(lines)), lines
+    assert signal.set_wakeup_fd(-1) == -1  # the process's wake-up descriptor as it was
 
 
 # --- how many jobs a run takes (common/runtime/job_time.py) --------------------------------------

@@ -8,8 +8,10 @@ Keras 3 variables are not ``tf.Variable``s, so Horovod's ``DistributedGradientTa
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -139,6 +141,12 @@ class Distributed:
         return {k: self.hvd.allgather(tf.convert_to_tensor(v)).numpy()
                 for k, v in sorted(arrays.items())}
 
+    def allgather_object(self, obj) -> list:
+        """Every rank's picklable ``obj``, in rank order."""
+        if not self.enabled:
+            return [obj]
+        return self.hvd.allgather_object(obj)
+
     def broadcast_object(self, obj):
         """Rank 0's picklable ``obj`` on every rank."""
         if not self.enabled:
@@ -179,6 +187,45 @@ def init(environ=os.environ) -> Distributed:
     return Distributed(hvd, devices.pin(local_rank))
 
 
+def check_shared(dist: Distributed, directory: str, flag: str) -> None:
+    """Under Horovod, that every rank sees the file rank 0 writes in ``directory`` (which rank
+    0 has made): checkpoints, the log and the heartbeats of ``--hang_timeout`` are read across
+    nodes, and a job requeued onto other nodes resumes from them. A directory that is not on a
+    file system every node mounts would otherwise train unnoticed until the first hang, or start
+    over after a requeue. One line on every rank (rank 0's names the ranks and hosts)."""
+    if not dist.enabled:
+        return
+    name = f".shared-{os.urandom(8).hex()}" if dist.is_chief else None
+    if name is not None:
+        try:
+            open(os.path.join(directory, name), "x").close()
+        except OSError:
+            name = None  # rank 0's own checks of the directory say what is wrong with it
+    name = dist.broadcast_object(name)
+    if name is None:
+        return
+    path = os.path.join(directory, name)
+    seen = os.path.exists(path)
+    for _ in range(10):  # a network file system may show a new file a moment later
+        if seen:
+            break
+        time.sleep(0.2)
+        seen = os.path.exists(path)
+    views = dist.allgather_object((seen, socket.gethostname()))
+    if dist.is_chief:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+    blind = [f"{r} ({host})" for r, (s, host) in enumerate(views) if not s]
+    if blind:
+        if not dist.is_chief:
+            raise UsageError(f"{flag} {directory} is not shared by every node (see rank 0's line)")
+        raise UsageError(
+            f"{flag} {directory} is not shared by every node: rank(s) {', '.join(blind)} cannot "
+            f"see the file rank 0 ({views[0][1]}) wrote there; checkpoints, the log and the "
+            "--hang_timeout heartbeats are read across nodes: give a directory on a file system "
+            "every node mounts")
+
+
 def describe_rank(dist: Distributed, environ=os.environ) -> str:
     """One line of what this process sees: its rank, its launcher's variables, its GPU."""
     visible = environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
@@ -187,5 +234,7 @@ def describe_rank(dist: Distributed, environ=os.environ) -> str:
              f"DALI device_id {d.dali_device_id}" if d.gpu else "computes on the CPU (no GPU)")
     slurm = " ".join(f"{k}={environ[k]}" for k in ("SLURM_PROCID", "SLURM_LOCALID", "PMIX_RANK")
                      if k in environ)
-    return (f"rank {dist.rank}/{dist.size} local {dist.local_rank} on {socket.gethostname()}: "
+    cross = f" cross {dist.hvd.cross_rank()}/{dist.hvd.cross_size()}" if dist.hvd else ""
+    return (f"rank {dist.rank}/{dist.size} local {dist.local_rank}{cross} on "
+            f"{socket.gethostname()}: "
             f"CUDA_VISIBLE_DEVICES={visible}{' ' + slurm if slurm else ''}; {where}")

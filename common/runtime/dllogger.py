@@ -15,6 +15,7 @@ lines; the run goes on and says on stderr how many records were lost.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -90,6 +91,20 @@ class _JsonLines:
                 _warn(f"cannot write {self.path} ({e.strerror}); training goes on, and the log "
                       "keeps only whole records")
             self.dropped += 1
+
+    def lines(self) -> list[bytes]:
+        return os.pread(self._fd, os.lseek(self._fd, 0, os.SEEK_END), 0).splitlines(
+            keepends=True)
+
+    def rewrite(self, lines: list[bytes]) -> None:
+        """The file's lines replaced by ``lines``: written to a new file renamed over this one,
+        so that a kill meanwhile leaves one or the other whole."""
+        tmp = f"{self.path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as f:
+            f.writelines(lines)
+        os.replace(tmp, self.path)
+        os.close(self._fd)
+        self._fd = os.open(self.path, os.O_RDWR)
 
     def close(self) -> None:
         if self._fd is not None:
@@ -188,6 +203,34 @@ class Logger:
         self.print("summary:")
         for k, v in data.items():
             self.print(f"  {k:<{width}}  {_fmt(v)}")
+
+    def redo_after(self, step: int) -> None:
+        """A run that resumes from a checkpoint at ``step`` trains the steps after it again: the
+        records an earlier job of the run (one killed after its last checkpoint) logged for
+        them move to ``<log>.redone``, so that the log holds each step once. Records before the
+        run's start (the last summary of a run that completed, or of another mode) stay."""
+        if self._json is None:
+            return
+        lines = self._json.lines()
+        records = {}
+        for n, line in enumerate(lines):
+            if line.startswith(b"DLLL "):
+                with contextlib.suppress(ValueError):
+                    records[n] = json.loads(line[5:])
+        start = max((n for n, r in records.items() if r.get("step") == []
+                     and not r.get("data", {}).get("stopped_by_signal")), default=-1)
+        redone = {n for n, r in records.items()
+                  if n > start and _is_step_log(r) and r["step"][1] > step}
+        if not redone:
+            return
+        path = self._json.path
+        with open(path + ".redone", "ab") as f:  # kept: what the earlier job measured
+            f.writelines(lines[n] for n in sorted(redone))
+        self._json.rewrite([line for n, line in enumerate(lines) if n not in redone])
+        steps = [records[n]["step"][1] for n in redone]
+        self.print(f"{path}: {len(redone)} record(s) of steps {min(steps)}-{max(steps)}, logged "
+                   f"after the checkpoint this run resumes from (step {step}), moved to "
+                   f"{os.path.basename(path)}.redone: those steps are trained again")
 
     def records(self) -> list[dict]:
         """What this log's file holds so far (nothing where this rank writes none)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 import time
 from collections.abc import Mapping
 
@@ -52,11 +53,19 @@ def estimate(remaining_steps: int, seconds_per_step: float, step: int,
     return line
 
 
+# Timed windows (display intervals) the estimate waits for: their median rate, not their mean,
+# so that one window stalled by the network or the file system (minutes for a few steps) does
+# not make a 2.5-hour run look like 768 hours.
+ESTIMATE_WINDOWS = 3
+
+
 def estimate_from(timed_windows, remaining_steps: int, step: int) -> str | None:
-    """``estimate`` at the rate of a run's timed windows so far (``loop.Clock.timed``)."""
-    seconds = sum(w.seconds for w in timed_windows)
-    steps = sum(w.steps for w in timed_windows)
-    return estimate(remaining_steps, seconds / steps, step) if steps else None
+    """``estimate`` at the median rate of a run's timed windows (``loop.Clock.timed``), once
+    there are ``ESTIMATE_WINDOWS`` of them; None before."""
+    rates = sorted(w.seconds / w.steps for w in timed_windows if w.steps)
+    if len(rates) < ESTIMATE_WINDOWS:
+        return None
+    return estimate(remaining_steps, statistics.median(rates), step)
 
 
 def jobs_so_far(records, seconds: float) -> dict:
