@@ -59,6 +59,7 @@ class Trainer:
         self.scored: dict | None = None  # what evaluate() scored, for the model card
         self._check_output_dirs()
         self._compiled_step = None
+        self.watch = watchdog.OFF  # a training run's hang watch (train)
         self.inference_model = inference.InferenceModel(task, self.model, ctx)
         self.evaluator = Evaluator(task, ctx, self.inference_model,
                                    functools.partial(task_lib.check_inputs, task))
@@ -118,6 +119,10 @@ class Trainer:
         """Rank 0 saves, unless a weight is not finite, with what the checkpoint is beside it
         (``start.record``); a failed save (a full disk) stops every rank with one line."""
         def save():
+            with self.watch.working():  # the other ranks wait for it: not a hang
+                return write()
+
+        def write():
             bad = first_non_finite(self.state())
             if bad:
                 raise TrainingError(f"{bad} is not finite at step {self.step}; stopped without "
@@ -191,11 +196,11 @@ class Trainer:
         clock = loop.Clock(timed_from=start + (0 if short else f.warmup_steps))
         summary, loss, eval_results, displayed = {"start_step": start}, None, {}, 0
         estimated, began = False, time.monotonic()
-        watch = watchdog.for_run(f.results_dir, self.dist, f.hang_timeout)
-        with GracefulStop() as stop, watch:
+        self.watch = watchdog.for_run(f.results_dir, self.dist, f.hang_timeout)
+        with GracefulStop() as stop, self.watch:
             for sp in loop.run(stepper, f, self.profiler, clock, start=start, total=total_steps,
                                steps_per_epoch=epoch_steps, evaluate=evaluate, stop=stop,
-                               dist=self.dist, watchdog=watch):
+                               dist=self.dist, watchdog=self.watch):
                 loss, epoch = sp.value, loop.epoch_of(sp.step, epoch_steps)
                 if sp.events.display:
                     self._display(sp, epoch, total_steps, stepper.skipped, clock.rate(displayed))
@@ -207,7 +212,8 @@ class Trainer:
                             self.log.print(line)
                 saved = self.save() if sp.events.save else None
                 if sp.events.evaluate:
-                    eval_results = self.evaluate(epoch=epoch)
+                    with self.watch.working():
+                        eval_results = self.evaluate(epoch=epoch)
                 if sp.stopping:  # every rank calls save() once at this step, or none does
                     path = saved if sp.events.save else self.save()  # None on ranks > 0
                     self.log.print(f"{stop.requested_by or 'a signal on another rank'}: stopped at "

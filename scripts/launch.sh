@@ -273,8 +273,12 @@ while kill -0 "$pid" 2>/dev/null; do
   sleep 1
 done
 rc=0
-wait "$pid" || rc=$?
-[ -z "$forced" ] || rc=1
+if [ -n "$forced" ]; then
+  wait "$pid" 2>/dev/null || true  # bash's own "Killed" line: this script has said why
+  rc=1
+else
+  wait "$pid" || rc=$?
+fi
 left=$(job_pids ranks)
 if [ -n "$left" ] && [ "${launch[0]}" != srun ]; then
   # the launcher ended under its ranks (its shell or mpirun killed); srun's tasks are Slurm's

@@ -15,6 +15,11 @@
 # * scancel (SIGTERM, or --signal=TERM): the ranks stop with a checkpoint; no requeue.
 # * A rank that dies or stops answering ends the job with an error (srun --kill-on-bad-exit,
 #   main.py's --hang_timeout): no requeue, so that a fault does not loop; resubmitting resumes.
+# * A node that Slurm finds down (NODE_FAIL) requeues the job (--requeue). Slurm 22.05 leaves
+#   the PMIx socket of a killed step (stepd.slurm.pmix.JOB.STEP) in that node's spool, and a
+#   requeued job numbers its steps from 0 again: its training step would fail to start on that
+#   node ("Cannot bind() UNIX socket ... Address already in use"). So a requeued start runs
+#   one empty step (no PMIx) per earlier start first, and trains in a step no start used.
 # Environment:
 #   RESULTS_DIR      the run's directory (its log.json says whether the run is complete)
 #   MAX_REQUEUES     optional: requeue at most this many times (Slurm's SLURM_RESTART_COUNT)
@@ -44,6 +49,12 @@ if times=$(squeue -h -j "$job" -o "%S %e" 2>/dev/null) && [ -n "$times" ]; then
 fi
 export MAX_REQUEUES=${MAX_REQUEUES:-} SLURM_RESTART_COUNT=$restarts
 echo "$me: job $job, start $(( restarts + 1 ))${MAX_REQUEUES:+ of at most $(( MAX_REQUEUES + 1 ))}, results in $RESULTS_DIR" >&2
+
+if [ "$restarts" -gt 0 ]; then
+  for (( i = 0; i < restarts; i++ )); do
+    srun --ntasks-per-node=1 --mpi=none true >/dev/null 2>&1 || true
+  done
+fi
 
 signalled=""
 forward() {  # $1: the signal; to the job's command (srun forwards it to every task)

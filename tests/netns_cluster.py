@@ -220,8 +220,10 @@ class Machines:
               "root", "tbf", "rate", rate, "burst", "64kb", "latency", "200ms"])
 
     def kill_node(self, name: str) -> None:
-        """Everything running on node ``name`` killed at once, as a power loss ends it (its
-        namespaces and interfaces stay: the machine can boot again, ``restart_slurmd``)."""
+        """Node ``name`` lost as a power loss loses it: its link goes dark first (no process of
+        it closes a connection), then everything running on it is killed. Its namespaces and
+        files stay: ``link(name, True)`` and ``NetnsSlurm.restart_slurmd`` boot it again."""
+        self.link(name, up=False)
         holder = self._holders[name].pid
         for pid in _run(["ip", "netns", "pids", self.netns(name)], check=False).stdout.split():
             if int(pid) != holder:
@@ -252,7 +254,8 @@ class NetnsSlurm(SlurmCluster):
     def conf_lines(self) -> list[str]:
         m, d = self.machines, self.root
         for n in m.nodes:
-            os.makedirs(os.path.join(d, n, "tmp"), exist_ok=True)
+            for sub in ("tmp", "spool"):
+                os.makedirs(os.path.join(d, n, sub), exist_ok=True)
         return [
             f"SlurmctldHost={HEAD}({m.addr(HEAD)})",
             "SlurmctldPort=6817", "SlurmdPort=6818",

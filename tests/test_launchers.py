@@ -20,6 +20,7 @@ def dry(script, *args, **env):
             if not k.startswith(("SLURM_", "HOSTS", "LAUNCHER", "CONTAINER", "MOUNTS", "PYTHON",
                                  "SRUN_"))}
     full.update(DRY_RUN="1", **env)
+    full = {k: v for k, v in full.items() if v is not None}  # None: unset
     proc = subprocess.run(["bash", os.path.join(ROOT, script), *args], capture_output=True,
                           text=True, env=full, cwd=ROOT, timeout=60)
     return proc.returncode, shlex.split(proc.stdout), proc.stderr.strip()
@@ -42,16 +43,45 @@ def test_one_machine_is_mpirun_with_one_process_per_gpu():
 
 def test_several_machines_through_mpirun_hosts():
     code, cmd, _ = dry("ssd320/scripts/train.sh", "fp32", "8", "xla", HOSTS="n1:8,n2:8",
-                       TF_ENABLE_AUTO_MIXED_PRECISION="0", NCCL_IB_HCA="mlx5")
+                       TF_ENABLE_AUTO_MIXED_PRECISION="0", NCCL_IB_HCA="mlx5",
+                       LD_LIBRARY_PATH="/opt/lib")
     assert code == 0
     assert flag(cmd, "-np") == "16" and flag(cmd, "-H") == "n1:8,n2:8"
     forwarded = {cmd[i + 1] for i, c in enumerate(cmd) if c == "-x"}
-    assert {"PATH", "LD_LIBRARY_PATH", "TF_ENABLE_AUTO_MIXED_PRECISION", "NCCL_IB_HCA"} <= forwarded
+    assert {"PATH", "LD_LIBRARY_PATH", "TF_ENABLE_AUTO_MIXED_PRECISION", "NCCL_IB_HCA",
+            "LAUNCH_ID"} <= forwarded
     # The launcher passes flags only: the recipe's steps are main.py's (test_recipes.py).
     assert "--num_iter" not in cmd and {"--no_tf32", "--xla"} <= set(cmd)
+    # An unset variable is not forwarded (mpirun warned at every run).
+    code, cmd, err = dry("ssd320/scripts/train.sh", "fp32", "8", HOSTS="n1:8,n2:8",
+                         LD_LIBRARY_PATH=None)
+    assert code == 0 and "LD_LIBRARY_PATH" not in cmd, err
     code, cmd, _ = dry("ssd320/scripts/train.sh", "fp32", "8", HOSTS="n1:8,n2:8",
                        LAUNCHER="horovodrun")
     assert cmd[:5] == ["horovodrun", "-np", "16", "-H", "n1:8,n2:8"]
+
+
+def test_the_interface_between_nodes_and_horovodruns_controller():
+    """NET_IFACE: the interface NCCL, Gloo and Open MPI's TCP transports use where nodes have
+    several (tests/test_multinode.py shows the traffic on it); CONTROLLER: horovodrun's."""
+    code, cmd, err = dry("scripts/launch.sh", "x/main.py", "amp", "8", HOSTS="n1:8,n2:8",
+                         NET_IFACE="eth1")
+    assert code == 0, err
+    forwarded = {cmd[i + 1] for i, c in enumerate(cmd) if c == "-x"}
+    assert {"NCCL_SOCKET_IFNAME", "HOROVOD_GLOO_IFACE", "OMPI_MCA_btl_tcp_if_include",
+            "OMPI_MCA_oob_tcp_if_include"} <= forwarded
+    code, cmd, err = dry("scripts/launch.sh", "x/main.py", "amp", "8", HOSTS="n1:8,n2:8",
+                         LAUNCHER="horovodrun", CONTROLLER="gloo", NET_IFACE="eth1")
+    assert code == 0, err
+    assert cmd[:7] == ["horovodrun", "-np", "16", "-H", "n1:8,n2:8", "--gloo",
+                       "--network-interface"] and cmd[7] == "eth1"
+    code, _, err = dry("scripts/launch.sh", "x/main.py", "amp", "8", CONTROLLER="gloo")
+    assert code == 2 and err == (
+        "launch.sh: error: CONTROLLER=gloo is horovodrun's choice (LAUNCHER=horovodrun); mpirun "
+        "and srun start Horovod with MPI")
+    code, _, err = dry("scripts/launch.sh", "x/main.py", "amp", "8", NET_IFACE="eth1;rm")
+    assert code == 2 and err == ("launch.sh: error: NET_IFACE names network interfaces (eth1, "
+                                 "or eth1,eth2), not 'eth1;rm'")
 
 
 @pytest.mark.parametrize("model", ["resnet50v1.5", "ssd320", "transformerxl"])

@@ -220,8 +220,7 @@ def run(stepper: Stepper, flags, profiler, clock: Clock, *, start: int, total: i
             profiler.after(step, fn, args, final=ev.last or stopping)
         watchdog.beat(step)
         stepper.check(step, value, ev.last)
-        with watchdog.working():  # the caller's work: no step is expected meanwhile
-            yield SyncPoint(step, ev, value, stopping, len(clock.windows) - 1)
+        yield SyncPoint(step, ev, value, stopping, len(clock.windows) - 1)
         watchdog.beat(step)
         if stopping:
             return

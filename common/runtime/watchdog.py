@@ -107,8 +107,10 @@ class Watchdog:
 
     @contextlib.contextmanager
     def working(self):
-        """The work at a sync point (logging, a checkpoint, an evaluation): no step is expected
-        within it, so a stop signal's grace does not run out there; its end counts as a beat."""
+        """Work between steps that may take long (rank 0 writing a checkpoint, an evaluation):
+        no step is expected within it, so a stop signal's grace does not run out there, on
+        this rank or on a rank that waits for it (the heartbeat says so); its end counts as a
+        beat."""
         with self._lock:
             self._working = True
         try:
@@ -145,6 +147,8 @@ class Watchdog:
                   "run": self.run, "launch": os.environ.get("LAUNCH_ID")}
         if self.stop_signal:
             record["stopping"] = self.stop_signal
+        if self._working:
+            record["working"] = True
         if ending:
             # this rank ends the job: the others need not say so, and scripts/launch.sh ends a
             # launcher that still waits for a node it cannot reach
@@ -185,7 +189,7 @@ class Watchdog:
                     self._peers[r] = (seen, now)
         if any(rec is not None and rec.get("ending") for rec in records.values()):
             return ""
-        stuck = self._stuck_after_stop(now)
+        stuck = self._stuck_after_stop(now, records)
         if stuck:
             return stuck
         idle = self.idle()
@@ -222,15 +226,19 @@ class Watchdog:
         self._waited_extra += 1
         return self._waited_extra >= 3
 
-    def _stuck_after_stop(self, now: float) -> str | None:
+    def _stuck_after_stop(self, now: float, records: dict) -> str | None:
         """The line to end with when a stop signal came and no step has finished for the
-        grace since (outside the work at a sync point), or None."""
+        grace since, while neither this rank nor a rank that took the signal too (and still
+        beats) is working between steps; or None."""
         with self._lock:
             if self._stop_at is None or self._working or self._last_beat is None:
                 return None
             quiet = now - max(self._stop_at, self._last_beat)
         if quiet <= self.stop_grace():
             return None
+        if any(rec is not None and rec.get("working") and rec.get("stopping")
+               and now - self._peers[r][1] <= 3 * STOP_INTERVAL_S for r, rec in records.items()):
+            return None  # e.g. rank 0 writes a checkpoint: this one waits for it
         if self.rank != 0 and not self._waited_enough():
             return None  # one line: rank 0's, where it is stuck too
         return (f"{self.stop_signal} came {now - self._stop_at:.0f} s ago and no training step "
