@@ -20,6 +20,7 @@ slurmstepd too, as a power loss would).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -232,9 +233,8 @@ class Machines:
 
     def tx_bytes(self, name: str, interface: int) -> int:
         """Bytes node ``name`` has sent on an interface."""
-        out = self.run(name, ["cat", f"/sys/class/net/eth{interface}/statistics/tx_bytes"],
-                       check=True)
-        return int(out.stdout)
+        out = _run(["ip", "-n", self.netns(name), "-j", "-s", "link", "show", f"eth{interface}"])
+        return int(json.loads(out.stdout)[0]["stats64"]["tx"]["bytes"])
 
 
 class NetnsSlurm(SlurmCluster):
