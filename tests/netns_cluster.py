@@ -57,10 +57,12 @@ def _run(args, timeout=30, check=True, **kw) -> subprocess.CompletedProcess:
 class Machines:
     """``nodes`` compute nodes (node1..nodeN) and a head node, each with ``interfaces``
     network interfaces (eth0, eth1) on as many bridges."""
+    made = 0  # clusters made by this process: their names differ
 
     def __init__(self, root: str, nodes: int = 2, interfaces: int = 1):
         self.root = root
-        self.prefix = f"tms{os.getpid()}"
+        Machines.made += 1
+        self.prefix = f"tms{os.getpid()}c{Machines.made}"
         self.nodes = [f"node{i}" for i in range(1, nodes + 1)]
         self.interfaces = interfaces
         self.switch = f"{self.prefix}-sw"
