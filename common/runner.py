@@ -293,6 +293,19 @@ def main(task_cls: type[Task], argv: Sequence[str] | None = None) -> int:
         e.__traceback__ = None
         del e
         gc.collect()
-        rank = distributed.launched_rank() if distributed.launched_world_size() else None
-        say(f"{prog}: error{f' (rank {rank})' if rank else ''}: {message}")
+        say(f"{prog}: error{_rank_label()}: {message}")
         return 1
+    except tf.errors.OpError as e:
+        if not distributed.shut_down(e):
+            raise
+        # Gloo's Horovod shuts down on every rank when one is lost, and the next collective
+        # raises here: the launcher's lines name the rank.
+        say(f"{prog}: error{_rank_label()}: Horovod shut down (another rank failed or was "
+            f"lost: {distributed.launched_by()}'s lines name it); ending without a stop "
+            "checkpoint (the last checkpoint written is whole)")
+        return 1
+
+
+def _rank_label() -> str:
+    rank = distributed.launched_rank() if distributed.launched_world_size() else None
+    return f" (rank {rank})" if rank else ""

@@ -233,6 +233,12 @@ class Machines:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(pid), signal.SIGKILL)
 
+    def boot(self, name: str) -> None:
+        """Node ``name`` back after ``kill_node``: its link up and its sshd started (Slurm's
+        slurmd: ``NetnsSlurm.restart_slurmd``)."""
+        self.link(name, up=True)
+        self._start_sshd(name)
+
     def tx_bytes(self, name: str, interface: int) -> int:
         """Bytes node ``name`` has sent on an interface."""
         out = _run(["ip", "-n", self.netns(name), "-j", "-s", "link", "show", f"eth{interface}"])
@@ -275,5 +281,6 @@ class NetnsSlurm(SlurmCluster):
 
     def restart_slurmd(self, node: str) -> None:
         """Node ``node``'s slurmd started again, as after a reboot (its spool as it was)."""
+        self._procs = [p for p in self._procs if p.poll() is None]  # the killed one
         self._start(self.command(["slurmd", "-D", "-f", self.conf, "-N", node], node),
                     f"slurmd-{node}.out")

@@ -187,6 +187,12 @@ def init(environ=os.environ) -> Distributed:
     return Distributed(hvd, devices.pin(local_rank))
 
 
+def shut_down(error: BaseException) -> bool:
+    """Whether a TensorFlow error is Horovod's shutdown after a rank was lost (Gloo's
+    controller shuts down on every rank; each collective after raises this)."""
+    return isinstance(error, tf.errors.OpError) and "Horovod has been shut down" in str(error)
+
+
 def check_shared(dist: Distributed, directory: str, flag: str) -> None:
     """Under Horovod, that every rank sees the file rank 0 writes in ``directory`` (which rank
     0 has made): checkpoints, the log and the heartbeats of ``--hang_timeout`` are read across
