@@ -247,7 +247,7 @@ ended_by() {  # the rank whose heartbeat marks this launch as ended, if any
 launcher_exit() {  # what the launcher's exit status $1 (over 128) says, for the last line
   local sig
   if [ "$1" = 205 ] && [ "${launch[0]}" != srun ]; then  # Open MPI's, not a signal
-    echo "mpirun lost the daemon (orted) of a node it started ranks on (the node cut off, down, or the daemon killed): the job ended without a stop checkpoint; the last checkpoint is whole and the same command resumes from it"
+    echo "mpirun exited 205: it lost the daemon (orted) of a node it started ranks on (the node cut off, down, or the daemon killed) and ended the job; the same command resumes from the last checkpoint"
     return
   fi
   sig=$(kill -l $(( $1 - 128 )) 2>/dev/null) || return 0
@@ -298,7 +298,7 @@ if [ -n "$left" ] && [ "${launch[0]}" != srun ]; then
 fi
 if [ -n "$stopping" ]; then
   echo "launch.sh: $stopping: the job stopped (exit $rc)" >&2
-elif [ -z "$forced" ] && [ "$rc" -gt 128 ] && [ -z "$left" ]; then
+elif [ -z "$forced" ] && [ "$rc" -gt 128 ]; then
   why=$(launcher_exit "$rc")
   [ -z "$why" ] || echo "launch.sh: $why" >&2
 fi

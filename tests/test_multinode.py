@@ -322,6 +322,24 @@ def test_a_killed_node_ends_a_job_launched_by_ssh_past_the_hang_timeout(cluster,
 
 
 @pytest.mark.slow
+def test_mpiruns_own_exit_status_is_named_not_read_as_a_signal(cluster, tmp_path):
+    """node2's Open MPI daemon killed: mpirun ends the job and exits 205, its own status for a
+    lost daemon, which launch.sh read as "killed (signal 77)"."""
+    machines, _ = cluster
+    job, out, results = _start(cluster, tmp_path, "mpirun", LONG)
+    _wait_for(out, "step 12/")
+    orted = [p for p in machines.pids() if "orted" in open(f"/proc/{p}/cmdline").read()]
+    assert orted  # the daemon, and the shell sshd started it in
+    for pid in orted:
+        os.kill(pid, signal.SIGKILL)
+    assert job.wait(timeout=120) == 205
+    text = open(out).read()
+    assert "launch.sh: mpirun exited 205: it lost the daemon (orted) of a node it started ranks " \
+           "on" in text and "signal 77" not in text, text[-3000:]
+    assert _checkpoints(results)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["flap", "slow"])
 def test_a_flapping_or_slow_link_is_survived(cluster, one_host, tmp_path, fault):
     """node2's link down for 5 s, twice (under --hang_timeout), or limited to 4 Mbit/s: the job
