@@ -8,6 +8,7 @@ the tests override with ``--gpus-per-node=0``, as the README tells users of a CP
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import random
@@ -165,13 +166,14 @@ class SlurmCluster:
         # Jobs first, while slurmd can still end their steps: a failed test leaves its job
         # running, and slurmstepd, in a session of its own, outlives the daemons.
         if self._procs and all(p.poll() is None for p in self._procs):
-            self.run(["scancel", "--full", "--partition=cpu,urgent"], timeout=30)
-            deadline = time.time() + 30
-            while time.time() < deadline:
-                queue = self.run(["squeue", "--noheader", "-o", "%i"], timeout=30)
-                if queue.returncode or not queue.stdout.strip():
-                    break
-                time.sleep(0.5)
+            with contextlib.suppress(OSError, subprocess.SubprocessError):  # daemons go anyway
+                self.run(["scancel", "--full", "--partition=cpu,urgent"], timeout=30)
+                deadline = time.time() + 30
+                while time.time() < deadline:
+                    queue = self.run(["squeue", "--noheader", "-o", "%i"], timeout=30)
+                    if queue.returncode or not queue.stdout.strip():
+                        break
+                    time.sleep(0.5)
         for p in reversed(self._procs):
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGTERM)

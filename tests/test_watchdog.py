@@ -2,6 +2,7 @@
 rank it names, when it waits, and that it never fires before the first step. The real thing, a
 rank stopped with SIGSTOP under mpirun, horovodrun and srun, is in test_horovod.py and
 test_slurm.py."""
+import io
 import json
 import os
 import re
@@ -286,3 +287,48 @@ def test_the_jobs_of_a_run_go_back_to_the_last_completed_run():
     assert [j["train_seconds"] for j in jobs] == [30.0, 100.0, 0.0]
     assert run_jobs([_param("evaluate"), _summary(), _param()]) == [
         {"summary": None, "train_seconds": 0.0}]
+
+
+def test_the_estimate_takes_the_median_window_not_one_stalled_by_the_network():
+    """A window in which the network stalled for minutes made a 2.5-hour run look like 768 h
+    ("32 more jobs"): the estimate waits for three windows and takes their median rate."""
+    env = {"JOB_END_TIME": str(time.time() + 14400), "JOB_TIME_LIMIT": "14400"}
+    window = types.SimpleNamespace
+    windows = [window(seconds=1.0, steps=10), window(seconds=3000.0, steps=10)]
+    os.environ.update(env)
+    try:
+        assert job_time.estimate_from(windows, 9000, 20) is None  # two windows: not yet
+        line = job_time.estimate_from([*windows, window(seconds=1.2, steps=10)], 9000, 30)
+    finally:
+        for k in env:
+            del os.environ[k]
+    assert line.endswith("the remaining 9,000 steps need about 18 min at the rate so far: the run "
+                         "ends in this job")  # 0.12 s a step, the median
+
+
+def test_a_resumed_run_moves_an_earlier_jobs_records_of_the_steps_it_redoes(tmp_path):
+    """A job killed at step 18 after its checkpoint at 10 logged 11-18; the job that resumes
+    from 10 trains them again: their records move to log.json.redone, so that the log holds
+    each step once. A completed run before them keeps its steps."""
+    from common.runtime.dllogger import Logger, read_records, step_logs
+    path = str(tmp_path / "log.json")
+    earlier = Logger(json_path=path, stream=io.StringIO())
+    earlier.parameters({"mode": "train"})
+    for step in (5, 10, 15):
+        earlier.log((1, step), {"total_loss": 1.0})
+    earlier.summary({"final_step": 15})  # a completed run
+    earlier.parameters({"mode": "train"})
+    for step in range(1, 19):
+        earlier.log((1, step), {"total_loss": 2.0})
+    earlier.close()  # killed
+    out = io.StringIO()
+    resumed = Logger(json_path=path, stream=out)
+    resumed.parameters({"mode": "train"})
+    resumed.redo_after(10)
+    resumed.log((1, 11), {"total_loss": 3.0})
+    resumed.close()
+    steps = [r["step"][1] for r in step_logs(read_records(path))]
+    assert steps == [5, 10, 15, *range(1, 11), 11]
+    assert [r["step"][1] for r in read_records(path + ".redone")] == list(range(11, 19))
+    assert "8 record(s) of steps 11-18, logged after the checkpoint this run resumes from " \
+           "(step 10), moved to log.json.redone" in out.getvalue()
