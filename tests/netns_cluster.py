@@ -165,10 +165,10 @@ class Machines:
             time.sleep(0.2)
         raise RuntimeError(f"sshd on {name} does not answer: {open(log.name).read()[-1000:]}")
 
-    def pids(self) -> list[int]:
-        """Every process in the machines' and the switch's network namespaces."""
+    def pids(self, *names: str) -> list[int]:
+        """Every process on the machines ``names`` (default: all of them and the switch)."""
         found = []
-        for name in [*self.machines, "sw"]:
+        for name in names or [*self.machines, "sw"]:
             proc = _run(["ip", "netns", "pids", self.netns(name)], check=False)
             found += [int(p) for p in proc.stdout.split()]
         return found
@@ -228,10 +228,10 @@ class Machines:
         files stay: ``link(name, True)`` and ``NetnsSlurm.restart_slurmd`` boot it again."""
         self.link(name, up=False)
         holder = self._holders[name].pid
-        for pid in _run(["ip", "netns", "pids", self.netns(name)], check=False).stdout.split():
-            if int(pid) != holder:
+        for pid in self.pids(name):
+            if pid != holder:
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(pid), signal.SIGKILL)
+                    os.kill(pid, signal.SIGKILL)
 
     def boot(self, name: str) -> None:
         """Node ``name`` back after ``kill_node``: its link up and its sshd started (Slurm's

@@ -329,7 +329,7 @@ def test_mpiruns_own_exit_status_is_named_not_read_as_a_signal(cluster, tmp_path
     machines, _ = cluster
     job, out, results = _start(cluster, tmp_path, "mpirun", LONG)
     _wait_for(out, "step 12/")
-    orted = [p for p in machines.pids() if "orted" in open(f"/proc/{p}/cmdline").read()]
+    orted = [p for p in machines.pids("node2") if "orted" in open(f"/proc/{p}/cmdline").read()]
     assert orted  # the daemon, and the shell sshd started it in
     for pid in orted:
         os.kill(pid, signal.SIGKILL)
