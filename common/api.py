@@ -70,9 +70,7 @@ def _image_bytes(i: int, item) -> tuple[bytes, str]:
         except OSError as e:
             raise DataError(f"{where}: cannot read {path} ({e.strerror or e})") from None
     if type(item).__module__.startswith("PIL.") and hasattr(item, "save"):
-        encoded = io.BytesIO()
-        item.convert("RGB").save(encoded, format="PNG")
-        return encoded.getvalue(), where
+        return _pil_png(item, where), where
     if isinstance(item, np.ndarray):
         if item.dtype != np.uint8 or item.ndim not in (2, 3) or (
                 item.ndim == 3 and item.shape[2] not in (1, 3, 4)) or 0 in item.shape:
@@ -86,13 +84,55 @@ def _image_bytes(i: int, item) -> tuple[bytes, str]:
                     "a PIL image or a uint8 array")
 
 
+def _pil_png(image, where: str) -> bytes:
+    """A PIL image as PNG bytes that the export's decoder reads as it reads the file the image
+    came from: PNG's own modes as they are (palette, grey with alpha, RGBA, 1-bit, 16-bit grey,
+    which the decoder scales to 8 bits), CMYK as TensorFlow's JPEG decoder turns a CMYK JPEG
+    into RGB, 32-bit integers within 16 bits as 16-bit grey. Pixels it cannot represent (float,
+    integers beyond 16 bits, other colour spaces) are refused, naming the mode: converting them
+    to RGB clipped 16-bit grey at 255 (a white picture) and truncated float to 0."""
+    import numpy as np
+    from PIL import Image
+    if image.mode == "CMYK":  # (255 - C) * (255 - K) / 255, truncated: TensorFlow's formula
+        cmyk = np.asarray(image).astype(np.uint32)
+        image = Image.fromarray(((255 - cmyk[..., :3]) * (255 - cmyk[..., 3:]) // 255)
+                                .astype(np.uint8), "RGB")
+    elif image.mode == "I":
+        pixels = np.asarray(image)
+        if pixels.size and not (pixels.min() >= 0 and pixels.max() <= 65535):
+            raise DataError(f"{where}: a PIL image of mode I with values {pixels.min()} to "
+                            f"{pixels.max()}; an image's pixels are 8 or 16 bits")
+        image = Image.fromarray(pixels.astype(np.uint16))
+    encoded = io.BytesIO()
+    try:
+        image.save(encoded, format="PNG")
+    except (OSError, ValueError, KeyError):
+        raise DataError(f"{where}: a PIL image of mode {image.mode}, which is not pixels this "
+                        "model decodes (8- or 16-bit grey, RGB, RGBA, palette or CMYK): give "
+                        "the file, or convert the image") from None
+    return encoded.getvalue()
+
+
+ARRAY_SHAPES = ("images are uint8 pixels: (height, width), (height, width, channels) with 1, 3 "
+                "or 4 channels, or a batch of those (n, height, width, channels)")
+
+
 def _images(value) -> tuple[list[bytes], list[str]]:
     """``images`` as given (one image or a sequence of them, of any of ``_image_bytes``'s
-    kinds): the encoded batch, each image's name."""
+    kinds): the encoded batch, each image's name. An array is one image or a batch by its
+    shape alone; one that could be either, or neither (channels first, two channels), is
+    refused rather than guessed at."""
     import numpy as np
+    if isinstance(value, np.ndarray):
+        shape = tuple(value.shape)
+        if value.dtype != np.uint8:
+            raise DataError(f"images: an array of {value.dtype} {shape}; {ARRAY_SHAPES}")
+        if not (value.ndim == 2 or value.ndim in (3, 4) and shape[-1] in (1, 3, 4)):
+            raise DataError(f"images: a uint8 array of shape {shape}; {ARRAY_SHAPES} (a "
+                            "channels-first or a two-channel array is not guessed at; give a "
+                            "list for several grey images)")
     one = isinstance(value, (bytes, bytearray, memoryview, str, os.PathLike)) or (
-        isinstance(value, np.ndarray) and value.dtype == np.uint8 and value.ndim in (2, 3)
-        and not (value.ndim == 3 and value.shape[2] not in (1, 3, 4))) or (
+        isinstance(value, np.ndarray) and value.ndim in (2, 3)) or (
         type(value).__module__.startswith("PIL."))
     items = [value] if one else list(value) if isinstance(
         value, (list, tuple, np.ndarray)) else None

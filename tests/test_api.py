@@ -215,6 +215,63 @@ def test_predict_takes_paths_pil_images_arrays_and_bytes_alike(exported_resnet, 
 
 
 @OWN_HANDLING
+def test_a_pil_image_is_answered_as_its_file_or_refused_naming_its_mode(exported_resnet,
+                                                                         tmp_path):
+    """A PIL image answers what its file answers, whatever its mode: 16-bit grey was clipped at
+    255 by convert("RGB") (a white picture) and float truncated to 0. Modes the export's decoder
+    has no pixels for are one line naming the mode."""
+    from PIL import Image
+    served = api.load(str(exported_resnet[1]))
+    rgb = np.asarray(Image.open(photographs()[0]).convert("RGB"))[:64, :80]
+    grey16 = (rgb[..., 0].astype(np.uint16) * 257 + np.arange(80, dtype=np.uint16)).astype(
+        np.uint16)
+    files = {}
+    for name, image, fmt in (
+            ("grey16.png", Image.fromarray(grey16), "PNG"),
+            ("palette.png", Image.fromarray(rgb).convert("P"), "PNG"),
+            ("grey_alpha.png", Image.fromarray(rgb).convert("LA"), "PNG"),
+            ("rgba.png", Image.fromarray(rgb).convert("RGBA"), "PNG"),
+            ("bits.png", Image.fromarray(rgb).convert("1"), "PNG"),
+            ("cmyk.jpg", Image.fromarray(rgb).convert("CMYK"), "JPEG")):
+        image.save(tmp_path / name, format=fmt)
+        files[name] = str(tmp_path / name)
+    for name, path in files.items():
+        opened = Image.open(path)
+        want = served.predict(images=path)["probabilities"]
+        # A JPEG's pixels as Pillow decodes them differ from TensorFlow's decoder by a unit or
+        # so: its CMYK is turned to RGB as TensorFlow turns it, the rest is the decoders'.
+        np.testing.assert_allclose(served.predict(images=opened)["probabilities"], want,
+                                   rtol=0, atol=1e-4 if name.endswith(".jpg") else 0,
+                                   err_msg=f"{name} ({opened.mode})")
+    opened = Image.open(files["grey16.png"])
+    assert opened.mode == "I;16"
+    np.testing.assert_array_equal(served.predict(images=opened.convert("I"))["probabilities"],
+                                  served.predict(images=files["grey16.png"])["probabilities"])
+    with pytest.raises(DataError, match=r"^images\[0\]: a PIL image of mode F, which is not "
+                                        "pixels this model decodes"):
+        served.predict(images=opened.convert("F"))
+    with pytest.raises(DataError, match=r"^images\[0\]: a PIL image of mode I with values -5 "):
+        served.predict(images=Image.fromarray(np.full((8, 8), -5, np.int32)))
+
+
+@OWN_HANDLING
+@pytest.mark.parametrize("shape, dtype, line", [
+    ((64, 80, 2), np.uint8, r"^images: a uint8 array of shape \(64, 80, 2\); images are uint8 "
+                            r"pixels: .* \(a channels-first or a two-channel array is not guessed"),
+    ((3, 64, 80), np.uint8, r"^images: a uint8 array of shape \(3, 64, 80\)"),
+    ((2, 3, 64, 80), np.uint8, r"^images: a uint8 array of shape \(2, 3, 64, 80\)"),
+    ((64, 80, 3), np.float32, r"^images: an array of float32 \(64, 80, 3\); images are uint8"),
+    ((64, 80, 3), np.uint16, r"^images: an array of uint16 \(64, 80, 3\)")])
+def test_an_array_that_is_not_an_image_or_a_batch_of_them_is_refused(exported_resnet, shape,
+                                                                    dtype, line):
+    """(height, width, 2) was read as a batch of height grey images (427 answers), (3, height,
+    width) as 3: an array is taken by its shape alone, and one it does not fit is refused."""
+    served = api.load(str(exported_resnet[1]))
+    with pytest.raises(DataError, match=line):
+        served.predict(images=np.zeros(shape, dtype))
+
+
+@OWN_HANDLING
 def test_predict_refuses_ids_the_server_refuses_before_any_cast(exported_txl):
     """Transformer-XL's ids checked against the signature's dtype and the vocabulary before
     they become int32 (a cast wrapped 2**32 + 5 to 5 and cut 5.9 to 5: the answer for ids
