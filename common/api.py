@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import io
 import json
 import os
@@ -472,12 +473,25 @@ class Export(_Text):
 
     @functools.cached_property
     def _vocabulary(self) -> list[str] | None:
+        """The export's words, checked against what ``client.json`` recorded of them (their
+        SHA-256 and count): a vocabulary shuffled or replaced since would score and decode
+        through other words without a sign."""
         vocab = os.path.join(self._path, "assets", str(self.info.get("vocab") or "-"))
+        if not os.path.isfile(vocab):
+            return None
         try:
-            return (open(vocab, encoding="utf-8").read().splitlines()
-                    if os.path.isfile(vocab) else None)
+            with open(vocab, "rb") as f:
+                data = f.read()
+            words = data.decode("utf-8").splitlines()
         except (OSError, UnicodeDecodeError) as e:
             raise DataError(f"{vocab} is not the export's vocabulary ({e})") from None
+        recorded, size = self.info.get("vocab_sha256"), self.info.get("vocab_size")
+        if (recorded and hashlib.sha256(data).hexdigest() != recorded) or (
+                size and int(size) != len(words)):
+            raise DataError(f"{vocab} ({len(words):,} words) is not the vocabulary this export "
+                            "was written with (client.json's vocab_sha256 and vocab_size): put "
+                            "its own vocab.txt back, or export again")
+        return words
 
     def _words(self) -> list[str] | None:
         return self._vocabulary
