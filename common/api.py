@@ -164,20 +164,30 @@ def _integers(name: str, value, dtype, limits: dict):
             raise DataError(f"{name}: {array[bad].flat[0].item()!r} is not an integer id")
     if array.size:
         low, high = np.min(array), np.max(array)
-        info = np.iinfo(dtype.as_numpy_dtype)
-        vocab = limits.get("vocab_size")
-        top = int(vocab) - 1 if vocab else info.max
+        top, why = _bound(name, dtype, limits)
         for v in (low, high):
             if not 0 <= v <= top:
-                raise DataError(f"{name}: id {int(v) if v == int(v) else v} is outside "
-                                + (f"[0, {top}] (vocab_size {vocab})" if vocab else
-                                   f"[0, {info.max}] ({dtype.name})"))
+                what = "a length of" if name == "memory_length" else "id"
+                raise DataError(f"{name}: {what} {int(v) if v == int(v) else v} is outside "
+                                f"[0, {top}] ({why})")
     longest = limits.get("max_segment")
     if longest and array.ndim == 2 and array.shape[1] > int(longest):
         raise DataError(f"{name}: a segment of {array.shape[1]} positions; this model takes at "
                         f"most {longest} a call (max_segment, as its server): give a longer "
                         "text in segments, each with the new_mems of the one before")
     return array.astype(dtype.as_numpy_dtype)
+
+
+def _bound(name: str, dtype, limits: dict) -> tuple[int, str]:
+    """The largest value an integer input may take, and why: a token id the vocabulary's last,
+    a memory's length the served memory's (``mem_len``: a longer one would let queries see more
+    than ``same_length`` allows), anything else its dtype's largest."""
+    if name == "memory_length" and limits.get("mem_len") is not None:
+        return int(limits["mem_len"]), f"mem_len {limits['mem_len']}"
+    if name != "memory_length" and limits.get("vocab_size"):
+        return int(limits["vocab_size"]) - 1, f"vocab_size {limits['vocab_size']}"
+    import numpy as np
+    return int(np.iinfo(dtype.as_numpy_dtype).max), dtype.name
 
 
 def _shape_checked(name: str, array, spec):

@@ -292,6 +292,34 @@ def test_an_exports_vocabulary_is_checked_against_its_recorded_hash(exported_txl
 
 
 @OWN_HANDLING
+def test_steps_memory_length_is_bounded_by_the_memory_not_the_vocabulary(exported_txl):
+    """``step``'s memory_length was checked as a token id: chaining step's own
+    new_memory_length was refused past the vocabulary's size, and a length past ``mem_len`` was
+    answered with a mask that let queries see more than ``same_length`` allows. Now [0, mem_len]
+    in the API and in the signature itself."""
+    import tensorflow as tf
+    served = api.load(str(exported_txl[1]))
+    info = served.info
+    mem_len = info["mem_len"]
+    memory = np.zeros((1, info["n_layer"], mem_len, info["d_model"]), np.float32)
+    tokens = np.ones((1, 3), np.int32)
+    inputs = {"tokens": tokens, "targets": tokens, "memory": memory}
+    out = served.predict("step", **inputs, memory_length=[[mem_len - 2]])
+    assert out["new_memory_length"].tolist() == [[mem_len]]  # chained: taken back as it is
+    again = served.predict("step", **{**inputs, "memory": out["new_memory"]},
+                           memory_length=out["new_memory_length"])
+    assert again["new_memory_length"].tolist() == [[mem_len]]
+    for length in (mem_len + 1, -1):
+        with pytest.raises(DataError, match=rf"^memory_length: a length of {length} is outside "
+                                            rf"\[0, {mem_len}\] \(mem_len {mem_len}\)"):
+            served.predict("step", **inputs, memory_length=[[length]])
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=rf"memory_length: must be in \[0, {mem_len}\]"):
+            served._signatures["step"](**{k: tf.constant(v) for k, v in inputs.items()},
+                                       memory_length=tf.constant([[length]]))
+
+
+@OWN_HANDLING
 def test_predict_refuses_ids_the_server_refuses_before_any_cast(exported_txl):
     """Transformer-XL's ids checked against the signature's dtype and the vocabulary before
     they become int32 (a cast wrapped 2**32 + 5 to 5 and cut 5.9 to 5: the answer for ids

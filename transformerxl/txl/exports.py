@@ -94,10 +94,20 @@ class TXLExports(Exports):
             a server keeps per sequence as a tensor of one shape. ``targets`` broadcast to the
             tokens' shape (the ONNX file's default, one zero, when generating)."""
             targets = tf.broadcast_to(targets, tf.shape(tokens))
-            with tf.control_dependencies(_ids_checked(tokens=tokens, targets=targets,
-                                                      vocab=cfg.vocab_size)):
+            mem_len = served["mem_len"]
+            checks = [*_ids_checked(tokens=tokens, targets=targets, vocab=cfg.vocab_size),
+                      tf.debugging.assert_greater_equal(
+                          memory_length, 0, message="memory_length: must be in "
+                                                    f"[0, {mem_len}] (mem_len)"),
+                      tf.debugging.assert_less_equal(
+                          memory_length, mem_len, message="memory_length: must be in "
+                                                          f"[0, {mem_len}] (mem_len)")]
+            with tf.control_dependencies(checks):
+                # Bounded in the graph too: its ONNX file keeps no assertion, and a length
+                # past the memory let queries see more than same_length allows.
+                lengths = tf.clip_by_value(memory_length[:, 0], 0, mem_len)
                 nll, logp, new, lengths = model.fixed_step(
-                    tokens, targets, tf.unstack(memory, cfg.n_layer, axis=1), memory_length[:, 0],
+                    tokens, targets, tf.unstack(memory, cfg.n_layer, axis=1), lengths,
                     clamp_len=served["clamp_len"], same_length=served["same_length"])
             return {"log_probs": logp, "nll": nll,
                     "new_memory": tf.cast(tf.stack(new, axis=1), tf.float32),
