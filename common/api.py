@@ -269,13 +269,32 @@ class Sequence:
         signature; else the next word's ``log_probs``). ``end`` changes nothing: the memory
         goes with this object (the server's sequences take the flag)."""
         state_in, state_out = self._model._state_names()
-        inputs = {"tokens": [list(tokens)], state_in: self.state}
+        tokens = _ids_list("tokens", tokens)
+        if not tokens:
+            raise DataError("tokens: an empty segment; a segment holds at least one token (the "
+                            "server refuses an empty one too)")
+        inputs = {"tokens": [tokens], state_in: self.state}
         if targets is not None:
-            inputs["targets"] = [list(targets)]
+            inputs["targets"] = [_ids_list("targets", targets)]
         out = self._model.predict("score" if targets is not None else "serving_default",
                                   **inputs)
         self.state = out.pop(state_out)
         return {k: v[0] for k, v in out.items()}
+
+
+def _ids_list(name: str, ids) -> list:
+    """One segment's ids as a list (what ``_integers`` then checks), or one line."""
+    if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+        raise DataError(f"{name}: a {type(ids).__name__}; give a segment's ids, a list of ints")
+    return list(ids)
+
+
+def _count(name: str, value, least: int) -> int:
+    """An int of at least ``least`` (a bool, 2.5 or "3" is none), or one line."""
+    import numbers
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+        raise DataError(f"{name}: {value!r}; give a whole number of at least {least}")
+    return int(value)
 
 
 class _Text:
@@ -308,6 +327,8 @@ class _Text:
         """The state a sequence starts from: none (``start`` None: the server's start), else
         zeros of ``start`` positions (evaluation's: its memory length)."""
         import numpy as np
+        if start is not None:
+            start = _count("start", start, 0)
         info = self._described()
         self._vocab()  # a model of text, or one line
         state_in, _ = self._state_names()
@@ -323,6 +344,8 @@ class _Text:
         ``lines``, each line's words then ``<eos>``; a word the vocabulary lacks is ``<unk>``
         (a ``DataError`` where it has none)."""
         from serving import text as texts
+        if not isinstance(text, str):
+            raise DataError(f"text: a {type(text).__name__}; give a str")
         with _text_errors():
             return texts.encode(text, self._vocab(), lines)
 
@@ -332,19 +355,26 @@ class _Text:
     def score(self, text: str, segment: int | None = None, protocol: str = "evaluation"
               ) -> dict:
         """``text``'s perplexity (lines of words, each line ending in ``<eos>``; the first
-        token is context only): ``{"tokens", "nll", "perplexity", "segments"}``, the mean NLL
-        a token and its exponential. ``protocol="evaluation"`` is ``main.py --mode
+        token is context only): ``{"tokens", "nll", "perplexity", "perplexity_per_segment",
+        "segments"}`` (``serving.text.score``). ``protocol="evaluation"`` is ``main.py --mode
         evaluate``'s on a split of one stream (``--eval_batch_size 1``): segments of
         ``eval_tgt_len``, the memory starting as zeros of the served memory's length;
-        ``"served"`` is ``serving.text_client score``'s: segments of 64 tokens (``segment``
-        either way), the memory starting empty."""
+        ``"served"`` is ``serving.text_client score``'s: segments of 64 tokens, or the
+        model's ``max_segment`` where it takes fewer (``segment`` either way), the memory
+        starting empty. ``perplexity`` weighs every token alike (evaluation's
+        ``ppl_token_weighted``), ``perplexity_per_segment`` every segment alike (evaluation's
+        headline figure, NVIDIA's); ``segments`` are each segment's mean NLL."""
         from serving import text as texts
         info = self._described()
         if protocol not in ("evaluation", "served"):
             raise DataError(f"protocol {protocol!r}: give 'evaluation' or 'served'")
+        if segment is not None:
+            segment = _count("segment", segment, 1)
         ids = self.encode(text)
         evaluation = protocol == "evaluation"
-        segment = segment or (info.get("eval_tgt_len") if evaluation else 64) or 64
+        longest = int(info.get("max_segment") or texts.SEGMENT)
+        segment = segment or (info.get("eval_tgt_len") if evaluation else
+                              min(texts.SEGMENT, longest)) or texts.SEGMENT
         with _text_errors():
             return texts.score(self.sequence(info.get("mem_len") if evaluation else None),
                                ids, segment)
@@ -355,6 +385,7 @@ class _Text:
         ``serving.text_client continue`` gets them from the server: the prompt in segments of
         at most ``max_segment`` tokens, then one word at a time."""
         from serving import text as texts
+        words = _count("words", words, 0)
         vocab = self._vocab()
         ids = self.encode(prompt, lines=False)
         with _text_errors():

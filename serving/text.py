@@ -36,11 +36,17 @@ def encode(text: str, vocab: list[str], lines: bool) -> list[int]:
     return ids
 
 
+SEGMENT = 64  # tokens a scoring request, where the model takes as many
+
+
 def score(seq, ids: list[int], segment: int,
           each: Callable[[int, int, int, int, float], None] | None = None) -> dict:
     """The text's NLL in segments of ``segment`` tokens of one sequence (the first token is
     context only; the last request carries the end flag): ``{"tokens", "nll", "perplexity",
-    "segments"}``, the mean NLL a token, its exponential and each segment's mean.
+    "perplexity_per_segment", "segments"}``: the mean NLL a token and its exponential (every
+    token weighs alike: evaluation's ``ppl_token_weighted``), the exponential of the segments'
+    mean NLLs averaged (every segment weighs alike: evaluation's headline perplexity, NVIDIA's),
+    and each segment's mean NLL.
     ``each(n, segments, start, end, mean)`` is called after each segment."""
     if len(ids) < 2:
         raise CommandError("the text has fewer than two tokens: nothing to score")
@@ -54,7 +60,7 @@ def score(seq, ids: list[int], segment: int,
         if each:
             each(n, len(starts), start, end, means[-1])
     return {"tokens": count, "nll": total / count, "perplexity": math.exp(total / count),
-            "segments": means}
+            "perplexity_per_segment": math.exp(sum(means) / len(means)), "segments": means}
 
 
 def continue_ids(seq, ids: list[int], words: int, sample: bool, seed: int,

@@ -161,7 +161,8 @@ def main(argv=None) -> int:
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("score", help="a text file's perplexity, segment by segment")
     s.add_argument("file")
-    s.add_argument("--segment", type=positive, default=64, help="tokens a request")
+    s.add_argument("--segment", type=positive, help="tokens a request (default: 64, or the "
+                   "model's max_segment where it takes fewer)")
     c = sub.add_parser("continue", help="the next words of a prompt")
     c.add_argument("prompt")
     c.add_argument("--words", type=positive, default=20)
@@ -187,7 +188,7 @@ def main(argv=None) -> int:
         seq = Sequence(client, server, args.model,
                        args.sequence_id or random.SystemRandom().randrange(1, 2 ** 63))
         if args.command == "score":
-            score(seq, ids, args.segment, args.json)
+            score(seq, ids, args.segment or min(text.SEGMENT, longest or text.SEGMENT), args.json)
         else:
             continue_text(seq, ids, vocab, args.words, args.sample, args.seed, args.json,
                           longest)

@@ -292,6 +292,37 @@ def test_an_exports_vocabulary_is_checked_against_its_recorded_hash(exported_txl
 
 
 @OWN_HANDLING
+def test_text_calls_take_the_exports_segment_and_refuse_what_is_not_text_or_a_count(
+        exported_txl):
+    """score(protocol="served") sent segments of 64 tokens to any export and failed where
+    max_segment is smaller; arguments of the wrong kind were Python's or TensorFlow's errors.
+    Both perplexities are named: every token alike, every segment alike."""
+    served = api.load(str(exported_txl[1]))
+    longest = served.info["max_segment"]
+    assert longest < 64
+    text = "the king sees the sea . a fool follows the night . " * 12
+    got = served.score(text, protocol="served")
+    tokens = got["tokens"]
+    assert len(got["segments"]) == -(-tokens // longest)  # segments of max_segment tokens
+    assert got["perplexity_per_segment"] == pytest.approx(
+        np.exp(np.mean(got["segments"])), rel=1e-9)
+    assert got["perplexity"] == pytest.approx(np.exp(got["nll"]), rel=1e-9)
+    for call, line in (
+            (lambda: served.score(b"the king"), "^text: a bytes; give a str"),
+            (lambda: served.score(text, segment=0), r"^segment: 0; give a whole number of at "
+                                                    "least 1"),
+            (lambda: served.score(text, segment=2.5), r"^segment: 2\.5; give a whole number"),
+            (lambda: served.generate("the king", words=-1), r"^words: -1; give a whole number of "
+                                                           "at least 0"),
+            (lambda: served.generate("the king", words=1.5), r"^words: 1\.5; give a whole"),
+            (lambda: served.sequence(start=-2), r"^start: -2; give a whole number of at least 0"),
+            (lambda: served.sequence().send([]), "^tokens: an empty segment"),
+            (lambda: served.sequence().send("the king"), "^tokens: a str; give a segment's ids")):
+        with pytest.raises(DataError, match=line):
+            call()
+
+
+@OWN_HANDLING
 def test_steps_memory_length_is_bounded_by_the_memory_not_the_vocabulary(exported_txl):
     """``step``'s memory_length was checked as a token id: chaining step's own
     new_memory_length was refused past the vocabulary's size, and a length past ``mem_len`` was
