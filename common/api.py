@@ -422,6 +422,11 @@ class Checkpoint(_Text):
             raise DataError(f"{path} holds no checkpoint of this repository (no settings.json "
                             "naming one of its models): give a --model_dir a run wrote, or an "
                             "import_weights.py output")
+        if not prefix and not os.path.isdir(path):  # DIR/ckpt-N with no such step
+            steps = sorted(f[:-len(".index")] for f in os.listdir(directory)
+                           if f.startswith("ckpt-") and f.endswith(".index"))
+            raise DataError(f"{path}: no such checkpoint in {directory} (it holds "
+                            f"{', '.join(steps) or 'none'})")
         self.settings = record
         # main.py --mode evaluate --model_dir PATH with ``flags`` over the recorded settings,
         # built from values; its lines (what main.py prints as it loads) go to ``messages``.
@@ -469,9 +474,20 @@ class Checkpoint(_Text):
         """What ``main.py --export_dir`` (``--export_onnx``, ``--export_triton``) writes, for this
         checkpoint; returns ``export_dir``."""
         from common import export
-        export.export(self.module, export_dir, export.writes_onnx(self.module.spec, onnx,
-                                                                  triton=triton),
-                      print, triton_dir=triton, scored=self._scored)
+        from common.errors import UsageError
+        from common.flags import check_export_places
+        try:
+            check_export_places(export_dir, triton, self.task.flags.model_dir,
+                                ("export_dir", "triton", "directory"))
+        except UsageError as e:
+            raise DataError(str(e)) from None
+        try:
+            export.export(self.module, export_dir, export.writes_onnx(self.module.spec, onnx,
+                                                                      triton=triton),
+                          print, triton_dir=triton, scored=self._scored)
+        except OSError as e:  # a path through a file, a read-only parent
+            raise DataError(f"{e.filename or export_dir}: cannot write the export there "
+                            f"({e.strerror or e})") from None
         return export_dir
 
 
@@ -495,8 +511,10 @@ class Export(_Text):
         self.card = self.info.get("model_card")
         labels = os.path.join(path, "assets", str(self.info.get("labels") or "-"))
         try:
-            self.labels = (open(labels, encoding="utf-8").read().splitlines()
-                           if os.path.isfile(labels) else None)
+            self.labels = None
+            if os.path.isfile(labels):
+                with open(labels, encoding="utf-8") as f:
+                    self.labels = f.read().splitlines()
         except (OSError, UnicodeDecodeError) as e:
             raise DataError(f"{labels} is not the export's class names ({e})") from None
         try:

@@ -292,6 +292,34 @@ def _checked(fv: flags.FlagValues, model: str, int8_export: bool) -> Settings:
     return Settings(fv, validate(fv))
 
 
+def check_export_places(export_dir, export_triton=None, model_dir=None,
+                        names=("--export_dir", "--export_triton", "--model_dir")) -> None:
+    """An export, its Triton repository and the checkpoints each in a directory of its own,
+    none inside another (``main.py``'s flags and ``api.Checkpoint.export`` alike, each naming
+    them its way)."""
+    export_name, triton_name, ckpt_name = names
+    if export_triton and export_dir:
+        triton, export = (os.path.realpath(p) for p in (export_triton, export_dir))
+        if triton == export:
+            raise UsageError(f"{triton_name} needs a directory of its own, not {export_name}")
+        if triton.startswith(export + os.sep):  # the repository would copy itself into itself
+            raise UsageError(f"{triton_name} {export_triton} is inside {export_name} "
+                             f"{export_dir}: give the model repository a directory beside "
+                             "the export")
+        if export.startswith(triton + os.sep):  # Triton would take the export for a model
+            raise UsageError(f"{export_name} {export_dir} is inside {triton_name} "
+                             f"{export_triton}: Triton reads every folder there as a model; "
+                             "give the export a directory beside the repository")
+    if export_dir and model_dir:
+        # An export in the checkpoints' directory made that directory an export for
+        # api.load (and swapped the checkpoints with it); either inside the other, alike.
+        export, ckpt = (os.path.realpath(p) for p in (export_dir, model_dir))
+        if export == ckpt or export.startswith(ckpt + os.sep) or ckpt.startswith(export + os.sep):
+            raise UsageError(f"{export_name} {export_dir} and the checkpoints' {ckpt_name} "
+                             f"{model_dir} need directories of their own, neither inside the "
+                             "other")
+
+
 def validate(f: flags.FlagValues) -> dict:
     """Refuses what cannot work, with one line; returns the defaults that follow from other
     flags (``--no_tf32``, ``--model_dir``, ``--data_idx_dir``)."""
@@ -323,27 +351,9 @@ def validate(f: flags.FlagValues) -> dict:
     if f.export_triton and not f.export_dir:
         raise UsageError("--export_triton makes a model repository of the export: give "
                          "--export_dir")
-    if f.export_triton and f.export_dir:
-        triton, export = (os.path.realpath(p) for p in (f.export_triton, f.export_dir))
-        if triton == export:
-            raise UsageError("--export_triton needs a directory of its own, not --export_dir")
-        if triton.startswith(export + os.sep):  # the repository would copy itself into itself
-            raise UsageError(f"--export_triton {f.export_triton} is inside --export_dir "
-                             f"{f.export_dir}: give the model repository a directory beside "
-                             "the export")
-        if export.startswith(triton + os.sep):  # Triton would take the export for a model
-            raise UsageError(f"--export_dir {f.export_dir} is inside --export_triton "
-                             f"{f.export_triton}: Triton reads every folder there as a model; "
-                             "give the export a directory beside the repository")
-    if f.export_dir and f.results_dir:
-        # An export in the checkpoints' directory made that directory an export for
-        # api.load (and swapped the checkpoints with it); either inside the other, alike.
-        model_dir = f.model_dir or os.path.join(f.results_dir, "checkpoints")
-        export, ckpt = (os.path.realpath(p) for p in (f.export_dir, model_dir))
-        if export == ckpt or export.startswith(ckpt + os.sep) or ckpt.startswith(export + os.sep):
-            raise UsageError(f"--export_dir {f.export_dir} and the checkpoints' --model_dir "
-                             f"{model_dir} need directories of their own, neither inside the "
-                             "other")
+    model_dir = (f.model_dir or os.path.join(f.results_dir, "checkpoints")
+                 if f.results_dir else None)
+    check_export_places(f.export_dir, f.export_triton, model_dir)
     if f.export_onnx_int8 and not f.export_dir:
         raise UsageError("--export_onnx_int8 writes model_int8.onnx into --export_dir: give "
                          "--export_dir")

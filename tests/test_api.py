@@ -482,3 +482,46 @@ def test_the_card_names_the_canonical_dataset_only_for_its_own_files(tmp_path):
     assert read(txl_exports, "d", {"corpus-info.json": json.dumps({
         "vocab_size": 29, "tokens": {"train": 9043}})}) == {
         "dataset": None, "description": "a text corpus of 29 words (9,043 training tokens)"}
+
+
+@OWN_HANDLING
+def test_a_checkpoints_paths_and_records_are_checked_as_main_py_checks_them(tmp_path,
+                                                                           exported_resnet):
+    """A prefix with no such step said "train first"; a garbage scores.json dropped the card's
+    scores without a word; an export into, inside or above the checkpoints (main.py refuses all
+    three), through a file, or with its Triton repository inside it was written or was a raw
+    Python error; an export's labels.txt was left open."""
+    import gc
+    import warnings
+    ck = tmp_path / "ck"
+    subprocess.run([sys.executable, os.path.join(ROOT, "resnet50v1.5", "main.py"), *TINY,
+                    "--mode", "train", "--iter_unit", "batch", "--num_iter", "1",
+                    "--results_dir", str(tmp_path / "r"), "--model_dir", str(ck)],
+                   check=True, capture_output=True, timeout=600)
+    with pytest.raises(DataError, match=f"^{re.escape(str(ck))}/ckpt-99: no such checkpoint in "
+                                        f"{re.escape(str(ck))} \\(it holds ckpt-1\\)"):
+        api.load(str(ck / "ckpt-99"))
+    model = api.load(str(ck))
+    for inside in (ck, ck / "export", tmp_path):
+        with pytest.raises(DataError, match=f"^export_dir {re.escape(str(inside))} and the "
+                                            "checkpoints' directory .* need directories of "
+                                            "their own"):
+            model.export(str(inside))
+    (tmp_path / "file").write_text("")
+    with pytest.raises(DataError, match="cannot write the export there"):
+        model.export(str(tmp_path / "file" / "sub"))
+    out = tmp_path / "out"
+    with pytest.raises(DataError, match=f"^triton {re.escape(str(out))}/triton is inside "
+                                        f"export_dir {re.escape(str(out))}"):
+        model.export(str(out), triton=str(out / "triton"))
+    (ck / "scores.json").write_text("{not json")
+    with pytest.raises(DataError, match=f"^{re.escape(str(ck))}/scores.json is not what "
+                                        "evaluation recorded"):
+        api.load(str(ck))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        served = api.load(str(exported_resnet[1]))
+        assert served.labels
+        del served
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)]

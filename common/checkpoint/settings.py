@@ -241,20 +241,29 @@ def scores_of(results: dict, *, split: str, step: int, data: str | None, counts)
             "evaluated": {k: v for k, v in plain.items() if k in counts}}
 
 
-def read_scores(model_dir: str | None) -> dict:
-    """{step (str): what evaluation scored there}; {} where there is none or it is unreadable."""
-    try:
-        with open(os.path.join(model_dir or "", SCORES), encoding="utf-8") as f:
-            found = json.load(f)
-    except (OSError, ValueError):
+def read_scores(model_dir: str | None, strict: bool = False) -> dict:
+    """{step (str): what evaluation scored there}; {} where there is none. One that does not
+    read as evaluation's record is {} too, or with ``strict`` a ``DataError`` naming it: a card
+    made from it would drop the scores without a word."""
+    path = os.path.join(model_dir or "", SCORES)
+    if not os.path.exists(path):
         return {}
-    return found if isinstance(found, dict) else {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            found = json.load(f)
+        if not isinstance(found, dict) or not all(isinstance(v, dict) for v in found.values()):
+            raise ValueError("not a table of steps' scores")
+    except (OSError, ValueError) as e:
+        if strict:
+            raise DataError(f"{path} is not what evaluation recorded ({e}): move it away, or "
+                            "evaluate the checkpoint again to record its scores") from None
+        return {}
+    return found
 
 
 def scores_at(model_dir: str | None, step: int) -> dict | None:
     """What evaluation scored at ``step`` in ``model_dir``, or None."""
-    found = read_scores(model_dir).get(str(step))
-    return found if isinstance(found, dict) else None
+    return read_scores(model_dir, strict=True).get(str(step))
 
 
 def record_scores(model_dir: str, scored: dict, log) -> None:
