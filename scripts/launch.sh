@@ -270,7 +270,7 @@ while kill -0 "$pid" 2>/dev/null; do
     forced=1
     break
   fi
-  sleep 1
+  sleep 1 || true  # a terminal's Ctrl-C reaches it too: the trap has taken it
 done
 rc=0
 if [ -n "$forced" ]; then
@@ -285,7 +285,7 @@ if [ -n "$left" ] && [ "${launch[0]}" != srun ]; then
   ask_to_stop "${launch[0]} ended (exit $rc) with $(echo "$left" | wc -w) rank(s) still running"
   waited=0
   while [ -n "$(job_pids ranks)" ] && [ "$waited" -lt "${STOP_TIMEOUT:-300}" ]; do
-    sleep 1
+    sleep 1 || true
     waited=$(( waited + 1 ))
   done
   left=$(job_pids ranks)
