@@ -243,6 +243,7 @@ def _call(signatures, name: str, inputs: dict, limits: dict, mask: bool = False)
             tensors["targets"].shape != tensors["tokens"].shape):
         raise DataError(f"targets: shape {tuple(tensors['targets'].shape)}, tokens "
                         f"{tuple(tensors['tokens'].shape)}: a target for each token")
+    _rows_agree(tensors, limits)
     try:
         out = _arrays(fn(**tensors))
     except tf.errors.InvalidArgumentError as e:
@@ -253,6 +254,25 @@ def _call(signatures, name: str, inputs: dict, limits: dict, mask: bool = False)
                         f": not an image this model decodes (predict(..., mask=True) answers "
                         "the others, these with valid False)")
     return out
+
+
+def _rows_agree(tensors: dict, limits: dict) -> None:
+    """A segment of tokens (none empty: the server refuses one too) and, row for row, the
+    memory and its length that go with it: rows that differ reached TensorFlow's concat and
+    reshape errors."""
+    tokens = tensors.get("tokens")
+    if tokens is None or tokens.shape.rank != 2:
+        return
+    if tokens.shape[1] == 0:
+        raise DataError("tokens: an empty segment; a segment holds at least one token")
+    state = limits.get("state") or {}
+    axes = {state.get("input"): state.get("batch_axis"), "memory": 0, "memory_length": 0}
+    for name, axis in axes.items():
+        held = tensors.get(name)
+        if held is not None and axis is not None and held.shape[axis] != tokens.shape[0]:
+            raise DataError(f"{name}: {held.shape[axis]} row(s) (axis {axis} of shape "
+                            f"{tuple(held.shape)}), tokens {tokens.shape[0]}: one for each row "
+                            "of tokens")
 
 
 class Sequence:

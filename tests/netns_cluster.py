@@ -155,9 +155,9 @@ class Machines:
 
     def _start_sshd(self, name: str) -> None:
         log = open(os.path.join(self.root, f"sshd-{name}.log"), "w")
-        self._sshd[name] = self.popen(
-            name, ["/usr/sbin/sshd", "-D", "-e", "-f", os.path.join(self.root, "ssh", "sshd_config")],
-            stdout=log, stderr=subprocess.STDOUT)
+        config = os.path.join(self.root, "ssh", "sshd_config")
+        self._sshd[name] = self.popen(name, ["/usr/sbin/sshd", "-D", "-e", "-f", config],
+                                      stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self.run(HEAD, ["ssh", name, "true"], timeout=20, check=False).returncode == 0:
@@ -186,7 +186,8 @@ class Machines:
                 p.wait(timeout=10)
         for name in [*self.machines, "sw"]:
             _run(["ip", "netns", "del", self.netns(name)], check=False)
-        left = [n for n in _run(["ip", "netns", "list"]).stdout.split() if n.startswith(self.prefix)]
+        left = [n for n in _run(["ip", "netns", "list"]).stdout.split()
+                if n.startswith(self.prefix)]
         if left:
             raise RuntimeError(f"namespaces left behind: {left}")
 

@@ -320,6 +320,14 @@ def test_text_calls_take_the_exports_segment_and_refuse_what_is_not_text_or_a_co
             (lambda: served.sequence().send("the king"), "^tokens: a str; give a segment's ids")):
         with pytest.raises(DataError, match=line):
             call()
+    info = served.info
+    mems = np.zeros((info["n_layer"], 2, 3, info["d_model"]), np.float32)  # two rows
+    with pytest.raises(DataError, match=r"^mems: 2 row\(s\) \(axis 1 of shape .*\), tokens 1: "
+                                        "one for each row of tokens"):
+        served.predict("score", tokens=[[1, 2]], targets=[[2, 3]], mems=mems)
+    with pytest.raises(DataError, match="^tokens: an empty segment"):
+        served.predict("score", tokens=np.zeros((1, 0), np.int32),
+                       targets=np.zeros((1, 0), np.int32), mems=mems[:, :1])
 
 
 @OWN_HANDLING

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 from conftest import ROOT, TINY, run_cli
 from netns_cluster import Machines, NetnsSlurm
@@ -312,7 +311,8 @@ def test_a_killed_node_ends_a_job_launched_by_ssh_past_the_hang_timeout(cluster,
         slurm.restart_slurmd("node2")
     text = open(out).read()
     bound = HANG + 3 + END_GRACE + 6
-    print(f"\n[node killed] {launcher}: the job ended {took:.1f} s after the kill (bound {bound} s)")
+    print(f"\n[node killed] {launcher}: the job ended {took:.1f} s after the kill "
+          f"(bound {bound} s)")
     assert took < bound, text[-3000:]
     _one_error_line(text, r"\(rank 0\): no training step finished on rank 0 for \d+ s "
                           r"\(--hang_timeout 10\): rank 1 \(node2, pid \d+\) stopped answering")
