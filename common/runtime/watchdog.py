@@ -55,9 +55,10 @@ import threading
 import time
 
 from common.errors import say
+from common.runtime.graceful_stop import GracefulStop
 
 EXIT_STATUS = 1  # an error, as a data or training error: the launcher ends the other ranks
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)  # graceful_stop.GracefulStop's
+STOP_SIGNALS = GracefulStop.SIGNALS  # what the training loop takes as a request to stop
 STOP_GRACE_S = 5.0
 STOP_INTERVAL_S = 1.0  # the heartbeat's interval once a stop signal came
 
@@ -67,10 +68,10 @@ def interval_for(timeout: float) -> float:
 
 
 class Watchdog:
-    """``beat()`` after each step, ``working()`` around the work at a sync point. ``run``: the
-    id every rank of this run writes (records of other runs are not read). ``exit`` is what ends
-    the process (``os._exit``: the main thread is stuck in a collective, so nothing that needs it
-    can run)."""
+    """``beat()`` after each step, ``working()`` around long work between steps (rank 0's
+    checkpoint, an evaluation). ``run``: the id every rank of this run writes (records of other
+    runs are not read). ``exit`` is what ends the process (``os._exit``: the main thread is stuck
+    in a collective, so nothing that needs it can run)."""
 
     def __init__(self, directory: str, rank: int, size: int, timeout: float, prog: str = "main.py",
                  exit=os._exit, stream=None, run: str | None = None):
@@ -91,7 +92,7 @@ class Watchdog:
         # hosts' clocks need not agree
         self._peers: dict[int, tuple[object, float]] = {}
         self.fired: str | None = None
-        self._waited_extra = 0.0
+        self._waited_extra = 0  # rounds a rank that is not the one to speak has waited
         self._last_tick: float | None = None
         self.stop_signal: str | None = None  # the first stop signal's name, and when it came
         self._stop_at: float | None = None
@@ -194,7 +195,7 @@ class Watchdog:
             return stuck
         idle = self.idle()
         if idle <= self.timeout:
-            self._waited_extra = 0.0
+            self._waited_extra = 0
             return None
         silent = {r: now - self._peers[r][1] for r, rec in records.items()
                   if rec is not None and now - self._peers[r][1] > self.timeout / 2}
@@ -257,7 +258,7 @@ class Watchdog:
         self._last_tick = now
         if frozen:
             self._peers.clear()
-            self._waited_extra = 0.0
+            self._waited_extra = 0
             return None
         return self.check(now)
 
