@@ -8,10 +8,12 @@ model's inputs and outputs; the TensorRT engine script is written, checked and i
 builds. The exports are the run's shared ones (conftest.py: ``exported_*``)."""
 
 
+import glob
 import json
 import os
 import re
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -303,6 +305,24 @@ def test_the_triton_repositories_parse_and_name_the_models_tensors(exported_resn
     assert sorted(i["name"] for i in saved["input"]) == ["mems", "tokens"]
     warm = saved["model_warmup"][0]["inputs"]
     assert warm["tokens"]["zero_data"] and "random_data" not in warm["tokens"]  # ids in range
+
+
+def test_the_python_backends_models_write_no_byte_code_into_their_version_folder(
+        exported_resnet, exported_txl, monkeypatch):
+    """Triton's Python backend imports each ``model.py`` from its version folder, where Python
+    wrote ``__pycache__/``: under Triton's poll mode that change reloaded the model a second
+    later, dropping every open sequence. The compile that an import does (as Triton's stub does
+    it, byte code allowed as in its environment) leaves each folder as the export wrote it."""
+    import importlib.util
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    folders = sorted({os.path.dirname(p) for repo in (exported_resnet[2], exported_txl[2])
+                      for p in glob.glob(os.path.join(repo, "*", "*", "*", "model.py"))})
+    assert any("transformerxl" in f for f in folders) and any("_preprocess" in f for f in folders)
+    for folder in folders:
+        before = (sorted(os.listdir(folder)), os.stat(folder).st_mtime_ns)
+        spec = importlib.util.spec_from_file_location("model", os.path.join(folder, "model.py"))
+        assert spec.loader.get_code("model") is not None  # compiled, and its byte code offered
+        assert (sorted(os.listdir(folder)), os.stat(folder).st_mtime_ns) == before, folder
 
 
 def test_re_exporting_into_a_repository_adds_a_version_or_replaces(exported_resnet, tmp_path):

@@ -284,7 +284,17 @@ def _add_python_sequence(repo: _Repository, c: dict, export_dir: str, exported: 
     version = repo.add(c)
     _link_saved_model(export_dir, version)
     repo.serves(version, "model.savedmodel", exported.get("saved_model"))
-    shutil.copy2(os.path.join(PYTHON_MODELS, "sequence.py"), os.path.join(version, "model.py"))
+    _python_model(version, "sequence.py")
+
+
+def _python_model(version: str, source: str) -> None:
+    """``python_backend/<source>`` as ``version/model.py``, beside an empty *file* named
+    ``__pycache__``: Python can then write no byte code into the version folder when Triton's
+    Python backend imports the model (a new ``__pycache__/`` there made Triton's poll mode
+    reload the model a second after it loaded, dropping every open sequence)."""
+    shutil.copy2(os.path.join(PYTHON_MODELS, source), os.path.join(version, "model.py"))
+    with open(os.path.join(version, "__pycache__"), "w"):
+        pass
 
 
 def _link_saved_model(export_dir: str, version: str) -> None:
@@ -311,16 +321,14 @@ def _image_models(repos, module, net, preprocess: str, labels, label_files, warm
             count=p.preprocess_instances), warm)
         _link_tree(preprocess, os.path.join(version, "model.savedmodel"))
         repo.serves(version, "model.savedmodel", exported.get("preprocess"))
-        shutil.copy2(os.path.join(PYTHON_MODELS, "preprocess.py"),
-                     os.path.join(version, "model.py"))
+        _python_model(version, "preprocess.py")
         version = repo.add(config(
             name + p.network, p.kind, *net, batch, reshape=not p.cpu, labels=labels, cpu=p.cpu,
             warmup=warmup(net[0], net_batched)), label_files)
         files.link_or_copy(onnx_path, os.path.join(version, "model.onnx"))
         repo.serves(version, "model.onnx", exported.get("model.onnx"))
         if p.kind.get("backend") == "python":  # ONNX Runtime on the CPU, in Python
-            shutil.copy2(os.path.join(PYTHON_MODELS, "onnxruntime_cpu.py"),
-                         os.path.join(version, "model.py"))
+            _python_model(version, "onnxruntime_cpu.py")
     return inputs, outputs
 
 
